@@ -1,0 +1,372 @@
+//! The decoder: Kafka record value bytes → [`Event`], enforcing every rule of `CONTRACT.md` § Events.
+//!
+//! It parses the JSON object once, keeping each known field as a borrowed raw JSON slice, then converts the fields
+//! that the event's `type` needs. So fields can come in any order, unknown fields (and fields of other event types)
+//! are ignored whatever their value, and an error names exactly the field that broke a rule.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use time::format_description::well_known::Rfc3339;
+
+use super::*;
+
+/// Why a record value is not a valid event. Every variant names the field and the reason where there is one;
+/// [`DecodeError::kind`] gives a stable short name for metrics and dead-letter headers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The value is over 64 KiB ([`MAX_VALUE_BYTES`]).
+    #[error("value is {bytes} bytes, over the limit of 65536")]
+    TooLarge { bytes: usize },
+    /// The value is not UTF-8.
+    #[error("value is not valid UTF-8 (first bad byte at offset {offset})")]
+    InvalidUtf8 { offset: usize },
+    /// The value is not one JSON document (syntax error, truncation, trailing data).
+    #[error("invalid JSON at line {line} column {column}: {message}")]
+    InvalidJson { line: usize, column: usize, message: String },
+    /// The JSON document is not an object.
+    #[error("value is JSON {found}, not an object")]
+    NotAnObject { found: &'static str },
+    /// The object has the same key twice.
+    #[error("field `{field}` appears more than once")]
+    DuplicateField { field: String },
+    /// A field the event's type requires is absent.
+    #[error("field `{field}` is missing")]
+    MissingField { field: &'static str },
+    /// A field has the wrong JSON type (this includes `null`, and floats where an integer is due).
+    #[error("field `{field}` must be {expected}, found {found}")]
+    WrongType { field: String, expected: &'static str, found: String },
+    /// `type` names no event type of the contract.
+    #[error("field `type`: unknown event type {type_name:?}")]
+    UnknownType { type_name: String },
+    /// An identifier breaks the id rule (empty, over 256 bytes, control character).
+    #[error("field `{field}` {reason}")]
+    InvalidId { field: String, reason: IdError },
+    /// An integer outside its range: `seq` 1..=2^53, `read_seq` 0..=2^53.
+    #[error("field `{field}` is {value}, outside {min}..=9007199254740992")]
+    OutOfRange { field: &'static str, value: String, min: u64 },
+    /// Any other broken rule: a `kind` that is not direct/group/channel, an `occurred_at` that is not RFC 3339.
+    #[error("field `{field}` {reason}")]
+    InvalidValue { field: &'static str, reason: String },
+}
+
+impl DecodeError {
+    /// A stable, short name of the error's kind (`too_large`, `invalid_utf8`, `invalid_json`, `not_an_object`,
+    /// `duplicate_field`, `missing_field`, `wrong_type`, `unknown_type`, `invalid_id`, `out_of_range`,
+    /// `invalid_value`), for metrics labels and dead-letter headers.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::TooLarge { .. } => "too_large",
+            Self::InvalidUtf8 { .. } => "invalid_utf8",
+            Self::InvalidJson { .. } => "invalid_json",
+            Self::NotAnObject { .. } => "not_an_object",
+            Self::DuplicateField { .. } => "duplicate_field",
+            Self::MissingField { .. } => "missing_field",
+            Self::WrongType { .. } => "wrong_type",
+            Self::UnknownType { .. } => "unknown_type",
+            Self::InvalidId { .. } => "invalid_id",
+            Self::OutOfRange { .. } => "out_of_range",
+            Self::InvalidValue { .. } => "invalid_value",
+        }
+    }
+}
+
+/// Decodes one record value (UTF-8 JSON, at most 64 KiB) into an [`Event`].
+///
+/// Errors, checked in this order: [`DecodeError::TooLarge`], [`DecodeError::InvalidUtf8`],
+/// [`DecodeError::InvalidJson`] / [`DecodeError::NotAnObject`] / [`DecodeError::DuplicateField`], then the fields:
+/// `type` (missing, wrong type, unknown), `event_id` (1–256 bytes), `occurred_at` (RFC 3339), then the type's own
+/// fields in the contract's order. Unknown fields are ignored.
+pub fn decode(value: &[u8]) -> Result<Event, DecodeError> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(DecodeError::TooLarge { bytes: value.len() });
+    }
+    let text = std::str::from_utf8(value).map_err(|e| DecodeError::InvalidUtf8 { offset: e.valid_up_to() })?;
+    let fields = parse_object(text)?;
+    fields.into_event()
+}
+
+/// The known field names; a field's index in this list is its slot in [`Fields`].
+const NAMES: [&str; 14] = [
+    "type",
+    "event_id",
+    "occurred_at",
+    "conversation_id",
+    "user_id",
+    "sender_id",
+    "kind",
+    "members",
+    "seq",
+    "mentions",
+    "mention_all",
+    "countable",
+    "read_seq",
+    "muted",
+];
+const TYPE: usize = 0;
+const EVENT_ID: usize = 1;
+const OCCURRED_AT: usize = 2;
+const CONVERSATION_ID: usize = 3;
+const USER_ID: usize = 4;
+const SENDER_ID: usize = 5;
+const KIND: usize = 6;
+const MEMBERS: usize = 7;
+const SEQ: usize = 8;
+const MENTIONS: usize = 9;
+const MENTION_ALL: usize = 10;
+const COUNTABLE: usize = 11;
+const READ_SEQ: usize = 12;
+const MUTED: usize = 13;
+
+/// The known fields of one object, as raw JSON slices borrowed from the input.
+struct Fields<'a>([Option<&'a RawValue>; NAMES.len()]);
+
+fn parse_object(text: &str) -> Result<Fields<'_>, DecodeError> {
+    let mut duplicate = None;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = de
+        .deserialize_map(ObjectVisitor { duplicate: &mut duplicate })
+        .and_then(|fields| de.end().map(|()| fields));
+    match parsed {
+        Ok(fields) => Ok(fields),
+        Err(_) if duplicate.is_some() => Err(DecodeError::DuplicateField { field: duplicate.unwrap_or_default() }),
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            Err(DecodeError::NotAnObject { found: json_kind(text) })
+        }
+        Err(e) => Err(DecodeError::InvalidJson {
+            line: e.line(),
+            column: e.column(),
+            message: strip_position(&e.to_string()),
+        }),
+    }
+}
+
+struct ObjectVisitor<'s> {
+    duplicate: &'s mut Option<String>,
+}
+
+impl<'de> Visitor<'de> for ObjectVisitor<'_> {
+    type Value = Fields<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut slots: [Option<&'de RawValue>; NAMES.len()] = [None; NAMES.len()];
+        let mut unknown: Vec<Cow<'de, str>> = Vec::new();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            match NAMES.iter().position(|n| *n == key) {
+                Some(i) if slots[i].is_some() => {
+                    *self.duplicate = Some(key.into_owned());
+                    return Err(de::Error::custom("duplicate field"));
+                }
+                Some(i) => slots[i] = Some(map.next_value::<&'de RawValue>()?),
+                None if unknown.contains(&key) => {
+                    *self.duplicate = Some(key.into_owned());
+                    return Err(de::Error::custom("duplicate field"));
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                    unknown.push(key);
+                }
+            }
+        }
+        Ok(Fields(slots))
+    }
+}
+
+/// An object key, borrowed from the input unless it holds escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn into_event(self) -> Result<Event, DecodeError> {
+        let type_name = self.string(TYPE)?;
+        // Check the type before anything else so that an unknown type is reported as such.
+        let type_name = match EVENT_TYPES.iter().find(|t| **t == type_name) {
+            Some(t) => *t,
+            None => return Err(DecodeError::UnknownType { type_name }),
+        };
+        let event_id = self.string(EVENT_ID)?;
+        if event_id.is_empty() || event_id.len() > MAX_ID_BYTES {
+            let reason = if event_id.is_empty() { IdError::Empty } else { IdError::TooLong { bytes: event_id.len() } };
+            return Err(DecodeError::InvalidId { field: "event_id".into(), reason });
+        }
+        let occurred_at = self.string(OCCURRED_AT)?;
+        if let Err(e) = time::OffsetDateTime::parse(&occurred_at, &Rfc3339) {
+            return Err(DecodeError::InvalidValue {
+                field: "occurred_at",
+                reason: format!("is not an RFC 3339 time ({e}): {occurred_at:?}"),
+            });
+        }
+        let event = match type_name {
+            "conversation.created" => Event::Conversation(ConversationEvent::Created(ConversationCreated {
+                event_id,
+                occurred_at,
+                conversation_id: self.id(CONVERSATION_ID)?,
+                kind: self.kind()?,
+                members: self.ids(MEMBERS)?.unwrap_or_default(),
+            })),
+            "member.joined" => Event::Conversation(ConversationEvent::Joined(MemberJoined {
+                event_id,
+                occurred_at,
+                conversation_id: self.id(CONVERSATION_ID)?,
+                user_id: self.id(USER_ID)?,
+            })),
+            "member.left" => Event::Conversation(ConversationEvent::Left(MemberLeft {
+                event_id,
+                occurred_at,
+                conversation_id: self.id(CONVERSATION_ID)?,
+                user_id: self.id(USER_ID)?,
+            })),
+            "message.sent" => Event::Conversation(ConversationEvent::Sent(MessageSent {
+                event_id,
+                occurred_at,
+                conversation_id: self.id(CONVERSATION_ID)?,
+                seq: self.seq(SEQ, 1)?,
+                sender_id: self.id(SENDER_ID)?,
+                mentions: self.ids(MENTIONS)?.unwrap_or_default(),
+                mention_all: self.boolean(MENTION_ALL)?.unwrap_or(false),
+                countable: self.boolean(COUNTABLE)?.unwrap_or(true),
+            })),
+            "message.recalled" => Event::Conversation(ConversationEvent::Recalled(MessageRecalled {
+                event_id,
+                occurred_at,
+                conversation_id: self.id(CONVERSATION_ID)?,
+                seq: self.seq(SEQ, 1)?,
+            })),
+            "read.ack" => Event::User(UserEvent::ReadAck(ReadAck {
+                event_id,
+                occurred_at,
+                user_id: self.id(USER_ID)?,
+                conversation_id: self.id(CONVERSATION_ID)?,
+                read_seq: self.seq(READ_SEQ, 0)?,
+            })),
+            "conversation.muted" => Event::User(UserEvent::Muted(ConversationMuted {
+                event_id,
+                occurred_at,
+                user_id: self.id(USER_ID)?,
+                conversation_id: self.id(CONVERSATION_ID)?,
+                muted: self.boolean(MUTED)?.ok_or(DecodeError::MissingField { field: "muted" })?,
+            })),
+            _ => unreachable!("every name of EVENT_TYPES is matched"),
+        };
+        Ok(event)
+    }
+
+    fn raw(&self, i: usize) -> Result<&'a RawValue, DecodeError> {
+        self.0[i].ok_or(DecodeError::MissingField { field: NAMES[i] })
+    }
+
+    fn string(&self, i: usize) -> Result<String, DecodeError> {
+        let raw = self.raw(i)?;
+        serde_json::from_str(raw.get()).map_err(|_| wrong_type(NAMES[i].into(), "a string", raw))
+    }
+
+    fn id(&self, i: usize) -> Result<String, DecodeError> {
+        let s = self.string(i)?;
+        validate_id(&s).map_err(|reason| DecodeError::InvalidId { field: NAMES[i].into(), reason })?;
+        Ok(s)
+    }
+
+    /// An optional array of ids (absent → `None`).
+    fn ids(&self, i: usize) -> Result<Option<Vec<String>>, DecodeError> {
+        let Some(raw) = self.0[i] else { return Ok(None) };
+        let items: Vec<&RawValue> =
+            serde_json::from_str(raw.get()).map_err(|_| wrong_type(NAMES[i].into(), "an array of strings", raw))?;
+        let mut out = Vec::with_capacity(items.len());
+        for (n, item) in items.into_iter().enumerate() {
+            let field = || format!("{}[{n}]", NAMES[i]);
+            let s: String = serde_json::from_str(item.get()).map_err(|_| wrong_type(field(), "a string", item))?;
+            validate_id(&s).map_err(|reason| DecodeError::InvalidId { field: field(), reason })?;
+            out.push(s);
+        }
+        Ok(Some(out))
+    }
+
+    fn boolean(&self, i: usize) -> Result<Option<bool>, DecodeError> {
+        let Some(raw) = self.0[i] else { return Ok(None) };
+        serde_json::from_str(raw.get()).map(Some).map_err(|_| wrong_type(NAMES[i].into(), "true or false", raw))
+    }
+
+    /// A required integer in `min..=2^53`.
+    fn seq(&self, i: usize, min: u64) -> Result<u64, DecodeError> {
+        let raw = self.raw(i)?;
+        let text = raw.get().trim();
+        let is_integer_literal = {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        };
+        if !is_integer_literal {
+            return Err(wrong_type(NAMES[i].into(), "an integer", raw));
+        }
+        match text.parse::<u64>() {
+            Ok(v) if (min..=MAX_SEQ).contains(&v) => Ok(v),
+            _ => Err(DecodeError::OutOfRange { field: NAMES[i], value: text.to_owned(), min }),
+        }
+    }
+
+    fn kind(&self) -> Result<ConversationKind, DecodeError> {
+        match self.string(KIND)?.as_str() {
+            "direct" => Ok(ConversationKind::Direct),
+            "group" => Ok(ConversationKind::Group),
+            "channel" => Ok(ConversationKind::Channel),
+            other => Err(DecodeError::InvalidValue {
+                field: "kind",
+                reason: format!("must be \"direct\", \"group\" or \"channel\", found {other:?}"),
+            }),
+        }
+    }
+}
+
+fn wrong_type(field: String, expected: &'static str, raw: &RawValue) -> DecodeError {
+    let text = raw.get().trim();
+    let mut shown: String = text.chars().take(40).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    DecodeError::WrongType { field, expected, found: format!("{} {shown}", json_kind(text)) }
+}
+
+/// The JSON type of a document, from its first character.
+fn json_kind(text: &str) -> &'static str {
+    match text.trim_start().bytes().next() {
+        Some(b'{') => "object",
+        Some(b'[') => "array",
+        Some(b'"') => "string",
+        Some(b't' | b'f') => "boolean",
+        Some(b'n') => "null",
+        Some(_) if text.contains(['.', 'e', 'E']) => "float",
+        Some(_) => "number",
+        None => "nothing",
+    }
+}
+
+/// serde_json appends " at line L column C"; the error carries those separately.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}

@@ -1,0 +1,28 @@
+//! The state a reader sees (`CONTRACT.md` § "The state a reader sees"): the JSON shape of
+//! `GET /v1/users/{user_id}/unread` and of each line of `unread fold`'s output.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One user's counts. Serializes with fields in the contract's order and conversations sorted by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserView {
+    pub user_id: String,
+    /// Sum of `unread` over unmuted member conversations.
+    pub total_unread: u64,
+    /// Sum of `mentions` over all member conversations.
+    pub total_mentions: u64,
+    /// Unmuted member conversations with `unread > 0`.
+    pub unread_conversations: u64,
+    /// Every conversation the user is a member of, including those with zero unread.
+    pub conversations: BTreeMap<String, ConversationView>,
+}
+
+/// One conversation's counts for one user.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationView {
+    pub unread: u64,
+    pub mentions: u64,
+    pub muted: bool,
+}

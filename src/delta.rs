@@ -1,0 +1,47 @@
+//! The per-recipient update that the fan-out emits and the fold applies: the payload of the internal topic
+//! `unread.user-deltas` (record key = `user_id`).
+//!
+//! One [`Delta`] says what one batch of a conversation's events means for one user, as an ordered list of
+//! [`DeltaOp`]s. Messages are coalesced: a run of messages during which the user's membership did not change is one
+//! [`DeltaOp::Messages`] carrying seqs as ranges, however many messages it holds.
+//!
+//! Applying a delta is idempotent, and so is applying again any suffix of the deltas of one conversation already
+//! applied (what a fan-out that restarts from its checkpoint produces): see `docs/semantics.md`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::seqset::SeqSet;
+
+/// What one batch of conversation `conversation_id`'s events means for user `user_id`, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    /// The recipient, also the record key on `unread.user-deltas`.
+    pub user_id: String,
+    /// The conversation the ops are about.
+    pub conversation_id: String,
+    /// Never empty.
+    pub ops: Vec<DeltaOp>,
+}
+
+/// One step of a [`Delta`]. Seqs are the conversation's message seqs (1..=2^53).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeltaOp {
+    /// The user became a member when the conversation's head was `head`: nothing at or below it is ever unread
+    /// for this membership (`CONTRACT.md` § Semantics, "head(C) when U last joined").
+    Joined { head: u64 },
+    /// The user stopped being a member: the conversation leaves the user's counts.
+    Left,
+    /// A run of messages sent while the user's membership did not change.
+    Messages {
+        /// The countable, not recalled messages of others in the run that the user has not read by its own
+        /// messages: candidates for unread (the fold still drops those at or below the user's cursor).
+        unread: SeqSet,
+        /// The seqs of `unread` that mention the user (by name or `mention_all`).
+        mentions: SeqSet,
+        /// The highest seq the user sent in the run, 0 for none: sending means having read everything before
+        /// (`CONTRACT.md` § Semantics, "every seq that U sent in C"). Sent even to a non-member sender.
+        read_to: u64,
+    },
+    /// Messages sent before this batch were recalled: they stop counting.
+    Recalled { seqs: SeqSet },
+}

@@ -1,0 +1,273 @@
+//! The fan-out stage's pure logic: a conversation's events, in partition order → per-recipient [`Delta`]s.
+//!
+//! [`FanOut`] keeps, per conversation, its head (the highest `seq` sent) and its members with the head at which
+//! each joined ([`ConversationState`]). [`FanOut::process_batch`] takes a batch of events as a Kafka poll returns
+//! them (any mix of conversations, each in its partition order) and returns at most one [`Delta`] per
+//! (recipient, conversation): the cost is proportional to members × runs, not members × messages.
+//!
+//! Rules (`CONTRACT.md` § Semantics): a `message.sent` whose seq is not above the head is a duplicate and changes
+//! nothing; a `message.recalled` takes effect only for a seq at or below the head; joining as a member and leaving
+//! as a non-member change nothing; `conversation.created` joins its listed members.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{ConversationEvent, ConversationKind};
+use crate::delta::{Delta, DeltaOp};
+use crate::seqset::SeqSet;
+
+/// The fan-out's state of one conversation; serializes for checkpoints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationState {
+    /// From `conversation.created`, if seen.
+    pub kind: Option<ConversationKind>,
+    /// The highest seq of a `message.sent` so far (0 before any).
+    pub head: u64,
+    /// Current members → the head when each (last) joined.
+    pub members: BTreeMap<String, u64>,
+}
+
+/// The fan-out's state of every conversation it has seen.
+#[derive(Debug, Default, Clone)]
+pub struct FanOut {
+    conversations: HashMap<String, ConversationState>,
+}
+
+/// Counts of what a batch held, for metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchStats {
+    /// `message.sent` at or below the head, ignored.
+    pub duplicate_messages: u64,
+    /// `message.recalled` above the head, ignored.
+    pub early_recalls: u64,
+}
+
+/// One mark in a user's timeline within a batch of one conversation.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    Join(u64),
+    Leave(u64),
+    Own(u64),
+}
+
+/// What a batch did to one conversation: shared by every recipient.
+struct ConvBatch<'e> {
+    conversation_id: &'e str,
+    start_head: u64,
+    start_members: Vec<String>,
+    /// Countable, not recalled seqs sent in the batch.
+    countable: SeqSet,
+    /// The seqs of `countable` with `mention_all`.
+    mention_all: SeqSet,
+    /// Per user: the seqs of `countable` that mention the user by name.
+    mentioned: HashMap<&'e str, SeqSet>,
+    /// Per user whose membership changed or who sent: marks in order.
+    timeline: HashMap<&'e str, Vec<Mark>>,
+    /// Recalls of seqs sent before the batch.
+    old_recalls: SeqSet,
+}
+
+impl FanOut {
+    /// An empty fan-out (no conversation known).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The state of one conversation, if it has had any event.
+    pub fn conversation(&self, conversation_id: &str) -> Option<&ConversationState> {
+        self.conversations.get(conversation_id)
+    }
+
+    /// Puts back a conversation's state, e.g. loaded from a checkpoint.
+    pub fn restore(&mut self, conversation_id: String, state: ConversationState) {
+        self.conversations.insert(conversation_id, state);
+    }
+
+    /// Every conversation's state.
+    pub fn conversations(&self) -> impl Iterator<Item = (&String, &ConversationState)> {
+        self.conversations.iter()
+    }
+
+    /// Applies a batch of conversation events (each conversation's in partition order) and returns the
+    /// per-recipient deltas: for each conversation in order of first appearance, one delta per affected user
+    /// (members at the start of the batch by user id, then other users by user id). Deterministic.
+    pub fn process_batch<'e, I>(&mut self, events: I) -> (Vec<Delta>, BatchStats)
+    where
+        I: IntoIterator<Item = &'e ConversationEvent>,
+    {
+        let mut stats = BatchStats::default();
+        let mut batches: Vec<ConvBatch<'e>> = Vec::new();
+        let mut index: HashMap<&'e str, usize> = HashMap::new();
+        for event in events {
+            let cid = event.conversation_id();
+            let state = self.conversations.entry(cid.to_owned()).or_default();
+            let b = *index.entry(cid).or_insert_with(|| {
+                batches.push(ConvBatch::start(cid, state));
+                batches.len() - 1
+            });
+            batches[b].apply(state, event, &mut stats);
+        }
+        let mut deltas = Vec::new();
+        for batch in &batches {
+            let end_head = self.conversations[batch.conversation_id].head;
+            batch.emit(end_head, &mut deltas);
+        }
+        (deltas, stats)
+    }
+}
+
+impl<'e> ConvBatch<'e> {
+    fn start(conversation_id: &'e str, state: &ConversationState) -> Self {
+        Self {
+            conversation_id,
+            start_head: state.head,
+            start_members: state.members.keys().cloned().collect(),
+            countable: SeqSet::new(),
+            mention_all: SeqSet::new(),
+            mentioned: HashMap::new(),
+            timeline: HashMap::new(),
+            old_recalls: SeqSet::new(),
+        }
+    }
+
+    fn join(&mut self, state: &mut ConversationState, user: &'e str) {
+        if !state.members.contains_key(user) {
+            state.members.insert(user.to_owned(), state.head);
+            self.timeline.entry(user).or_default().push(Mark::Join(state.head));
+        }
+    }
+
+    fn apply(&mut self, state: &mut ConversationState, event: &'e ConversationEvent, stats: &mut BatchStats) {
+        match event {
+            ConversationEvent::Created(e) => {
+                state.kind = Some(e.kind);
+                for m in &e.members {
+                    self.join(state, m);
+                }
+            }
+            ConversationEvent::Joined(e) => self.join(state, &e.user_id),
+            ConversationEvent::Left(e) => {
+                if state.members.remove(&e.user_id).is_some() {
+                    self.timeline.entry(&e.user_id).or_default().push(Mark::Leave(state.head));
+                }
+            }
+            ConversationEvent::Sent(e) => {
+                if e.seq <= state.head {
+                    stats.duplicate_messages += 1;
+                    return;
+                }
+                state.head = e.seq;
+                self.timeline.entry(&e.sender_id).or_default().push(Mark::Own(e.seq));
+                if e.countable {
+                    self.countable.insert(e.seq);
+                    if e.mention_all {
+                        self.mention_all.insert(e.seq);
+                    }
+                    for m in &e.mentions {
+                        self.mentioned.entry(m).or_default().insert(e.seq);
+                    }
+                }
+            }
+            ConversationEvent::Recalled(e) => {
+                if e.seq > state.head {
+                    stats.early_recalls += 1;
+                } else if e.seq > self.start_head {
+                    // Sent in this batch: it never reaches anyone.
+                    self.countable.remove(e.seq);
+                    self.mention_all.remove(e.seq);
+                    for set in self.mentioned.values_mut() {
+                        set.remove(e.seq);
+                    }
+                } else {
+                    self.old_recalls.insert(e.seq);
+                }
+            }
+        }
+    }
+
+    /// The Messages op for a membership interval: messages with seq in `above+1 ..= upto`, the user's own highest
+    /// seq in it being `own` (0 for none).
+    fn messages(&self, user: &str, above: u64, upto: u64, own: u64) -> Option<DeltaOp> {
+        let lo = above.max(own);
+        let unread = self.countable.slice(lo, upto);
+        if unread.is_empty() && own == 0 {
+            return None;
+        }
+        let mut mentions = self.mention_all.slice(lo, upto);
+        if let Some(named) = self.mentioned.get(user) {
+            mentions.union_above(&named.slice(lo, upto), lo);
+        }
+        Some(DeltaOp::Messages { unread, mentions, read_to: own })
+    }
+
+    fn emit(&self, end_head: u64, out: &mut Vec<Delta>) {
+        let shared = self.messages("", self.start_head, end_head, 0);
+        let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
+            user_id: user.to_owned(),
+            conversation_id: self.conversation_id.to_owned(),
+            ops,
+        };
+        for user in &self.start_members {
+            let mut ops = Vec::new();
+            if !self.old_recalls.is_empty() {
+                ops.push(DeltaOp::Recalled { seqs: self.old_recalls.clone() });
+            }
+            match self.timeline.get(user.as_str()) {
+                Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, &mut ops),
+                None if self.mentioned.contains_key(user.as_str()) => {
+                    ops.extend(self.messages(user, self.start_head, end_head, 0))
+                }
+                None => ops.extend(shared.clone()),
+            }
+            if !ops.is_empty() {
+                out.push(delta(user, ops));
+            }
+        }
+        let mut others: Vec<&&str> =
+            self.timeline.keys().filter(|u| self.start_members.binary_search_by(|m| m.as_str().cmp(u)).is_err()).collect();
+        others.sort_unstable();
+        for user in others {
+            let mut ops = Vec::new();
+            self.walk(user, None, &self.timeline[*user], end_head, &mut ops);
+            if !ops.is_empty() {
+                out.push(delta(user, ops));
+            }
+        }
+    }
+
+    /// Turns one user's marks into ops. `member_from` is the head from which the user is a member (None: not a
+    /// member) at the start of the batch.
+    fn walk(&self, user: &str, mut member_from: Option<u64>, marks: &[Mark], end_head: u64, ops: &mut Vec<DeltaOp>) {
+        let mut own = 0;
+        for mark in marks {
+            match *mark {
+                Mark::Own(seq) => own = own.max(seq),
+                Mark::Leave(head) => {
+                    if let Some(from) = member_from.take() {
+                        ops.extend(self.messages(user, from, head, own));
+                        own = 0;
+                        ops.push(DeltaOp::Left);
+                    }
+                }
+                Mark::Join(head) => {
+                    if member_from.is_none() {
+                        if own > 0 {
+                            ops.push(DeltaOp::Messages { unread: SeqSet::new(), mentions: SeqSet::new(), read_to: own });
+                            own = 0;
+                        }
+                        ops.push(DeltaOp::Joined { head });
+                        member_from = Some(head);
+                    }
+                }
+            }
+        }
+        match member_from {
+            Some(from) => ops.extend(self.messages(user, from, end_head, own)),
+            None if own > 0 => {
+                ops.push(DeltaOp::Messages { unread: SeqSet::new(), mentions: SeqSet::new(), read_to: own })
+            }
+            None => {}
+        }
+    }
+}

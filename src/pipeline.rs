@@ -1,0 +1,164 @@
+//! The in-process pipeline behind `unread fold`: JSON Lines of events → fan-out → fold → reader views.
+//!
+//! It is the same pure logic the service runs per partition, wired without Kafka: each batch of at most
+//! [`MAX_BATCH`] events is split into conversation events (fanned out into deltas) and user events, and the fold
+//! applies both. Because the fold is order-proof, applying a batch's deltas before its user events gives the
+//! state any interleaving would.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+
+use anyhow::Context;
+
+use crate::contract::{decode, DecodeError, Event, UserView};
+use crate::fanout::FanOut;
+use crate::fold::Fold;
+
+/// Largest batch `unread fold` hands to the fan-out: 1,000 events, about what one Kafka poll returns.
+pub const MAX_BATCH: usize = 1000;
+
+/// The fan-out and the fold of every conversation and user, in one process.
+#[derive(Debug, Default)]
+pub struct Pipeline {
+    fanout: FanOut,
+    fold: Fold,
+}
+
+impl Pipeline {
+    /// An empty pipeline.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs one batch (events in log order) through fan-out and fold.
+    pub fn process_batch(&mut self, events: &[Event]) {
+        let conversation_events = events.iter().filter_map(|e| match e {
+            Event::Conversation(c) => Some(c),
+            Event::User(_) => None,
+        });
+        let (deltas, _) = self.fanout.process_batch(conversation_events);
+        for delta in &deltas {
+            self.fold.apply_delta(delta);
+        }
+        for event in events {
+            if let Event::User(u) = event {
+                self.fold.apply_user_event(u);
+            }
+        }
+    }
+
+    /// The fold's state.
+    pub fn fold(&self) -> &Fold {
+        &self.fold
+    }
+
+    /// The fan-out's state.
+    pub fn fanout(&self) -> &FanOut {
+        &self.fanout
+    }
+
+    /// Every member user's reader view, sorted by user id.
+    pub fn views(&self) -> Vec<UserView> {
+        self.fold.views()
+    }
+}
+
+/// A line of input that is not a valid event.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {error}")]
+pub struct InvalidLine {
+    /// 1-based line number.
+    pub line: u64,
+    /// Why it was rejected.
+    pub error: DecodeError,
+}
+
+/// What reading an input yielded.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct InputStats {
+    /// Lines read, blank ones included.
+    pub lines: u64,
+    /// Valid events passed on.
+    pub events: u64,
+    /// Invalid lines reported.
+    pub invalid: u64,
+    /// Bytes read (uncompressed).
+    pub bytes: u64,
+}
+
+/// Opens an input: `-` is stdin; a name ending in `.gz` is gunzipped (multi-member files too).
+///
+/// Errors: the file cannot be opened.
+pub fn open_input(path: &str) -> anyhow::Result<Box<dyn BufRead>> {
+    const BUF: usize = 1 << 20;
+    let raw: Box<dyn io::Read> = if path == "-" {
+        Box::new(io::stdin())
+    } else {
+        Box::new(File::open(path).with_context(|| format!("cannot open input {path}"))?)
+    };
+    Ok(if path.ends_with(".gz") {
+        Box::new(BufReader::with_capacity(BUF, flate2::read::MultiGzDecoder::new(BufReader::with_capacity(BUF, raw))))
+    } else {
+        Box::new(BufReader::with_capacity(BUF, raw))
+    })
+}
+
+/// Reads JSON Lines of events, decodes each line, and calls `on_batch` with batches of at most `batch_size`
+/// (clamped to 1..=[`MAX_BATCH`]) valid events in input order. Blank lines are skipped. Each invalid line goes to
+/// `on_invalid`, which decides whether to go on (`Ok`) or stop the read (`Err`, returned as is).
+///
+/// Errors: an I/O or gzip error, with the line number where it happened; or `on_invalid`'s error.
+pub fn for_each_batch(
+    mut input: impl BufRead,
+    batch_size: usize,
+    mut on_invalid: impl FnMut(InvalidLine) -> anyhow::Result<()>,
+    mut on_batch: impl FnMut(&[Event]),
+) -> anyhow::Result<InputStats> {
+    let batch_size = batch_size.clamp(1, MAX_BATCH);
+    let mut stats = InputStats::default();
+    let mut batch = Vec::with_capacity(batch_size);
+    let mut line = Vec::with_capacity(4096);
+    loop {
+        line.clear();
+        let n = input.read_until(b'\n', &mut line).with_context(|| format!("reading line {}", stats.lines + 1))?;
+        if n == 0 {
+            break;
+        }
+        stats.lines += 1;
+        stats.bytes += n as u64;
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match decode(text) {
+            Ok(event) => {
+                stats.events += 1;
+                batch.push(event);
+                if batch.len() == batch_size {
+                    on_batch(&batch);
+                    batch.clear();
+                }
+            }
+            Err(error) => {
+                stats.invalid += 1;
+                on_invalid(InvalidLine { line: stats.lines, error })?;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        on_batch(&batch);
+    }
+    Ok(stats)
+}
+
+/// Writes views as JSON Lines (the contract's reader shape, compact).
+///
+/// Errors: the writer fails.
+pub fn write_views(views: &[UserView], mut out: impl Write) -> io::Result<()> {
+    for view in views {
+        serde_json::to_writer(&mut out, view)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
