@@ -46,7 +46,9 @@ pub enum Command {
 /// Errors: whatever the subcommand reports (unreadable input, invalid lines, unwritable output), with context.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Fold { input, output, skip_invalid, batch_size } => fold(&input, &output, skip_invalid, batch_size as usize),
+        Command::Fold { input, output, skip_invalid, batch_size } => {
+            fold(&input, &output, skip_invalid, batch_size as usize)
+        }
     }
 }
 

@@ -224,8 +224,11 @@ impl<'e> ConvBatch<'e> {
                 out.push(delta(user, ops));
             }
         }
-        let mut others: Vec<&&str> =
-            self.timeline.keys().filter(|u| self.start_members.binary_search_by(|m| m.as_str().cmp(u)).is_err()).collect();
+        let mut others: Vec<&&str> = self
+            .timeline
+            .keys()
+            .filter(|u| self.start_members.binary_search_by(|m| m.as_str().cmp(u)).is_err())
+            .collect();
         others.sort_unstable();
         for user in others {
             let mut ops = Vec::new();
@@ -253,7 +256,11 @@ impl<'e> ConvBatch<'e> {
                 Mark::Join(head) => {
                     if member_from.is_none() {
                         if own > 0 {
-                            ops.push(DeltaOp::Messages { unread: SeqSet::new(), mentions: SeqSet::new(), read_to: own });
+                            ops.push(DeltaOp::Messages {
+                                unread: SeqSet::new(),
+                                mentions: SeqSet::new(),
+                                read_to: own,
+                            });
                             own = 0;
                         }
                         ops.push(DeltaOp::Joined { head });

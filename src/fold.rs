@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{UserEvent, UserView, ConversationView};
+use crate::contract::{ConversationView, UserEvent, UserView};
 use crate::delta::{Delta, DeltaOp};
 use crate::seqset::SeqSet;
 
@@ -95,7 +95,8 @@ impl Totals {
     fn replace(&mut self, before: Totals, after: Totals) {
         self.total_unread = self.total_unread + after.total_unread - before.total_unread;
         self.total_mentions = self.total_mentions + after.total_mentions - before.total_mentions;
-        self.unread_conversations = self.unread_conversations + after.unread_conversations - before.unread_conversations;
+        self.unread_conversations =
+            self.unread_conversations + after.unread_conversations - before.unread_conversations;
         self.memberships = self.memberships + after.memberships - before.memberships;
     }
 }
@@ -156,16 +157,14 @@ impl UserState {
     /// Applies one op about `conversation_id`; returns how many seqs became unread.
     pub fn apply_op(&mut self, conversation_id: &str, op: &DeltaOp) -> u64 {
         match op {
-            DeltaOp::Joined { head } => {
-                self.update(conversation_id, true, |c| {
-                    if c.joined_at.is_none() {
-                        c.joined_at = Some(*head);
-                        c.unread.clear();
-                        c.mentions.clear();
-                    }
-                    0
-                })
-            }
+            DeltaOp::Joined { head } => self.update(conversation_id, true, |c| {
+                if c.joined_at.is_none() {
+                    c.joined_at = Some(*head);
+                    c.unread.clear();
+                    c.mentions.clear();
+                }
+                0
+            }),
             DeltaOp::Left => self.update(conversation_id, false, |c| {
                 c.joined_at = None;
                 c.unread.clear();
@@ -231,7 +230,8 @@ impl UserState {
         let result = f(c);
         c.touched = self.clock;
         let after = c.contribution();
-        let (was_detached, is_detached, remove) = (existed && before.memberships == 0, !c.is_member(), c.is_empty_detached());
+        let (was_detached, is_detached, remove) =
+            (existed && before.memberships == 0, !c.is_member(), c.is_empty_detached());
         self.totals.replace(before, after);
         if remove {
             self.conversations.remove(conversation_id);

@@ -126,9 +126,8 @@ struct Fields<'a>([Option<&'a RawValue>; NAMES.len()]);
 fn parse_object(text: &str) -> Result<Fields<'_>, DecodeError> {
     let mut duplicate = None;
     let mut de = serde_json::Deserializer::from_str(text);
-    let parsed = de
-        .deserialize_map(ObjectVisitor { duplicate: &mut duplicate })
-        .and_then(|fields| de.end().map(|()| fields));
+    let parsed =
+        de.deserialize_map(ObjectVisitor { duplicate: &mut duplicate }).and_then(|fields| de.end().map(|()| fields));
     match parsed {
         Ok(fields) => Ok(fields),
         Err(_) if duplicate.is_some() => Err(DecodeError::DuplicateField { field: duplicate.unwrap_or_default() }),

@@ -1,0 +1,72 @@
+//! `unread fold` as a user runs it: the binary on the bundled data, on stdin, and on bad input.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use crate::support::repo_path;
+
+fn unread() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_unread"))
+}
+
+#[test]
+fn fold_writes_the_expected_file_for_the_dev_set() {
+    let out = std::env::temp_dir().join(format!("unread-cli-{}.jsonl", std::process::id()));
+    let status = unread()
+        .args(["fold", "--input"])
+        .arg(repo_path("tests/data/ubuntu-irc/dev-events.jsonl"))
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let got = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).ok();
+    assert!(got == std::fs::read(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl")).unwrap());
+}
+
+fn fold_stdin(args: &[&str], input: &str) -> std::process::Output {
+    let mut child = unread()
+        .args(["fold", "--input", "-"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+const GOOD: &str = concat!(
+    r#"{"type":"member.joined","event_id":"1","occurred_at":"2024-01-01T00:00:00Z","conversation_id":"c","user_id":"a"}"#,
+    "\n",
+    r#"{"type":"message.sent","event_id":"2","occurred_at":"2024-01-01T00:00:00Z","conversation_id":"c","seq":1,"sender_id":"b","mentions":["a"]}"#,
+    "\n"
+);
+
+#[test]
+fn fold_reads_stdin_and_prints_reader_shape() {
+    let out = fold_stdin(&[], GOOD);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "{\"user_id\":\"a\",\"total_unread\":1,\"total_mentions\":1,\"unread_conversations\":1,\"conversations\":{\"c\":{\"unread\":1,\"mentions\":1,\"muted\":false}}}\n"
+    );
+}
+
+#[test]
+fn fold_fails_on_an_invalid_line_naming_it_unless_skipping() {
+    let input = format!("{GOOD}{{\"type\":\"read.ack\"\n");
+    let out = fold_stdin(&[], &input);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 3") && stderr.contains("--skip-invalid"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing is printed on failure");
+
+    let out = fold_stdin(&["--skip-invalid"], &input);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 3") && stderr.contains("1 invalid skipped"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"total_unread\":1"));
+}

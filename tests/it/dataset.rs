@@ -1,0 +1,64 @@
+//! Real `#ubuntu` IRC traffic: every user's final state must equal the expected file exactly.
+
+use std::io::Read;
+
+use unread::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
+
+use crate::support::{assert_same_views, parse_views, repo_path, shared_dataset};
+
+fn fold_file(path: &str, batch: usize) -> (Vec<unread::contract::UserView>, Vec<u8>) {
+    let mut pipeline = Pipeline::new();
+    let stats = for_each_batch(
+        open_input(path).expect("open input"),
+        batch,
+        |bad| panic!("dataset holds an invalid event: {bad}"),
+        |b| pipeline.process_batch(b),
+    )
+    .expect("read");
+    assert!(stats.events > 0 && stats.invalid == 0, "{stats:?}");
+    let views = pipeline.views();
+    let mut bytes = Vec::new();
+    write_views(&views, &mut bytes).expect("write");
+    (views, bytes)
+}
+
+fn read_expected(path: &str) -> String {
+    let mut text = String::new();
+    open_input(path).expect("open expected").read_to_string(&mut text).expect("read expected");
+    text
+}
+
+#[test]
+fn dev_set_is_exact_for_every_user() {
+    let events = repo_path("tests/data/ubuntu-irc/dev-events.jsonl");
+    let expected_text = read_expected(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl").to_str().unwrap());
+    let expected = parse_views(&expected_text);
+    assert_eq!(expected.len(), 1565, "the bundled expected file holds 1,565 users");
+    let (views, bytes) = fold_file(events.to_str().unwrap(), MAX_BATCH);
+    assert_same_views(&views, &expected);
+    // The output is also byte-for-byte the reference model's (same key order, escaping and sorting).
+    assert!(bytes == expected_text.as_bytes(), "output differs from dev-expected.jsonl in formatting");
+}
+
+#[test]
+fn dev_set_is_exact_whatever_the_batch_size() {
+    let events = repo_path("tests/data/ubuntu-irc/dev-events.jsonl");
+    let expected = parse_views(&read_expected(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl").to_str().unwrap()));
+    for batch in [1, 7, 333] {
+        let (views, _) = fold_file(events.to_str().unwrap(), batch);
+        assert_same_views(&views, &expected);
+    }
+}
+
+#[test]
+fn full_set_is_exact_when_present() {
+    let (Some(events), Some(expected)) = (shared_dataset("events.jsonl.gz"), shared_dataset("expected.jsonl.gz"))
+    else {
+        println!("SKIPPED full_set_is_exact_when_present: ../shared/datasets/ubuntu-irc/ is not next to this checkout");
+        return;
+    };
+    let expected = parse_views(&read_expected(expected.to_str().unwrap()));
+    assert_eq!(expected.len(), 23_819);
+    let (views, _) = fold_file(events.to_str().unwrap(), MAX_BATCH);
+    assert_same_views(&views, &expected);
+}

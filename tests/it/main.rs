@@ -1,0 +1,8 @@
+//! The crate's one integration-test binary (one link step on 2 cores); each module is one concern.
+
+mod cli;
+mod dataset;
+mod decoder;
+mod properties;
+mod schemas;
+mod support;

@@ -1,0 +1,423 @@
+//! Property tests: random conversations, members, messages, acks, mutes and recalls, run through the fan-out and
+//! the fold the way Kafka would deliver them — conversations spread over partitions, batches of random size, the
+//! fan-out crashing and re-producing deltas from its last checkpoint, each user's deltas and own events
+//! interleaved at random, and records redelivered (a suffix of a stream read again) — must end in the state of a
+//! plain model of `CONTRACT.md` written here, with totals equal to the sums after every step.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use proptest::prelude::*;
+use unread::contract::*;
+use unread::delta::Delta;
+use unread::fanout::FanOut;
+use unread::fold::Fold;
+
+const USERS: [&str; 5] = ["alice", "bob", "c {x}", "d/e%f", "ü ü"];
+const CONVS: [&str; 3] = ["team", "a:{b}", "z/1"];
+
+#[derive(Debug, Clone)]
+enum ConvOp {
+    Create(Vec<usize>),
+    Join(usize),
+    Leave(usize),
+    /// gap 0 repeats the head (a duplicate), otherwise seq = head + gap.
+    Send {
+        sender: usize,
+        gap: u64,
+        countable: bool,
+        mentions: Vec<usize>,
+        all: bool,
+    },
+    /// seq = head + 1 - back (back 0: above the head, ignored).
+    Recall(u64),
+}
+
+#[derive(Debug, Clone)]
+enum UserOp {
+    Ack { conv: usize, seq: u64 },
+    Mute { conv: usize, muted: bool },
+}
+
+fn conv_op() -> impl Strategy<Value = ConvOp> {
+    prop_oneof![
+        1 => proptest::collection::vec(0..USERS.len(), 0..4).prop_map(ConvOp::Create),
+        3 => (0..USERS.len()).prop_map(ConvOp::Join),
+        2 => (0..USERS.len()).prop_map(ConvOp::Leave),
+        8 => (0..USERS.len(), 0u64..3, proptest::bool::weighted(0.8), proptest::collection::vec(0..USERS.len(), 0..3),
+              proptest::bool::weighted(0.1))
+            .prop_map(|(sender, gap, countable, mentions, all)| ConvOp::Send { sender, gap, countable, mentions, all }),
+        1 => (0u64..6).prop_map(ConvOp::Recall),
+    ]
+}
+
+fn user_op() -> impl Strategy<Value = UserOp> {
+    prop_oneof![
+        3 => (0..CONVS.len(), 0u64..40).prop_map(|(conv, seq)| UserOp::Ack { conv, seq }),
+        1 => (0..CONVS.len(), any::<bool>()).prop_map(|(conv, muted)| UserOp::Mute { conv, muted }),
+    ]
+}
+
+fn meta(n: &mut u64) -> (String, String) {
+    *n += 1;
+    (format!("ev-{n}"), "2024-01-01T00:00:00Z".to_owned())
+}
+
+/// Turns the generated ops into contract events: per conversation and per user, in order.
+fn events(convs: &[Vec<ConvOp>], users: &[Vec<UserOp>]) -> (Vec<Vec<ConversationEvent>>, Vec<Vec<UserEvent>>) {
+    let mut n = 0;
+    let conv_events = convs
+        .iter()
+        .enumerate()
+        .map(|(c, ops)| {
+            let cid = CONVS[c].to_owned();
+            let mut head = 0u64;
+            ops.iter()
+                .map(|op| {
+                    let (event_id, occurred_at) = meta(&mut n);
+                    match op {
+                        ConvOp::Create(m) => ConversationEvent::Created(ConversationCreated {
+                            event_id,
+                            occurred_at,
+                            conversation_id: cid.clone(),
+                            kind: ConversationKind::Group,
+                            members: m.iter().map(|u| USERS[*u].to_owned()).collect(),
+                        }),
+                        ConvOp::Join(u) => ConversationEvent::Joined(MemberJoined {
+                            event_id,
+                            occurred_at,
+                            conversation_id: cid.clone(),
+                            user_id: USERS[*u].to_owned(),
+                        }),
+                        ConvOp::Leave(u) => ConversationEvent::Left(MemberLeft {
+                            event_id,
+                            occurred_at,
+                            conversation_id: cid.clone(),
+                            user_id: USERS[*u].to_owned(),
+                        }),
+                        ConvOp::Send { sender, gap, countable, mentions, all } => {
+                            let seq = if *gap == 0 { head.max(1) } else { head + gap };
+                            head = head.max(seq);
+                            ConversationEvent::Sent(MessageSent {
+                                event_id,
+                                occurred_at,
+                                conversation_id: cid.clone(),
+                                seq,
+                                sender_id: USERS[*sender].to_owned(),
+                                mentions: mentions.iter().map(|u| USERS[*u].to_owned()).collect(),
+                                mention_all: *all,
+                                countable: *countable,
+                            })
+                        }
+                        ConvOp::Recall(back) => ConversationEvent::Recalled(MessageRecalled {
+                            event_id,
+                            occurred_at,
+                            conversation_id: cid.clone(),
+                            seq: (head + 1).saturating_sub(*back).max(1),
+                        }),
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let user_events = users
+        .iter()
+        .enumerate()
+        .map(|(u, ops)| {
+            ops.iter()
+                .map(|op| {
+                    let (event_id, occurred_at) = meta(&mut n);
+                    let user_id = USERS[u].to_owned();
+                    match *op {
+                        UserOp::Ack { conv, seq } => UserEvent::ReadAck(ReadAck {
+                            event_id,
+                            occurred_at,
+                            user_id,
+                            conversation_id: CONVS[conv].to_owned(),
+                            read_seq: seq,
+                        }),
+                        UserOp::Mute { conv, muted } => UserEvent::Muted(ConversationMuted {
+                            event_id,
+                            occurred_at,
+                            user_id,
+                            conversation_id: CONVS[conv].to_owned(),
+                            muted,
+                        }),
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    (conv_events, user_events)
+}
+
+/// The contract's semantics written as plainly as possible (cf. shared/tools/reference_fold.py).
+fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>]) -> Vec<UserView> {
+    struct Msg {
+        seq: u64,
+        sender: String,
+        countable: bool,
+        mentions: BTreeSet<String>,
+        all: bool,
+    }
+    let mut floor: HashMap<(String, String), u64> = HashMap::new();
+    let mut muted: HashMap<(String, String), bool> = HashMap::new();
+    let mut joined: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut messages: HashMap<String, Vec<Msg>> = HashMap::new();
+    let mut recalled: HashMap<String, BTreeSet<u64>> = HashMap::new();
+    for events in conv_events {
+        let mut head = 0;
+        for e in events {
+            let c = e.conversation_id().to_owned();
+            let mut join = |u: &str, head: u64| {
+                joined.entry((u.to_owned(), c.clone())).or_insert(head);
+            };
+            match e {
+                ConversationEvent::Created(x) => x.members.iter().for_each(|u| join(u, head)),
+                ConversationEvent::Joined(x) => join(&x.user_id, head),
+                ConversationEvent::Left(x) => {
+                    joined.remove(&(x.user_id.clone(), c.clone()));
+                }
+                ConversationEvent::Sent(x) => {
+                    if x.seq > head {
+                        head = x.seq;
+                        let f = floor.entry((x.sender_id.clone(), c.clone())).or_default();
+                        *f = (*f).max(x.seq);
+                        messages.entry(c.clone()).or_default().push(Msg {
+                            seq: x.seq,
+                            sender: x.sender_id.clone(),
+                            countable: x.countable,
+                            mentions: x.mentions.iter().cloned().collect(),
+                            all: x.mention_all,
+                        });
+                    }
+                }
+                ConversationEvent::Recalled(x) => {
+                    if x.seq <= head {
+                        recalled.entry(c.clone()).or_default().insert(x.seq);
+                    }
+                }
+            }
+        }
+    }
+    for events in user_events {
+        for e in events {
+            let k = (e.user_id().to_owned(), e.conversation_id().to_owned());
+            match e {
+                UserEvent::ReadAck(a) => {
+                    let f = floor.entry(k).or_default();
+                    *f = (*f).max(a.read_seq);
+                }
+                UserEvent::Muted(m) => {
+                    muted.insert(k, m.muted);
+                }
+            }
+        }
+    }
+    let mut views: BTreeMap<String, UserView> = BTreeMap::new();
+    for ((u, c), join_head) in &joined {
+        let cursor = (*join_head).max(floor.get(&(u.clone(), c.clone())).copied().unwrap_or(0));
+        let none = BTreeSet::new();
+        let gone = recalled.get(c).unwrap_or(&none);
+        let unread: Vec<&Msg> = messages.get(c).map(|v| v.iter().collect()).unwrap_or_default();
+        let unread: Vec<&Msg> = unread
+            .into_iter()
+            .filter(|m| m.countable && m.seq > cursor && &m.sender != u && !gone.contains(&m.seq))
+            .collect();
+        let cv = ConversationView {
+            unread: unread.len() as u64,
+            mentions: unread.iter().filter(|m| m.all || m.mentions.contains(u)).count() as u64,
+            muted: muted.get(&(u.clone(), c.clone())).copied().unwrap_or(false),
+        };
+        let v = views.entry(u.clone()).or_insert_with(|| UserView { user_id: u.clone(), ..Default::default() });
+        v.conversations.insert(c.clone(), cv);
+    }
+    for v in views.values_mut() {
+        v.total_unread = v.conversations.values().filter(|c| !c.muted).map(|c| c.unread).sum();
+        v.total_mentions = v.conversations.values().map(|c| c.mentions).sum();
+        v.unread_conversations = v.conversations.values().filter(|c| !c.muted && c.unread > 0).count() as u64;
+    }
+    views.into_values().collect()
+}
+
+/// A small deterministic generator for the delivery choices (interleavings, batch sizes, crashes).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Merges streams keeping each one's order, choosing at random which goes next.
+fn interleave<T: Clone>(streams: Vec<Vec<T>>, rng: &mut Rng) -> Vec<T> {
+    let mut pos = vec![0; streams.len()];
+    let mut out = Vec::new();
+    loop {
+        let live: Vec<usize> = (0..streams.len()).filter(|&s| pos[s] < streams[s].len()).collect();
+        if live.is_empty() {
+            return out;
+        }
+        let s = live[rng.below(live.len() as u64) as usize];
+        out.push(streams[s][pos[s]].clone());
+        pos[s] += 1;
+    }
+}
+
+/// Runs one fan-out partition over its events in random batches; at random it checkpoints its state, and at
+/// random it crashes: it goes back to the checkpoint and processes (and so produces) everything since again.
+fn fan_out_partition(events: &[ConversationEvent], rng: &mut Rng, crashes: &mut u32) -> Vec<Delta> {
+    let mut fanout = FanOut::new();
+    let mut checkpoint = (fanout.clone(), 0usize);
+    let mut pos = 0;
+    let mut produced = Vec::new();
+    while pos < events.len() {
+        let n = (1 + rng.below(6) as usize).min(events.len() - pos);
+        let (deltas, _) = fanout.process_batch(&events[pos..pos + n]);
+        produced.extend(deltas);
+        pos += n;
+        if rng.chance(30) {
+            checkpoint = (fanout.clone(), pos);
+        } else if *crashes < 4 && rng.chance(15) {
+            *crashes += 1;
+            (fanout, pos) = checkpoint.clone();
+        }
+    }
+    produced
+}
+
+#[derive(Debug, Clone)]
+enum Input {
+    Delta(Delta),
+    Event(UserEvent),
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fold_equals_model_under_any_delivery(
+        convs in proptest::collection::vec(proptest::collection::vec(conv_op(), 0..40), 1..=CONVS.len()),
+        users in proptest::collection::vec(proptest::collection::vec(user_op(), 0..15), USERS.len()),
+        partitions in 1usize..=2,
+        seed in 1u64..u64::MAX,
+    ) {
+        let (conv_events, user_events) = events(&convs, &users);
+        let expected = model(&conv_events, &user_events);
+        let mut rng = Rng(seed);
+        let mut crashes = 0;
+
+        // Conversation c lives in partition c % partitions; a partition interleaves its conversations.
+        let mut by_user: BTreeMap<String, Vec<Vec<Delta>>> = BTreeMap::new();
+        for p in 0..partitions {
+            let streams: Vec<Vec<ConversationEvent>> =
+                conv_events.iter().enumerate().filter(|(c, _)| c % partitions == p).map(|(_, e)| e.clone()).collect();
+            let events = interleave(streams, &mut rng);
+            for d in fan_out_partition(&events, &mut rng, &mut crashes) {
+                let lanes = by_user.entry(d.user_id.clone()).or_insert_with(|| vec![Vec::new(); partitions]);
+                lanes[p].push(d);
+            }
+        }
+
+        let mut fold = Fold::new();
+        for (u, user) in USERS.iter().enumerate() {
+            // The user's partition of unread.user-deltas: the fan-out partitions' outputs merged.
+            let deltas = interleave(by_user.remove(*user).unwrap_or_default(), &mut rng);
+            let inputs = [
+                deltas.into_iter().map(Input::Delta).collect::<Vec<_>>(),
+                user_events[u].iter().cloned().map(Input::Event).collect(),
+            ];
+            // The fold task reads both topics' partitions; now and then it reads a stream's last records again.
+            let mut pos = [0usize; 2];
+            while pos[0] < inputs[0].len() || pos[1] < inputs[1].len() {
+                let s = if pos[0] == inputs[0].len() { 1 } else if pos[1] == inputs[1].len() { 0 } else { rng.below(2) as usize };
+                if rng.chance(10) {
+                    pos[s] = pos[s].saturating_sub(1 + rng.below(3) as usize);
+                }
+                match &inputs[s][pos[s]] {
+                    Input::Delta(d) => fold.apply_delta(d),
+                    Input::Event(e) => fold.apply_user_event(e),
+                }
+                pos[s] += 1;
+                if let Some(state) = fold.user(user) {
+                    prop_assert_eq!(state.totals(), state.recount(), "totals drifted from the sums");
+                }
+            }
+        }
+        prop_assert_eq!(fold.views(), expected);
+    }
+}
+
+fn sent(seq: u64, sender: &str, mentions: &[&str]) -> ConversationEvent {
+    ConversationEvent::Sent(MessageSent {
+        event_id: format!("s{seq}"),
+        occurred_at: "2024-01-01T00:00:00Z".into(),
+        conversation_id: "c".into(),
+        seq,
+        sender_id: sender.into(),
+        mentions: mentions.iter().map(|m| m.to_string()).collect(),
+        mention_all: false,
+        countable: true,
+    })
+}
+
+fn joined(user: &str) -> ConversationEvent {
+    ConversationEvent::Joined(MemberJoined {
+        event_id: format!("j-{user}"),
+        occurred_at: "2024-01-01T00:00:00Z".into(),
+        conversation_id: "c".into(),
+        user_id: user.into(),
+    })
+}
+
+fn ack(user: &str, read_seq: u64) -> UserEvent {
+    UserEvent::ReadAck(ReadAck {
+        event_id: format!("a{read_seq}"),
+        occurred_at: "2024-01-01T00:00:00Z".into(),
+        user_id: user.into(),
+        conversation_id: "c".into(),
+        read_seq,
+    })
+}
+
+#[test]
+fn an_ack_before_the_messages_it_covers_still_clears_them() {
+    let conv: Vec<ConversationEvent> = [joined("a")].into_iter().chain((1..=5).map(|s| sent(s, "b", &["a"]))).collect();
+    let run = |ack_first: bool| {
+        let mut fanout = FanOut::new();
+        let mut fold = Fold::new();
+        if ack_first {
+            fold.apply_user_event(&ack("a", 4));
+        }
+        for d in fanout.process_batch(&conv).0 {
+            fold.apply_delta(&d);
+        }
+        if !ack_first {
+            fold.apply_user_event(&ack("a", 4));
+        }
+        fold.views()
+    };
+    let before = run(true);
+    assert_eq!(before, run(false));
+    assert_eq!((before[0].total_unread, before[0].total_mentions), (1, 1), "only seq 5 is left");
+}
+
+#[test]
+fn a_batch_of_many_messages_is_one_delta_per_member_with_ranges() {
+    let mut conv = vec![joined("a"), joined("b"), joined("c")];
+    conv.extend((1..=900).map(|s| sent(s, if s == 450 { "a" } else { "z" }, &[])));
+    let (deltas, _) = FanOut::new().process_batch(&conv);
+    let for_a: Vec<&Delta> = deltas.iter().filter(|d| d.user_id == "a").collect();
+    assert_eq!(for_a.len(), 1, "one delta for a");
+    // a joined at 0, sent 450: unread candidates are 451..=900 in one range, cursor moved to 450.
+    let json = serde_json::to_string(&for_a[0].ops).unwrap();
+    assert_eq!(json, r#"[{"Joined":{"head":0}},{"Messages":{"unread":[[451,900]],"mentions":[],"read_to":450}}]"#);
+    let z = deltas.iter().find(|d| d.user_id == "z").expect("the non-member sender gets its cursor move");
+    assert_eq!(serde_json::to_string(&z.ops).unwrap(), r#"[{"Messages":{"unread":[],"mentions":[],"read_to":900}}]"#);
+    assert_eq!(deltas.len(), 4, "a, b, c and the sender z");
+}
