@@ -42,6 +42,8 @@ pub enum DeltaOp {
         /// (`CONTRACT.md` § Semantics, "every seq that U sent in C"). Sent even to a non-member sender.
         read_to: u64,
     },
-    /// Messages sent before this batch were recalled: they stop counting.
+    /// These seqs were recalled: they stop counting. Comes first in a delta and covers every recall of the batch,
+    /// also of messages sent in it (which the batch's Messages ops already leave out), so that a delta produced
+    /// before a fan-out crash, with another batching, cannot keep a recalled message unread.
     Recalled { seqs: SeqSet },
 }

@@ -8,6 +8,10 @@
 //! Rules (`CONTRACT.md` § Semantics): a `message.sent` whose seq is not above the head is a duplicate and changes
 //! nothing; a `message.recalled` takes effect only for a seq at or below the head; joining as a member and leaving
 //! as a non-member change nothing; `conversation.created` joins its listed members.
+//!
+//! Every delta of a batch starts with the batch's effective recalls, those of messages sent in the same batch
+//! included: a fan-out restarted from its checkpoint may batch the same events differently, and a message that an
+//! earlier batching already delivered must still be taken back.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -64,8 +68,8 @@ struct ConvBatch<'e> {
     mentioned: HashMap<&'e str, SeqSet>,
     /// Per user whose membership changed or who sent: marks in order.
     timeline: HashMap<&'e str, Vec<Mark>>,
-    /// Recalls of seqs sent before the batch.
-    old_recalls: SeqSet,
+    /// Every effective recall of the batch (seq at or below the head when it arrived).
+    recalls: SeqSet,
 }
 
 impl FanOut {
@@ -127,7 +131,7 @@ impl<'e> ConvBatch<'e> {
             mention_all: SeqSet::new(),
             mentioned: HashMap::new(),
             timeline: HashMap::new(),
-            old_recalls: SeqSet::new(),
+            recalls: SeqSet::new(),
         }
     }
 
@@ -172,16 +176,19 @@ impl<'e> ConvBatch<'e> {
             ConversationEvent::Recalled(e) => {
                 if e.seq > state.head {
                     stats.early_recalls += 1;
-                } else if e.seq > self.start_head {
-                    // Sent in this batch: it never reaches anyone.
+                    return;
+                }
+                if e.seq > self.start_head {
+                    // Sent in this batch: this batch's Messages ops never carry it.
                     self.countable.remove(e.seq);
                     self.mention_all.remove(e.seq);
                     for set in self.mentioned.values_mut() {
                         set.remove(e.seq);
                     }
-                } else {
-                    self.old_recalls.insert(e.seq);
                 }
+                // Emitted even when sent in this batch: a fan-out that crashed after producing an earlier batching
+                // of these events may already have delivered the message.
+                self.recalls.insert(e.seq);
             }
         }
     }
@@ -208,11 +215,9 @@ impl<'e> ConvBatch<'e> {
             conversation_id: self.conversation_id.to_owned(),
             ops,
         };
+        let recalled = || (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
         for user in &self.start_members {
-            let mut ops = Vec::new();
-            if !self.old_recalls.is_empty() {
-                ops.push(DeltaOp::Recalled { seqs: self.old_recalls.clone() });
-            }
+            let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
             match self.timeline.get(user.as_str()) {
                 Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, &mut ops),
                 None if self.mentioned.contains_key(user.as_str()) => {
@@ -231,7 +236,7 @@ impl<'e> ConvBatch<'e> {
             .collect();
         others.sort_unstable();
         for user in others {
-            let mut ops = Vec::new();
+            let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
             self.walk(user, None, &self.timeline[*user], end_head, &mut ops);
             if !ops.is_empty() {
                 out.push(delta(user, ops));

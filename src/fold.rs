@@ -154,6 +154,31 @@ impl UserState {
         t
     }
 
+    /// Checks the invariants: non-members hold no unread, unread seqs are above the cursor, mentions are within
+    /// unread, totals and the detached count equal what the conversations give. Returns the first broken one.
+    pub fn check(&self) -> Result<(), String> {
+        for (id, c) in &self.conversations {
+            let holds_counts = !c.unread.is_empty() || !c.mentions.is_empty();
+            if !c.is_member() && holds_counts {
+                return Err(format!("conversation {id:?}: unread kept while not a member"));
+            }
+            if c.unread.ranges().first().is_some_and(|r| r.0 <= c.cursor()) {
+                return Err(format!("conversation {id:?}: unread at or below the cursor {}", c.cursor()));
+            }
+            if c.mentions.iter().any(|m| !c.unread.contains(m)) {
+                return Err(format!("conversation {id:?}: a mention that is not unread"));
+            }
+        }
+        if self.recount() != self.totals {
+            return Err(format!("totals {:?} differ from the sums {:?}", self.totals, self.recount()));
+        }
+        let detached = self.conversations.values().filter(|c| !c.is_member()).count();
+        if detached != self.detached {
+            return Err(format!("detached count {} differs from {detached}", self.detached));
+        }
+        Ok(())
+    }
+
     /// Applies one op about `conversation_id`; returns how many seqs became unread.
     pub fn apply_op(&mut self, conversation_id: &str, op: &DeltaOp) -> u64 {
         match op {

@@ -1,7 +1,27 @@
+//! unread: exact unread counts for chat apps, as an event-sourced stream processor.
+//!
+//! ```text
+//!  producers ──► unread.conversation-events ──► fan-out (per conversation partition) ──► unread.user-deltas ─┐
+//!            └─► unread.user-events ─────────────────────────────────────────────────────────────────────┴─► fold
+//!                                          (per user partition) ──► Redis projection (reads) + PostgreSQL checkpoint
+//! ```
+//!
+//! The crate is a functional core and an imperative shell:
+//! - [`contract`]: the event types of `CONTRACT.md`, their decoder, and the reader shape;
+//! - [`fanout`]: per conversation, events → per-recipient [`delta::Delta`]s (pure);
+//! - [`fold`]: per user, deltas and the user's own events → unread state (pure);
+//! - [`seqset`]: the range set both are built on;
+//! - [`checkpoint`]: the bytes of state checkpointed to PostgreSQL;
+//! - [`projection`]: the Redis hash layout readers are served from;
+//! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
+//! - [`cli`]: the `unread` command line.
+
+pub mod checkpoint;
 pub mod cli;
 pub mod contract;
 pub mod delta;
 pub mod fanout;
 pub mod fold;
 pub mod pipeline;
+pub mod projection;
 pub mod seqset;

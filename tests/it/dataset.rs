@@ -62,3 +62,29 @@ fn full_set_is_exact_when_present() {
     let (views, _) = fold_file(events.to_str().unwrap(), MAX_BATCH);
     assert_same_views(&views, &expected);
 }
+
+#[test]
+fn every_dev_state_survives_checkpoint_and_projection_encoding() {
+    use unread::{checkpoint, projection};
+    let mut pipeline = Pipeline::new();
+    let path = repo_path("tests/data/ubuntu-irc/dev-events.jsonl");
+    for_each_batch(
+        open_input(path.to_str().unwrap()).unwrap(),
+        MAX_BATCH,
+        |bad| panic!("{bad}"),
+        |b| pipeline.process_batch(b),
+    )
+    .unwrap();
+    let mut users = 0;
+    for (id, state) in pipeline.fold().users() {
+        state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
+        assert_eq!(&checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap(), state);
+        let view = state.view(id);
+        assert_eq!(projection::decode_view(id, projection::encode_view(&view)).unwrap(), view);
+        users += 1;
+    }
+    assert!(users >= 1565, "{users} users kept");
+    for (id, conv) in pipeline.fanout().conversations() {
+        assert_eq!(&checkpoint::decode_conversation(&checkpoint::encode_conversation(conv)).unwrap(), conv, "{id}");
+    }
+}

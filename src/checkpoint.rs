@@ -1,0 +1,151 @@
+//! Checkpoint encoding: the bytes stored in PostgreSQL for one user's fold state or one conversation's fan-out
+//! state (tables in `migrations/`; the transactional store arrives with the service).
+//!
+//! Format: one version byte ([`FORMAT_VERSION`]) followed by the state in postcard (serde, varint integers).
+//! Range sets make a user's state small whatever the unread count: a dev-set user averages tens of bytes.
+//! Decoding checks the invariants (sorted disjoint ranges, mentions within unread, totals equal to the sums), so
+//! a corrupt row is an error, never a wrong count.
+
+use crate::fanout::ConversationState;
+use crate::fold::UserState;
+
+/// The version byte of the current encoding.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// Why checkpoint bytes could not be turned back into state.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The bytes are empty or start with a version this build does not read.
+    #[error("unsupported checkpoint format version {found:?} (this build reads {FORMAT_VERSION})")]
+    Version {
+        /// The first byte, if any.
+        found: Option<u8>,
+    },
+    /// The payload does not decode.
+    #[error("corrupt checkpoint: {0}")]
+    Corrupt(#[from] postcard::Error),
+    /// The payload decodes but breaks an invariant.
+    #[error("inconsistent checkpoint: {0}")]
+    Inconsistent(String),
+}
+
+fn encode<T: serde::Serialize>(state: &T) -> Vec<u8> {
+    let mut out = vec![FORMAT_VERSION];
+    // Serializing plain structs, maps and vectors into a Vec cannot fail.
+    out.extend(postcard::to_allocvec(state).expect("postcard serializes in-memory state"));
+    out
+}
+
+fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, CheckpointError> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION, payload)) => Ok(postcard::from_bytes(payload)?),
+        other => Err(CheckpointError::Version { found: other.map(|(v, _)| *v) }),
+    }
+}
+
+/// Encodes one user's fold state.
+pub fn encode_user(state: &UserState) -> Vec<u8> {
+    encode(state)
+}
+
+/// Decodes one user's fold state.
+///
+/// Errors: [`CheckpointError::Version`] for another format, [`CheckpointError::Corrupt`] for bytes that do not
+/// decode, [`CheckpointError::Inconsistent`] for a state whose totals or sets break the fold's invariants.
+pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
+    let state: UserState = decode(bytes)?;
+    state.check().map_err(CheckpointError::Inconsistent)?;
+    Ok(state)
+}
+
+/// Encodes one conversation's fan-out state.
+pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
+    encode(state)
+}
+
+/// Decodes one conversation's fan-out state.
+///
+/// Errors: as [`decode_user`]; a member who joined above the head is inconsistent.
+pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, CheckpointError> {
+    let state: ConversationState = decode(bytes)?;
+    if let Some((user, at)) = state.members.iter().find(|(_, at)| **at > state.head) {
+        return Err(CheckpointError::Inconsistent(format!(
+            "member {user:?} joined at {at}, above head {}",
+            state.head
+        )));
+    }
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{ConversationEvent, MemberJoined, MessageSent, ReadAck, UserEvent};
+    use crate::fanout::FanOut;
+    use crate::fold::{ConvState, Fold, Totals};
+    use std::collections::BTreeMap;
+
+    fn sample() -> (FanOut, Fold) {
+        let meta = || ("e".to_owned(), "2024-01-01T00:00:00Z".to_owned());
+        let mut events = vec![ConversationEvent::Joined(MemberJoined {
+            event_id: meta().0,
+            occurred_at: meta().1,
+            conversation_id: "c {1}".into(),
+            user_id: "a/b".into(),
+        })];
+        for seq in 1..=500 {
+            events.push(ConversationEvent::Sent(MessageSent {
+                event_id: meta().0,
+                occurred_at: meta().1,
+                conversation_id: "c {1}".into(),
+                seq,
+                sender_id: "z".into(),
+                mentions: if seq % 100 == 0 { vec!["a/b".into()] } else { vec![] },
+                mention_all: false,
+                countable: seq % 7 != 0,
+            }));
+        }
+        let mut fanout = FanOut::new();
+        let mut fold = Fold::new();
+        for d in fanout.process_batch(&events).0 {
+            fold.apply_delta(&d);
+        }
+        fold.apply_user_event(&UserEvent::ReadAck(ReadAck {
+            event_id: meta().0,
+            occurred_at: meta().1,
+            user_id: "a/b".into(),
+            conversation_id: "elsewhere".into(),
+            read_seq: 9,
+        }));
+        (fanout, fold)
+    }
+
+    #[test]
+    fn user_and_conversation_states_round_trip() {
+        let (fanout, fold) = sample();
+        let user = fold.user("a/b").unwrap();
+        let bytes = encode_user(user);
+        assert_eq!(bytes[0], FORMAT_VERSION);
+        assert!(bytes.len() < 400, "500 messages with 71 gaps encode in {} bytes", bytes.len());
+        assert_eq!(&decode_user(&bytes).unwrap(), user);
+        let conv = fanout.conversation("c {1}").unwrap();
+        assert_eq!(&decode_conversation(&encode_conversation(conv)).unwrap(), conv);
+    }
+
+    #[test]
+    fn rejects_other_versions_truncation_and_inconsistency() {
+        let (_, fold) = sample();
+        let mut bytes = encode_user(fold.user("a/b").unwrap());
+        assert!(matches!(decode_user(&[]), Err(CheckpointError::Version { found: None })));
+        assert!(matches!(decode_user(&[9, 0]), Err(CheckpointError::Version { found: Some(9) })));
+        assert!(matches!(decode_user(&bytes[..bytes.len() / 2]), Err(CheckpointError::Corrupt(_))));
+        // Same layout as UserState (postcard is positional), with a total that no longer equals the sum.
+        type Mirror = (BTreeMap<String, ConvState>, Totals, u64, usize);
+        let mut mirror: Mirror = postcard::from_bytes(&bytes[1..]).unwrap();
+        mirror.1.total_unread += 1;
+        bytes.truncate(1);
+        bytes.extend(postcard::to_allocvec(&mirror).unwrap());
+        let err = decode_user(&bytes).unwrap_err();
+        assert!(matches!(&err, CheckpointError::Inconsistent(m) if m.contains("totals")), "{err}");
+    }
+}

@@ -1,0 +1,131 @@
+//! The Redis projection's layout: how a user's counts map onto one Redis hash (the writes and the version guard
+//! arrive with the service; this module is the pure mapping both sides share).
+//!
+//! Key: `{prefix}u:{user_id}` — the id is the whole rest of the key, taken byte for byte, so every id the contract
+//! allows (spaces, braces, colons, slashes, percent signs) maps to exactly one key. One key per user means every
+//! atomic write touches one key, so the layout also works on Redis Cluster whatever `{…}` an id holds.
+//!
+//! Fields of the hash:
+//! - [`TOTALS_FIELD`] → `"{total_unread} {total_mentions} {unread_conversations}"`;
+//! - [`CONVERSATION_PREFIX`]`{conversation_id}` → `"{unread} {mentions} {muted as 0|1}"`, one per member
+//!   conversation (a conversation left is deleted from the hash);
+//! - [`VERSION_FIELD`] → the source position the state reflects, compared before every write so that an older
+//!   write never overwrites a newer one (format set by the service).
+//!
+//! Readers get totals and conversations from one `HGETALL`, which Redis answers atomically, and writers replace
+//! a user's changed fields and totals in one script, so totals always agree with the conversations.
+
+use std::collections::BTreeMap;
+
+use crate::contract::{ConversationView, UserView};
+
+/// The field holding the user's totals.
+pub const TOTALS_FIELD: &str = "_totals";
+/// The field holding the version guard.
+pub const VERSION_FIELD: &str = "_version";
+/// The prefix of a conversation's field.
+pub const CONVERSATION_PREFIX: &str = "c:";
+
+/// A hash that does not decode into a user's counts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("projection of user {user_id:?}: field {field:?} {reason}")]
+pub struct ProjectionError {
+    pub user_id: String,
+    pub field: String,
+    pub reason: String,
+}
+
+/// The Redis key of a user's hash.
+pub fn user_key(prefix: &str, user_id: &str) -> String {
+    format!("{prefix}u:{user_id}")
+}
+
+/// The hash field of one conversation.
+pub fn conversation_field(conversation_id: &str) -> String {
+    format!("{CONVERSATION_PREFIX}{conversation_id}")
+}
+
+/// The totals field's value.
+pub fn totals_value(view: &UserView) -> String {
+    format!("{} {} {}", view.total_unread, view.total_mentions, view.unread_conversations)
+}
+
+/// A conversation field's value.
+pub fn conversation_value(c: &ConversationView) -> String {
+    format!("{} {} {}", c.unread, c.mentions, u8::from(c.muted))
+}
+
+/// Every field of a user's hash (totals first, then conversations by id), without the version.
+pub fn encode_view(view: &UserView) -> Vec<(String, String)> {
+    let mut fields = vec![(TOTALS_FIELD.to_owned(), totals_value(view))];
+    fields.extend(view.conversations.iter().map(|(id, c)| (conversation_field(id), conversation_value(c))));
+    fields
+}
+
+/// Rebuilds a user's counts from the fields of the hash (as `HGETALL` returns them). An empty hash is the
+/// contract's zero state; unknown fields (such as the version) are ignored.
+///
+/// Errors: a totals or conversation value that is not the numbers described above.
+pub fn decode_view<I>(user_id: &str, fields: I) -> Result<UserView, ProjectionError>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let bad = |field: &str, value: &str| ProjectionError {
+        user_id: user_id.to_owned(),
+        field: field.to_owned(),
+        reason: format!("has malformed value {value:?}"),
+    };
+    let mut view = UserView { user_id: user_id.to_owned(), ..UserView::default() };
+    let mut conversations = BTreeMap::new();
+    for (field, value) in fields {
+        if field == TOTALS_FIELD {
+            let [u, m, c] = numbers(&value).ok_or_else(|| bad(&field, &value))?;
+            (view.total_unread, view.total_mentions, view.unread_conversations) = (u, m, c);
+        } else if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
+            let [unread, mentions, muted] = numbers(&value).filter(|n| n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
+            conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted: muted == 1 });
+        }
+    }
+    view.conversations = conversations;
+    Ok(view)
+}
+
+fn numbers(value: &str) -> Option<[u64; 3]> {
+    let mut it = value.split(' ').map(|n| n.parse::<u64>().ok());
+    let out = [it.next()??, it.next()??, it.next()??];
+    it.next().is_none().then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_round_trips_through_fields() {
+        let mut view = UserView {
+            user_id: "a b{c}".into(),
+            total_unread: 3,
+            total_mentions: 1,
+            unread_conversations: 1,
+            ..Default::default()
+        };
+        view.conversations.insert("team c:1/%".into(), ConversationView { unread: 3, mentions: 1, muted: false });
+        view.conversations.insert("quiet".into(), ConversationView { unread: 9, mentions: 0, muted: true });
+        let fields = encode_view(&view);
+        assert_eq!(fields[0], ("_totals".into(), "3 1 1".into()));
+        assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0".into())));
+        let mut with_version = fields.clone();
+        with_version.push((VERSION_FIELD.into(), "anything".into()));
+        assert_eq!(decode_view("a b{c}", with_version).unwrap(), view);
+        assert_eq!(user_key("unread:", "a b{c}"), "unread:u:a b{c}");
+    }
+
+    #[test]
+    fn empty_hash_is_the_zero_state_and_garbage_is_an_error() {
+        let zero = decode_view("nobody", Vec::new()).unwrap();
+        assert_eq!(zero, UserView { user_id: "nobody".into(), ..Default::default() });
+        for (f, v) in [("_totals", "1 2"), ("_totals", "1 2 3 4"), ("c:x", "1 1 2"), ("c:x", "a b c"), ("c:x", "")] {
+            assert!(decode_view("u", vec![(f.into(), v.into())]).is_err(), "{f}={v}");
+        }
+    }
+}
