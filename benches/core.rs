@@ -1,1 +1,112 @@
-fn main() {}
+//! Core benchmark: `unread fold`'s whole job (read, decode, fan-out, fold, write every user's state) over the
+//! Ubuntu IRC set, next to a parse-only pass (read and decode the same file, nothing else) and a gunzip-only pass,
+//! all measured in the same run on one thread. Prints events/s, per-recipient increments/s, the ratio to the
+//! parse-only pass and the peak RSS.
+//!
+//! Run: `scripts/bench-core` (pins one core), or `cargo bench --bench core [-- FILE [RUNS]]`. Default input: the
+//! full set `../shared/datasets/ubuntu-irc/events.jsonl.gz`, else the bundled dev set; 5 runs of each.
+
+use std::io::{self, Read};
+use std::time::{Duration, Instant};
+
+use unread::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
+
+fn time<T>(f: impl FnOnce() -> T) -> (Duration, T) {
+    let start = Instant::now();
+    let out = f();
+    (start.elapsed(), out)
+}
+
+fn gunzip_only(path: &str) -> u64 {
+    let mut input = open_input(path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        match input.read(&mut buf).unwrap() {
+            0 => return total,
+            n => total += n as u64,
+        }
+    }
+}
+
+fn parse_only(path: &str) -> u64 {
+    let mut events = 0;
+    let stats = for_each_batch(
+        open_input(path).unwrap(),
+        MAX_BATCH,
+        |bad| panic!("{bad}"),
+        |b| events += std::hint::black_box(b).len() as u64,
+    )
+    .unwrap();
+    assert_eq!(stats.events, events);
+    events
+}
+
+/// What `unread fold --input path --output /dev/null` does.
+fn fold(path: &str) -> (u64, u64, usize) {
+    let mut pipeline = Pipeline::new();
+    let stats =
+        for_each_batch(open_input(path).unwrap(), MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b))
+            .unwrap();
+    let views = pipeline.views();
+    write_views(&views, io::sink()).unwrap();
+    (stats.events, pipeline.fold().stats().increments, views.len())
+}
+
+fn summary(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort();
+    (samples[0].as_secs_f64(), samples[samples.len() / 2].as_secs_f64())
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let full = format!("{root}/../shared/datasets/ubuntu-irc/events.jsonl.gz");
+    let path = args.first().cloned().unwrap_or_else(|| {
+        if std::path::Path::new(&full).exists() {
+            full
+        } else {
+            format!("{root}/tests/data/ubuntu-irc/dev-events.jsonl")
+        }
+    });
+    let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(5);
+    println!("input: {path}\nruns: {runs} of each, interleaved, one thread");
+
+    let (mut gz, mut parse, mut folds) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut events, mut increments, mut users, mut bytes) = (0, 0, 0, 0);
+    for _ in 0..runs {
+        let (t, b) = time(|| gunzip_only(&path));
+        gz.push(t);
+        bytes = b;
+        let (t, n) = time(|| parse_only(&path));
+        parse.push(t);
+        events = n;
+        let (t, (n, inc, u)) = time(|| fold(&path));
+        folds.push(t);
+        assert_eq!(n, events);
+        (increments, users) = (inc, u);
+    }
+    let (gz_min, gz_med) = summary(gz);
+    let (p_min, p_med) = summary(parse);
+    let (f_min, f_med) = summary(folds);
+    println!(
+        "events: {events}, uncompressed bytes: {bytes}, users written: {users}, per-recipient increments: {increments}"
+    );
+    println!("{:<28} {:>9} {:>9} {:>14}", "pass", "min s", "median s", "events/s (med)");
+    for (name, min, med) in
+        [("read only (gunzip)", gz_min, gz_med), ("parse only (baseline)", p_min, p_med), ("unread fold", f_min, f_med)]
+    {
+        println!("{name:<28} {min:>9.3} {med:>9.3} {:>14.0}", events as f64 / med);
+    }
+    println!("per-recipient increments/s (fold, median): {:.0}", increments as f64 / f_med);
+    println!("fold / parse-only (median): {:.2}x   (target: <= 2x, and fold under 1 s)", f_med / p_med);
+    if let Some(mib) = peak_rss_mib() {
+        println!("peak RSS of the bench process: {mib:.0} MiB");
+    }
+}

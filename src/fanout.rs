@@ -105,7 +105,10 @@ impl FanOut {
         let mut index: HashMap<&'e str, usize> = HashMap::new();
         for event in events {
             let cid = event.conversation_id();
-            let state = self.conversations.entry(cid.to_owned()).or_default();
+            if !self.conversations.contains_key(cid) {
+                self.conversations.insert(cid.to_owned(), ConversationState::default());
+            }
+            let state = self.conversations.get_mut(cid).expect("inserted above");
             let b = *index.entry(cid).or_insert_with(|| {
                 batches.push(ConvBatch::start(cid, state));
                 batches.len() - 1
