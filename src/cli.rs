@@ -8,7 +8,11 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+use crate::checkpoint::store::CheckpointStore;
+use crate::config::Settings;
 use crate::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
+use crate::projection::redis::RedisProjection;
+use crate::service::RunOptions;
 
 /// Exact unread counts for chat apps.
 #[derive(Debug, Parser)]
@@ -39,6 +43,69 @@ pub enum Command {
         #[arg(long, default_value_t = MAX_BATCH as u64, value_parser = clap::value_parser!(u64).range(1..=MAX_BATCH as u64))]
         batch_size: u64,
     },
+    /// Run the service: fan-out and fold stages as consumer-group members, and the read API.
+    ///
+    /// Consumes the input topics, materializes every user's counts into Redis and checkpoints state with the input
+    /// offsets to PostgreSQL (migrations applied at start). Stops cleanly on SIGINT/SIGTERM.
+    Run(RunOptions),
+    /// Create the topics of topology/topics.toml (under --topic-prefix) and check existing ones' partition counts.
+    Topics {
+        #[command(subcommand)]
+        action: TopicsAction,
+    },
+    /// Validate JSON Lines of events and publish each to its topic, keyed as the contract says.
+    ///
+    /// Invalid lines are reported with their line number and not sent; they make the exit status non-zero.
+    Produce {
+        /// Events as JSON Lines; gunzipped when the name ends in .gz; `-` reads stdin.
+        file: String,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Apply the PostgreSQL migrations (also done by `unread run`).
+    Migrate {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Show, per input partition of both stages, the end offset, the checkpointed offset and the lag.
+    Lag {
+        /// Block until every lag is zero (folded and flushed to Redis and PostgreSQL); fail after SECS.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Operate on the Redis projection.
+    Projection {
+        #[command(subcommand)]
+        action: ProjectionAction,
+    },
+}
+
+/// `unread topics ...`
+#[derive(Debug, Subcommand)]
+pub enum TopicsAction {
+    /// Create missing topics; fail if an existing one has another partition count.
+    Create {
+        /// Override the partition count of every topic but the dead-letter one (default: topology/topics.toml).
+        #[arg(long)]
+        partitions: Option<i32>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
+
+/// `unread projection ...`
+#[derive(Debug, Subcommand)]
+pub enum ProjectionAction {
+    /// Rewrite Redis from the PostgreSQL checkpoint (all users, or those given), never over newer state.
+    Rebuild {
+        /// A user to rebuild; repeat for several; none means every user.
+        #[arg(long = "user", value_name = "ID")]
+        users: Vec<String>,
+        #[command(flatten)]
+        settings: Settings,
+    },
 }
 
 /// Runs the parsed command line.
@@ -49,7 +116,67 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Fold { input, output, skip_invalid, batch_size } => {
             fold(&input, &output, skip_invalid, batch_size as usize)
         }
+        Command::Run(opts) => runtime()?.block_on(crate::service::run(opts)).map(|()| ExitCode::SUCCESS),
+        Command::Topics { action: TopicsAction::Create { partitions, settings } } => runtime()?.block_on(async {
+            for line in crate::topology::create(&settings.brokers, &settings.topic_prefix, partitions).await? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Produce { file, settings } => {
+            let r = crate::produce::produce(&settings.brokers, &settings.topic_prefix, &file)?;
+            let sent = r.conversation_events + r.user_events;
+            eprintln!(
+                "unread produce: {sent} events sent ({} conversation, {} user), {} invalid not sent, {} failed, \
+                 {:.2} s, {:.0} events/s",
+                r.conversation_events,
+                r.user_events,
+                r.invalid,
+                r.failed,
+                r.seconds,
+                sent as f64 / r.seconds.max(1e-9)
+            );
+            Ok(if r.invalid == 0 && r.failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Migrate { settings } => runtime()?.block_on(async {
+            store(&settings).await?;
+            println!("migrations applied to schema {}", settings.db_schema);
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Lag { wait, settings } => runtime()?.block_on(async {
+            let store = store(&settings).await?;
+            let rows = match wait {
+                Some(secs) => {
+                    crate::ops::wait_for_zero_lag(&settings, &store, std::time::Duration::from_secs(secs)).await?
+                }
+                None => crate::ops::lag(&settings, &store).await?,
+            };
+            crate::ops::print_lag(&rows);
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Projection { action: ProjectionAction::Rebuild { users, settings } } => runtime()?.block_on(async {
+            let started = Instant::now();
+            let store = store(&settings).await?;
+            let projection = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+            let (written, refused) = crate::ops::rebuild_projection(&settings, &store, &projection, &users).await?;
+            println!(
+                "projection rebuilt: {written} users written, {refused} refused (Redis already newer), {:.2} s",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
+/// Connects to the checkpoint store and applies the migrations.
+async fn store(settings: &Settings) -> anyhow::Result<CheckpointStore> {
+    let store = CheckpointStore::connect(&settings.database_url, &settings.db_schema, 4).await?;
+    store.migrate().await?;
+    Ok(store)
 }
 
 fn fold(input: &str, output: &str, skip_invalid: bool, batch_size: usize) -> anyhow::Result<ExitCode> {

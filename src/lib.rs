@@ -14,14 +14,22 @@
 //! - [`checkpoint`]: the bytes of state checkpointed to PostgreSQL;
 //! - [`projection`]: the Redis hash layout readers are served from;
 //! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
+//! - [`service`]: `unread run`, the consumer-group stages around the core; [`api`]: the read API;
+//! - [`produce`], [`ops`], [`topology`], [`config`]: the other subcommands and their settings;
 //! - [`cli`]: the `unread` command line.
 
+pub mod api;
 pub mod checkpoint;
 pub mod cli;
+pub mod config;
 pub mod contract;
 pub mod delta;
 pub mod fanout;
 pub mod fold;
+pub mod ops;
 pub mod pipeline;
+pub mod produce;
 pub mod projection;
 pub mod seqset;
+pub mod service;
+pub mod topology;

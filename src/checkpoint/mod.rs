@@ -6,6 +6,8 @@
 //! Decoding checks the invariants (sorted disjoint ranges, mentions within unread, totals equal to the sums), so
 //! a corrupt row is an error, never a wrong count.
 
+pub mod store;
+
 use crate::fanout::ConversationState;
 use crate::fold::UserState;
 

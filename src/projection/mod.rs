@@ -15,6 +15,8 @@
 //! Readers get totals and conversations from one `HGETALL`, which Redis answers atomically, and writers replace
 //! a user's changed fields and totals in one script, so totals always agree with the conversations.
 
+pub mod redis;
+
 use std::collections::BTreeMap;
 
 use crate::contract::{ConversationView, UserView};

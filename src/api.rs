@@ -1,0 +1,138 @@
+//! The read API (axum), served from the Redis projection.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /v1/users/{user_id}/unread` | the contract's reader shape; zeros for an unknown user |
+//! | `GET /v1/users/{user_id}/conversations/{conversation_id}/unread` | `{user_id, conversation_id, member, unread, mentions, muted}` |
+//! | `GET /healthz` | 200 while the process runs |
+//! | `GET /readyz` | 200 when Redis answers and every running stage has partitions; 503 otherwise |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! Ids are percent-encoded path segments, decoded as UTF-8 and checked against the contract's id rule, so every
+//! valid id is reachable (`/` as `%2F`, `%` as `%25`, spaces, braces, 256 bytes). Errors are JSON:
+//! `{"error": {"code": "...", "message": "..."}}` — 400 `invalid_path` / `invalid_id`, 404 `not_found`,
+//! 503 `unavailable` (Redis down).
+
+use std::sync::Arc;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::contract::validate_id;
+use crate::projection::redis::RedisProjection;
+use crate::service::group::Assignment;
+use crate::service::metrics::Metrics;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    pub projection: RedisProjection,
+    /// The running stages' assignments (empty when this process runs the API alone).
+    pub assignments: Vec<(&'static str, Arc<Assignment>)>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// An API error: status, stable code, readable message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", r.body_text())
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"))
+    }
+}
+
+fn check_id(name: &str, id: &str) -> Result<(), ApiError> {
+    validate_id(id).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", format!("{name} {e}")))
+}
+
+/// The API's routes.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/v1/users/{user_id}/unread", get(user_unread))
+        .route("/v1/users/{user_id}/conversations/{conversation_id}/unread", get(conversation_unread))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(|State(s): State<ApiState>| async move { s.metrics.render() }))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .with_state(state)
+}
+
+async fn user_unread(
+    State(s): State<ApiState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(user_id) = path?;
+    check_id("user_id", &user_id)?;
+    Ok(Json(s.projection.read(&user_id).await?).into_response())
+}
+
+#[derive(Serialize)]
+struct ConversationAnswer {
+    user_id: String,
+    conversation_id: String,
+    member: bool,
+    unread: u64,
+    mentions: u64,
+    muted: bool,
+}
+
+async fn conversation_unread(
+    State(s): State<ApiState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path((user_id, conversation_id)) = path?;
+    check_id("user_id", &user_id)?;
+    check_id("conversation_id", &conversation_id)?;
+    let c = s.projection.read_conversation(&user_id, &conversation_id).await?;
+    let answer = ConversationAnswer {
+        member: c.is_some(),
+        unread: c.map_or(0, |c| c.unread),
+        mentions: c.map_or(0, |c| c.mentions),
+        muted: c.is_some_and(|c| c.muted),
+        user_id,
+        conversation_id,
+    };
+    Ok(Json(answer).into_response())
+}
+
+async fn readyz(State(s): State<ApiState>) -> Response {
+    let redis = s.projection.ping().await.map_err(|e| e.to_string());
+    let stages: Vec<_> = s.assignments.iter().map(|(name, a)| (*name, a.partitions().len())).collect();
+    let ready = redis.is_ok() && stages.iter().all(|(_, n)| *n > 0);
+    let body = json!({
+        "ready": ready,
+        "redis": redis.err().unwrap_or_else(|| "ok".into()),
+        "assigned_partitions": stages.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+    });
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body)).into_response()
+}

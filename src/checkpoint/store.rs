@@ -1,0 +1,180 @@
+//! The checkpoint store in PostgreSQL: per-partition input offsets and the state of the entities changed since
+//! the last checkpoint, written in one transaction (tables in `migrations/`).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use anyhow::{bail, Context};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, PgPool, Row};
+
+/// Which stage a checkpoint belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    FanOut,
+    Fold,
+}
+
+impl Stage {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stage::FanOut => "fanout",
+            Stage::Fold => "fold",
+        }
+    }
+}
+
+/// A connection pool to the checkpoint schema.
+#[derive(Debug, Clone)]
+pub struct CheckpointStore {
+    pool: PgPool,
+}
+
+/// The embedded migrations of `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+impl CheckpointStore {
+    /// Connects to `url` with `schema` as the search path, creating the schema when missing.
+    ///
+    /// Errors: a schema name other than letters, digits and `_`; PostgreSQL unreachable.
+    pub async fn connect(url: &str, schema: &str, max_connections: u32) -> anyhow::Result<Self> {
+        if schema.is_empty() || !schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            bail!("database schema {schema:?} must be letters, digits and _");
+        }
+        let base = PgConnectOptions::from_str(url).with_context(|| format!("database URL {url}"))?;
+        let admin = PgPoolOptions::new().max_connections(1).connect_with(base.clone()).await.context("connecting to PostgreSQL")?;
+        // Audited: the schema name was checked above to be letters, digits and _ only.
+        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))).execute(&admin).await.context("creating schema")?;
+        admin.close().await;
+        let opts = base.options([("search_path", schema)]);
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(opts)
+            .await
+            .context("connecting to PostgreSQL")?;
+        Ok(Self { pool })
+    }
+
+    /// Applies the migrations (idempotent).
+    ///
+    /// Errors: a migration fails or was changed after being applied.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        MIGRATOR.run(&self.pool).await.context("applying migrations")
+    }
+
+    /// The next offset to process of one input partition, if checkpointed.
+    pub async fn offset(&self, stage: Stage, topic: &str, partition: i32) -> anyhow::Result<Option<i64>> {
+        let row = sqlx::query(
+            "SELECT next_offset FROM checkpoint_offsets WHERE stage = $1 AND topic = $2 AND partition = $3",
+        )
+        .bind(stage.as_str())
+        .bind(topic)
+        .bind(partition)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Every checkpointed offset of a stage: (topic, partition) → next offset.
+    pub async fn offsets(&self, stage: Stage) -> anyhow::Result<HashMap<(String, i32), i64>> {
+        let rows = sqlx::query("SELECT topic, partition, next_offset FROM checkpoint_offsets WHERE stage = $1")
+            .bind(stage.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(|r| ((r.get(0), r.get(1)), r.get(2))).collect())
+    }
+
+    /// The encoded states of one partition's entities: users for [`Stage::Fold`], conversations for
+    /// [`Stage::FanOut`], or all partitions' when `partition` is `None`.
+    /// The encoded states (id, partition, bytes) of one partition's entities: users for [`Stage::Fold`],
+    /// conversations for [`Stage::FanOut`], or every partition's when `partition` is `None`.
+    pub async fn states(&self, stage: Stage, partition: Option<i32>) -> anyhow::Result<Vec<(String, i32, Vec<u8>)>> {
+        let sql = match stage {
+            Stage::Fold => "SELECT user_id, partition, state FROM fold_users WHERE $1::int IS NULL OR partition = $1",
+            Stage::FanOut => {
+                "SELECT conversation_id, partition, state FROM fanout_conversations \
+                 WHERE $1::int IS NULL OR partition = $1"
+            }
+        };
+        let rows = sqlx::query(sql).bind(partition).fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    }
+
+    /// The encoded states (id, partition, bytes) of some entities by id.
+    pub async fn states_of(&self, stage: Stage, ids: &[String]) -> anyhow::Result<Vec<(String, i32, Vec<u8>)>> {
+        let sql = match stage {
+            Stage::Fold => "SELECT user_id, partition, state FROM fold_users WHERE user_id = ANY($1)",
+            Stage::FanOut => {
+                "SELECT conversation_id, partition, state FROM fanout_conversations WHERE conversation_id = ANY($1)"
+            }
+        };
+        let rows = sqlx::query(sql).bind(ids).fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    }
+
+    /// Writes one checkpoint in one transaction: the changed entities of `partition` (`None` state = delete) and
+    /// the next offsets of the partition's input topics.
+    ///
+    /// Errors: any statement fails; nothing is written then.
+    pub async fn commit(
+        &self,
+        stage: Stage,
+        partition: i32,
+        changed: &[(String, Option<Vec<u8>>)],
+        offsets: &[(&str, i64)],
+    ) -> anyhow::Result<()> {
+        let (table, id) = match stage {
+            Stage::Fold => ("fold_users", "user_id"),
+            Stage::FanOut => ("fanout_conversations", "conversation_id"),
+        };
+        let mut tx = self.pool.begin().await?;
+        let (upserts, deletes): (Vec<_>, Vec<_>) = changed.iter().partition(|(_, s)| s.is_some());
+        if !upserts.is_empty() {
+            let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
+            let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
+            // Audited: `table` and `id` come from the match above, never from input.
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {table} ({id}, partition, state, updated_at) \
+                 SELECT i, $3, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
+                 ON CONFLICT ({id}) DO UPDATE SET state = EXCLUDED.state, partition = EXCLUDED.partition, \
+                 updated_at = now()"
+            )))
+            .bind(&ids)
+            .bind(&states)
+            .bind(partition)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if !deletes.is_empty() {
+            let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE {id} = ANY($1)"))).bind(&ids).execute(&mut *tx).await?;
+        }
+        for (topic, next) in offsets {
+            sqlx::query(
+                "INSERT INTO checkpoint_offsets (stage, topic, partition, next_offset, updated_at) \
+                 VALUES ($1, $2, $3, $4, now()) ON CONFLICT (stage, topic, partition) \
+                 DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()",
+            )
+            .bind(stage.as_str())
+            .bind(topic)
+            .bind(partition)
+            .bind(next)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Size of the checkpoint: (rows, bytes of encoded state) over both state tables.
+    pub async fn size(&self) -> anyhow::Result<(i64, i64)> {
+        let row = sqlx::query(
+            "SELECT (SELECT count(*) FROM fold_users) + (SELECT count(*) FROM fanout_conversations), \
+             COALESCE((SELECT sum(length(state)) FROM fold_users), 0)::bigint + \
+             COALESCE((SELECT sum(length(state)) FROM fanout_conversations), 0)::bigint",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.get(0), row.get(1)))
+    }
+}

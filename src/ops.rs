@@ -1,0 +1,136 @@
+//! Operator tools over the running service's stores: `unread lag` and `unread projection rebuild`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+
+use crate::checkpoint::{self, store::CheckpointStore, store::Stage};
+use crate::config::Settings;
+use crate::contract::UserView;
+use crate::projection::redis::{RedisProjection, UserWrite};
+use crate::service::fold_stage;
+use crate::topology::{partition_for_key, Topics};
+
+/// Lag of one input partition of one stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLag {
+    pub stage: &'static str,
+    pub topic: String,
+    pub partition: i32,
+    /// The partition's end (high watermark).
+    pub end: i64,
+    /// The stage's checkpointed next offset (the log start when never checkpointed).
+    pub checkpointed: i64,
+}
+
+impl PartitionLag {
+    /// Records not yet checkpointed.
+    pub fn lag(&self) -> i64 {
+        (self.end - self.checkpointed).max(0)
+    }
+}
+
+/// The lag of every input partition: the fan-out's conversation events, then the fold's user events and deltas.
+/// Zero everywhere means everything produced so far is folded and flushed to Redis and PostgreSQL (the fold
+/// writes Redis before it checkpoints, and the fan-out produces deltas before it checkpoints; conversation
+/// events are read first so that the deltas they caused are already counted).
+///
+/// Errors: Kafka or PostgreSQL unreachable.
+pub async fn lag(settings: &Settings, store: &CheckpointStore) -> anyhow::Result<Vec<PartitionLag>> {
+    let topics = Topics::new(&settings.topic_prefix);
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &settings.brokers).create()?;
+    let mut out = Vec::new();
+    for (stage, st, names) in [
+        ("fanout", Stage::FanOut, vec![topics.conversation_events.clone()]),
+        ("fold", Stage::Fold, vec![topics.user_events.clone(), topics.user_deltas.clone()]),
+    ] {
+        let done = store.offsets(st).await?;
+        for topic in names {
+            let md = consumer
+                .fetch_metadata(Some(&topic), Duration::from_secs(10))
+                .with_context(|| format!("metadata of {topic}"))?;
+            let partitions = md.topics().first().map(|t| t.partitions().len()).unwrap_or(0) as i32;
+            for p in 0..partitions {
+                let (low, high) = consumer.fetch_watermarks(&topic, p, Duration::from_secs(10))?;
+                let checkpointed = done.get(&(topic.clone(), p)).copied().unwrap_or(0).max(low);
+                out.push(PartitionLag { stage, topic: topic.clone(), partition: p, end: high, checkpointed });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Prints a lag table and the totals.
+pub fn print_lag(rows: &[PartitionLag]) {
+    println!("{:<7} {:<40} {:>9} {:>12} {:>12} {:>9}", "stage", "topic", "partition", "end", "checkpoint", "lag");
+    for r in rows {
+        println!(
+            "{:<7} {:<40} {:>9} {:>12} {:>12} {:>9}",
+            r.stage, r.topic, r.partition, r.end, r.checkpointed, r.lag()
+        );
+    }
+    let total: i64 = rows.iter().map(PartitionLag::lag).sum();
+    println!("total lag: {total}");
+}
+
+/// Waits until every partition's lag is zero, polling every 200 ms, for at most `timeout`.
+///
+/// Errors: the timeout passes (with the remaining lag), or a store is unreachable.
+pub async fn wait_for_zero_lag(settings: &Settings, store: &CheckpointStore, timeout: Duration) -> anyhow::Result<Vec<PartitionLag>> {
+    let started = Instant::now();
+    loop {
+        let rows = lag(settings, store).await?;
+        let total: i64 = rows.iter().map(PartitionLag::lag).sum();
+        if total == 0 {
+            return Ok(rows);
+        }
+        if started.elapsed() >= timeout {
+            print_lag(&rows);
+            anyhow::bail!("lag is still {total} after {} s", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Rewrites Redis from the PostgreSQL checkpoint: every user's whole hash, or only `users`', each at the version
+/// of its partition's checkpoint, so the guard refuses it wherever Redis already holds newer state. A requested
+/// user with no checkpointed state gets the zero state. Returns (users written, users refused as older).
+///
+/// Errors: a store is unreachable or a checkpoint row is corrupt.
+pub async fn rebuild_projection(
+    settings: &Settings,
+    store: &CheckpointStore,
+    projection: &RedisProjection,
+    users: &[String],
+) -> anyhow::Result<(usize, usize)> {
+    let topics = Topics::new(&settings.topic_prefix);
+    let offsets = store.offsets(Stage::Fold).await?;
+    let version = |p: i32| {
+        let ue = offsets.get(&(topics.user_events.clone(), p)).copied().unwrap_or(0);
+        let ud = offsets.get(&(topics.user_deltas.clone(), p)).copied().unwrap_or(0);
+        fold_stage::version([ue, ud])
+    };
+    let rows = if users.is_empty() { store.states(Stage::Fold, None).await? } else { store.states_of(Stage::Fold, users).await? };
+    let mut writes = Vec::with_capacity(rows.len());
+    let mut found: HashMap<String, ()> = HashMap::new();
+    for (id, p, bytes) in rows {
+        let state = checkpoint::decode_user(&bytes).with_context(|| format!("checkpoint of user {id:?}"))?;
+        writes.push(UserWrite::replace(state.view(&id), version(p)));
+        found.insert(id, ());
+    }
+    let missing: Vec<&String> = users.iter().filter(|u| !found.contains_key(*u)).collect();
+    if !missing.is_empty() {
+        let partitions = crate::topology::partition_counts(&settings.brokers)?
+            .get(&topics.user_events)
+            .copied()
+            .context("the user-events topic does not exist")?;
+        for u in missing {
+            let view = UserView { user_id: u.clone(), ..Default::default() };
+            writes.push(UserWrite::replace(view, version(partition_for_key(u.as_bytes(), partitions))));
+        }
+    }
+    Ok(projection.write(&writes).await?)
+}

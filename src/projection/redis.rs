@@ -1,0 +1,171 @@
+//! Writing and reading the projection in Redis (layout in [`super`]).
+//!
+//! Every user's write is one `EVALSHA` of [`WRITE_SCRIPT`]: it compares the version the write carries with the
+//! `_version` field and applies the totals, the changed conversation fields and the deleted ones only when the
+//! write is not older, all atomically. A flush pipelines the writes of many users in one round trip.
+
+use anyhow::Context;
+use redis::aio::ConnectionManager;
+use redis::RedisError;
+
+use super::{decode_view, user_key, CONVERSATION_PREFIX, VERSION_FIELD};
+use crate::contract::{ConversationView, UserView};
+
+/// The write script. KEYS[1]: the user's hash. ARGV[1]: the version, `"{a} {b}"` (two next offsets);
+/// ARGV[2]: the totals value; ARGV[3]: `patch` (touch only the fields named) or `replace` (first delete every
+/// conversation field); ARGV[4]: n, the number of fields to set; ARGV[5 .. 4+2n]: field, value pairs; the
+/// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused because the stored version is newer
+/// in either component.
+pub const WRITE_SCRIPT: &str = r#"
+local cur = redis.call('HGET', KEYS[1], '_version')
+if cur then
+  local a, b = string.match(cur, '^(%d+) (%d+)$')
+  local na, nb = string.match(ARGV[1], '^(%d+) (%d+)$')
+  if a and (tonumber(na) < tonumber(a) or tonumber(nb) < tonumber(b)) then return 0 end
+end
+if ARGV[3] == 'replace' then
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(f, 1, 2) == 'c:' then redis.call('HDEL', KEYS[1], f) end
+  end
+end
+redis.call('HSET', KEYS[1], '_version', ARGV[1], '_totals', ARGV[2])
+local n = tonumber(ARGV[4])
+for i = 5, 4 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
+return 1
+"#;
+
+/// One user's write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserWrite {
+    pub user_id: String,
+    /// `"{a} {b}"`: the source position this state reflects (both components only ever grow).
+    pub version: String,
+    /// The user's full counts after the change.
+    pub view: UserView,
+    /// Conversations whose fields changed: set when the user is a member (present in `view`), deleted otherwise.
+    pub changed: Vec<String>,
+    /// Replace every conversation field with those of `view` (projection rebuild) instead of patching `changed`.
+    pub replace: bool,
+}
+
+impl UserWrite {
+    /// A write that replaces the user's whole hash with `view` at `version`.
+    pub fn replace(view: UserView, version: String) -> Self {
+        let changed = view.conversations.keys().cloned().collect();
+        Self { user_id: view.user_id.clone(), version, view, changed, replace: true }
+    }
+}
+
+/// A handle on the projection: a reconnecting connection and the key prefix.
+#[derive(Clone)]
+pub struct RedisProjection {
+    conn: ConnectionManager,
+    prefix: String,
+    sha: String,
+}
+
+impl RedisProjection {
+    /// Connects (reconnecting on failure from then on) and loads the write script.
+    ///
+    /// Errors: Redis unreachable.
+    pub async fn connect(url: &str, prefix: &str) -> anyhow::Result<Self> {
+        let client = redis::Client::open(url).with_context(|| format!("Redis URL {url}"))?;
+        let conn = ConnectionManager::new(client).await.with_context(|| format!("connecting to Redis at {url}"))?;
+        let sha = redis::Script::new(WRITE_SCRIPT).get_hash().to_owned();
+        Ok(Self { conn, prefix: prefix.to_owned(), sha })
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Round trip to Redis.
+    pub async fn ping(&self) -> Result<(), RedisError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING").query_async::<()>(&mut conn).await
+    }
+
+    /// Applies the writes, each user atomically, in pipelines of up to 500 users. Returns how many were written
+    /// and how many refused by the version guard.
+    ///
+    /// Errors: Redis unreachable or failing; some writes may then be applied and others not (each user's is
+    /// all-or-nothing), and the caller retries the whole flush.
+    pub async fn write(&self, writes: &[UserWrite]) -> Result<(usize, usize), RedisError> {
+        let (mut written, mut refused) = (0, 0);
+        for chunk in writes.chunks(500) {
+            let results = match self.eval_pipeline(chunk).await {
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    let mut conn = self.conn.clone();
+                    redis::cmd("SCRIPT").arg("LOAD").arg(WRITE_SCRIPT).query_async::<String>(&mut conn).await?;
+                    self.eval_pipeline(chunk).await?
+                }
+                other => other?,
+            };
+            for r in results {
+                if r == 1 {
+                    written += 1
+                } else {
+                    refused += 1
+                }
+            }
+        }
+        Ok((written, refused))
+    }
+
+    async fn eval_pipeline(&self, writes: &[UserWrite]) -> Result<Vec<i64>, RedisError> {
+        let mut pipe = redis::pipe();
+        for w in writes {
+            let cmd = pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(user_key(&self.prefix, &w.user_id));
+            cmd.arg(&w.version).arg(super::totals_value(&w.view)).arg(if w.replace { "replace" } else { "patch" });
+            let (set, delete): (Vec<&String>, Vec<&String>) =
+                w.changed.iter().partition(|c| w.view.conversations.contains_key(*c));
+            cmd.arg(set.len());
+            for c in set {
+                cmd.arg(format!("{CONVERSATION_PREFIX}{c}")).arg(super::conversation_value(&w.view.conversations[c]));
+            }
+            for c in delete {
+                cmd.arg(format!("{CONVERSATION_PREFIX}{c}"));
+            }
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async(&mut conn).await
+    }
+
+    /// A user's counts; the zero state when the user has no hash.
+    ///
+    /// Errors: Redis unreachable, or a malformed hash.
+    pub async fn read(&self, user_id: &str) -> anyhow::Result<UserView> {
+        let mut conn = self.conn.clone();
+        let fields: Vec<(String, String)> =
+            redis::cmd("HGETALL").arg(user_key(&self.prefix, user_id)).query_async(&mut conn).await?;
+        Ok(decode_view(user_id, fields)?)
+    }
+
+    /// One conversation's counts for a user; `None` when the user is not a member.
+    ///
+    /// Errors: Redis unreachable, or a malformed field.
+    pub async fn read_conversation(&self, user_id: &str, conversation_id: &str) -> anyhow::Result<Option<ConversationView>> {
+        let mut conn = self.conn.clone();
+        let field = format!("{CONVERSATION_PREFIX}{conversation_id}");
+        let value: Option<String> =
+            redis::cmd("HGET").arg(user_key(&self.prefix, user_id)).arg(&field).query_async(&mut conn).await?;
+        match value {
+            None => Ok(None),
+            Some(v) => Ok(decode_view(user_id, [(field, v)])?.conversations.into_values().next()),
+        }
+    }
+
+    /// The stored version of a user's hash.
+    pub async fn version(&self, user_id: &str) -> Result<Option<String>, RedisError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("HGET").arg(user_key(&self.prefix, user_id)).arg(VERSION_FIELD).query_async(&mut conn).await
+    }
+
+    /// Raw command access for tools and tests.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+}
+

@@ -1,0 +1,107 @@
+//! The fan-out stage: one task per partition of `unread.conversation-events`.
+//!
+//! A task loads its conversations and next offset from the checkpoint, then repeats: take a batch of records,
+//! decode them (bad ones go to the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to
+//! `unread.user-deltas` keyed by user and wait for every acknowledgement, and every flush interval (or flush
+//! events) checkpoint the changed conversations with the next offset in one transaction. Deltas are produced
+//! before the checkpoint that covers their input commits, so a crash can repeat deltas but never lose one; the
+//! fold applies a repeated suffix idempotently (docs/semantics.md).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tracing::{debug, info};
+
+use super::group::{PartitionInput, Verdict};
+use super::{records, Shared};
+use crate::checkpoint::{self, store::Stage};
+use crate::contract::{Event, Stream};
+use crate::fanout::FanOut;
+use crate::pipeline::MAX_BATCH;
+
+/// Runs the task of one partition until its input closes (then it checkpoints and returns).
+///
+/// Errors: PostgreSQL or Kafka failing; the dispatcher restarts the task from its checkpoint.
+pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Result<()> {
+    let p = input.partition;
+    let topic = shared.topics.conversation_events.clone();
+    let mut next = shared.store.offset(Stage::FanOut, &topic, p).await?.unwrap_or(0);
+    let mut fanout = FanOut::new();
+    for (id, _, bytes) in shared.store.states(Stage::FanOut, Some(p)).await? {
+        let state = checkpoint::decode_conversation(&bytes).with_context(|| format!("conversation {id:?}"))?;
+        fanout.restore(id, state);
+    }
+    info!(partition = p, next, "fan-out task started");
+    let mut dirty: HashSet<String> = HashSet::new();
+    let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
+    loop {
+        let Some(batch) = input.next_batch(MAX_BATCH, shared.flush.interval).await else {
+            checkpoint(&shared, &input, &fanout, &mut dirty, next).await?;
+            return Ok(());
+        };
+        let mut events = Vec::with_capacity(batch.len());
+        for record in &batch {
+            match input.accept(record, next) {
+                Verdict::Skip | Verdict::Gap => continue,
+                Verdict::Process => {}
+            }
+            match records::event(record, Stream::Conversation) {
+                Ok(Event::Conversation(e)) => events.push(e),
+                Ok(Event::User(_)) => unreachable!("records::event checks the stream"),
+                Err(e) => {
+                    shared.metrics.dead_letter(e.kind());
+                    records::dead_letter(&shared.producer, &shared.topics.dead_letter, record, &e).await?;
+                }
+            }
+            next = record.offset() + 1;
+            pending += 1;
+        }
+        shared.metrics.processed(&topic, events.len());
+        if !events.is_empty() {
+            let (deltas, _) = fanout.process_batch(&events);
+            dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
+            produce(&shared.producer, &shared.topics.user_deltas, &deltas).await?;
+        }
+        if pending >= shared.flush.events || (pending > 0 && last_checkpoint.elapsed() >= shared.flush.interval) {
+            checkpoint(&shared, &input, &fanout, &mut dirty, next).await?;
+            (pending, last_checkpoint) = (0, Instant::now());
+        }
+    }
+}
+
+/// Produces deltas keyed by user and waits for every acknowledgement.
+async fn produce(producer: &FutureProducer, topic: &str, deltas: &[crate::delta::Delta]) -> anyhow::Result<()> {
+    let payloads: Vec<Vec<u8>> = deltas.iter().map(|d| serde_json::to_vec(d).expect("deltas serialize")).collect();
+    let sends = deltas.iter().zip(&payloads).map(|(d, payload)| {
+        producer.send(FutureRecord::to(topic).key(d.user_id.as_bytes()).payload(payload), Duration::from_secs(60))
+    });
+    for result in futures::future::join_all(sends).await {
+        result.map_err(|(e, _)| anyhow::anyhow!("producing a delta: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn checkpoint(
+    shared: &Shared,
+    input: &PartitionInput,
+    fanout: &FanOut,
+    dirty: &mut HashSet<String>,
+    next: i64,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let changed: Vec<(String, Option<Vec<u8>>)> = dirty
+        .iter()
+        .filter_map(|id| fanout.conversation(id).map(|c| (id.clone(), Some(checkpoint::encode_conversation(c)))))
+        .collect();
+    let topic = shared.topics.conversation_events.as_str();
+    shared.store.commit(Stage::FanOut, input.partition, &changed, &[(topic, next)]).await?;
+    dirty.clear();
+    input.store_offsets(&[(topic, next)]);
+    shared.metrics.checkpoint(started.elapsed());
+    debug!(partition = input.partition, next, conversations = changed.len(), "fan-out checkpoint");
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! The fold stage: one task per partition number p, owning partition p of `unread.user-events` and of
+//! `unread.user-deltas` (co-partitioned, see [`super::group`]).
+//!
+//! A task loads its users and both next offsets from the checkpoint, then applies records as they come and, every
+//! flush interval (or flush events), flushes: first the changed users to Redis (one atomic, version-guarded
+//! script per user, the version being the two next offsets), then the changed users' states with both offsets to
+//! PostgreSQL in one transaction. Redis goes first so that a crash between the two leaves Redis ahead of the
+//! checkpoint, never behind: the replay from the checkpoint rewrites those users, and the guard refuses the
+//! replay's older intermediate writes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use rdkafka::message::Message;
+use tracing::{debug, info, warn};
+
+use super::group::{PartitionInput, Verdict};
+use super::{records, Shared};
+use crate::checkpoint::{self, store::Stage};
+use crate::contract::{Event, Stream};
+use crate::fold::Fold;
+use crate::pipeline::MAX_BATCH;
+use crate::projection::redis::UserWrite;
+
+/// Runs the task of one partition number until its input closes (then it flushes and returns).
+///
+/// Errors: PostgreSQL, Redis or Kafka failing; the dispatcher restarts the task from its checkpoint.
+pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Result<()> {
+    let p = input.partition;
+    let (ue, ud) = (shared.topics.user_events.clone(), shared.topics.user_deltas.clone());
+    let mut next = [
+        shared.store.offset(Stage::Fold, &ue, p).await?.unwrap_or(0),
+        shared.store.offset(Stage::Fold, &ud, p).await?.unwrap_or(0),
+    ];
+    let mut fold = Fold::new();
+    for (id, _, bytes) in shared.store.states(Stage::Fold, Some(p)).await? {
+        fold.restore(id.clone(), checkpoint::decode_user(&bytes).with_context(|| format!("user {id:?}"))?);
+    }
+    info!(partition = p, user_events = next[0], user_deltas = next[1], "fold task started");
+    // user → conversations changed since the last flush
+    let mut dirty: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let (mut pending, mut last_flush) = (0usize, Instant::now());
+    loop {
+        let Some(batch) = input.next_batch(MAX_BATCH * 4, shared.flush.interval).await else {
+            flush(&shared, &input, &fold, &mut dirty, next).await?;
+            return Ok(());
+        };
+        let (mut n_events, mut n_deltas) = (0, 0);
+        for record in &batch {
+            let i = if record.topic() == ue { 0 } else { 1 };
+            match input.accept(record, next[i]) {
+                Verdict::Skip | Verdict::Gap => continue,
+                Verdict::Process => {}
+            }
+            let outcome = if i == 0 {
+                records::event(record, Stream::User).map(|e| match e {
+                    Event::User(e) => {
+                        dirty.entry(e.user_id().to_owned()).or_default().insert(e.conversation_id().to_owned());
+                        fold.apply_user_event(&e);
+                        n_events += 1;
+                    }
+                    Event::Conversation(_) => unreachable!("records::event checks the stream"),
+                })
+            } else {
+                records::delta(record).map(|d| {
+                    dirty.entry(d.user_id.clone()).or_default().insert(d.conversation_id.clone());
+                    fold.apply_delta(&d);
+                    n_deltas += 1;
+                })
+            };
+            if let Err(e) = outcome {
+                shared.metrics.dead_letter(e.kind());
+                records::dead_letter(&shared.producer, &shared.topics.dead_letter, record, &e).await?;
+            }
+            next[i] = record.offset() + 1;
+            pending += 1;
+        }
+        shared.metrics.processed(&ue, n_events);
+        shared.metrics.processed(&ud, n_deltas);
+        if pending >= shared.flush.events || (pending > 0 && last_flush.elapsed() >= shared.flush.interval) {
+            flush(&shared, &input, &fold, &mut dirty, next).await?;
+            (pending, last_flush) = (0, Instant::now());
+        }
+    }
+}
+
+/// The projection version of a fold task's position: both next offsets.
+pub fn version(next: [i64; 2]) -> String {
+    format!("{} {}", next[0], next[1])
+}
+
+async fn flush(
+    shared: &Shared,
+    input: &PartitionInput,
+    fold: &Fold,
+    dirty: &mut HashMap<String, BTreeSet<String>>,
+    next: [i64; 2],
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let version = version(next);
+    let mut writes = Vec::with_capacity(dirty.len());
+    let mut changed = Vec::with_capacity(dirty.len());
+    for (user, conversations) in dirty.iter() {
+        let state = fold.user(user);
+        let view = state.map(|s| s.view(user)).unwrap_or_else(|| crate::contract::UserView {
+            user_id: user.clone(),
+            ..Default::default()
+        });
+        writes.push(UserWrite { user_id: user.clone(), version: version.clone(), view, changed: conversations.iter().cloned().collect(), replace: false });
+        changed.push((user.clone(), state.map(checkpoint::encode_user)));
+    }
+    let (written, refused) = shared.projection.write(&writes).await.context("writing the Redis projection")?;
+    if refused > 0 {
+        warn!(partition = input.partition, refused, "projection refused older writes (another task is ahead)");
+    }
+    shared.metrics.redis_writes(written);
+    let offsets = [(shared.topics.user_events.as_str(), next[0]), (shared.topics.user_deltas.as_str(), next[1])];
+    shared.store.commit(Stage::Fold, input.partition, &changed, &offsets).await?;
+    input.store_offsets(&offsets);
+    dirty.clear();
+    shared.metrics.checkpoint(started.elapsed());
+    debug!(partition = input.partition, users = changed.len(), "fold flush");
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! Counters of the running service, served at `GET /metrics` in Prometheus text format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::group::Assignment;
+
+/// The service's counters. Cheap to update from every task.
+#[derive(Default)]
+pub struct Metrics {
+    processed: Mutex<BTreeMap<String, u64>>,
+    dead_letters: Mutex<BTreeMap<&'static str, u64>>,
+    redis_writes: AtomicU64,
+    checkpoints: AtomicU64,
+    checkpoint_micros: AtomicU64,
+    assignments: Mutex<Vec<(&'static str, Arc<Assignment>)>>,
+}
+
+impl Metrics {
+    /// `n` records of `topic` processed.
+    pub fn processed(&self, topic: &str, n: usize) {
+        if n > 0 {
+            *self.processed.lock().expect("not poisoned").entry(topic.to_owned()).or_default() += n as u64;
+        }
+    }
+
+    /// One record sent to the dead-letter topic.
+    pub fn dead_letter(&self, kind: &'static str) {
+        *self.dead_letters.lock().expect("not poisoned").entry(kind).or_default() += 1;
+    }
+
+    /// `n` users written to Redis.
+    pub fn redis_writes(&self, n: usize) {
+        self.redis_writes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// One checkpoint (or flush) that took `took`.
+    pub fn checkpoint(&self, took: Duration) {
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.checkpoint_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// The stages' assignments, for the partition gauges.
+    pub fn set_assignments(&self, a: Vec<(&'static str, Arc<Assignment>)>) {
+        *self.assignments.lock().expect("not poisoned") = a;
+    }
+
+    /// Prometheus text exposition of everything above.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# TYPE unread_events_processed_total counter\n");
+        for (topic, n) in self.processed.lock().expect("not poisoned").iter() {
+            let _ = writeln!(out, "unread_events_processed_total{{topic=\"{topic}\"}} {n}");
+        }
+        out.push_str("# TYPE unread_dead_letter_records_total counter\n");
+        for (kind, n) in self.dead_letters.lock().expect("not poisoned").iter() {
+            let _ = writeln!(out, "unread_dead_letter_records_total{{kind=\"{kind}\"}} {n}");
+        }
+        let _ = writeln!(out, "# TYPE unread_redis_user_writes_total counter");
+        let _ = writeln!(out, "unread_redis_user_writes_total {}", self.redis_writes.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE unread_checkpoints_total counter");
+        let _ = writeln!(out, "unread_checkpoints_total {}", self.checkpoints.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE unread_checkpoint_seconds_total counter");
+        let _ = writeln!(out, "unread_checkpoint_seconds_total {:.6}", self.checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        out.push_str("# TYPE unread_assigned_partitions gauge\n# TYPE unread_rebalances_total counter\n");
+        for (stage, a) in self.assignments.lock().expect("not poisoned").iter() {
+            let _ = writeln!(out, "unread_assigned_partitions{{stage=\"{stage}\"}} {}", a.partitions().len());
+            let _ = writeln!(out, "unread_rebalances_total{{stage=\"{stage}\"}} {}", a.rebalances.load(Ordering::Relaxed));
+        }
+        out
+    }
+}

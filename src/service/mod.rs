@@ -1,0 +1,165 @@
+//! `unread run`: the fan-out stage, the fold stage and the read API in one process (or any subset of them).
+//!
+//! The imperative shell around the pure core: consumer-group members ([`group`]) hand records of each assigned
+//! partition to a task of its own ([`fanout_stage`], [`fold_stage`]), which owns that partition's state, writes the
+//! Redis projection and checkpoints to PostgreSQL.
+
+pub mod fanout_stage;
+pub mod fold_stage;
+pub mod group;
+pub mod metrics;
+pub mod records;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use rdkafka::producer::FutureProducer;
+use rdkafka::ClientConfig;
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::checkpoint::store::CheckpointStore;
+use crate::config::Settings;
+use crate::projection::redis::RedisProjection;
+use crate::topology::Topics;
+use metrics::Metrics;
+
+/// When a partition task flushes (fold: Redis then PostgreSQL; fan-out: PostgreSQL): after `interval` with
+/// anything pending, or as soon as `events` records are pending.
+#[derive(Debug, Clone, Copy)]
+pub struct FlushPolicy {
+    pub interval: Duration,
+    pub events: usize,
+}
+
+/// Options of `unread run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunOptions {
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Which parts to run, comma-separated: fanout, fold, api.
+    #[arg(long, env = "UNREAD_ROLES", value_delimiter = ',', default_value = "fanout,fold,api")]
+    pub roles: Vec<Role>,
+    /// Address of the read API.
+    #[arg(long, env = "UNREAD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Flush a partition task's changes at least this often, in ms (also the read staleness bound).
+    #[arg(long, env = "UNREAD_FLUSH_INTERVAL_MS", default_value_t = 200)]
+    pub flush_interval_ms: u64,
+    /// Flush a partition task as soon as this many records are pending.
+    #[arg(long, env = "UNREAD_FLUSH_EVENTS", default_value_t = 20_000)]
+    pub flush_events: usize,
+}
+
+/// A part of `unread run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    Fanout,
+    Fold,
+    Api,
+}
+
+/// What every partition task shares.
+pub struct Shared {
+    pub topics: Topics,
+    pub store: CheckpointStore,
+    pub projection: RedisProjection,
+    pub producer: FutureProducer,
+    pub flush: FlushPolicy,
+    pub metrics: Arc<Metrics>,
+}
+
+/// An idempotent producer with the Java-compatible partitioner (murmur2), as the contract's producers use.
+///
+/// Errors: the client cannot be created.
+pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "120000")
+        .set("queue.buffering.max.messages", "500000")
+        .create()
+        .context("creating the Kafka producer")
+}
+
+/// Runs until SIGINT or SIGTERM, then stops the stages cleanly (each task flushes and checkpoints).
+///
+/// Errors: a service unreachable at start, or the API address in use.
+pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
+    let s = &opts.settings;
+    let store = CheckpointStore::connect(&s.database_url, &s.db_schema, 20).await?;
+    store.migrate().await?;
+    let projection = RedisProjection::connect(&s.redis_url, &s.redis_prefix).await?;
+    let topics = Topics::new(&s.topic_prefix);
+    let metrics = Arc::new(Metrics::default());
+    let shared = Arc::new(Shared {
+        topics: topics.clone(),
+        store,
+        projection: projection.clone(),
+        producer: producer(&s.brokers)?,
+        flush: FlushPolicy { interval: Duration::from_millis(opts.flush_interval_ms), events: opts.flush_events },
+        metrics: metrics.clone(),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut stages = tokio::task::JoinSet::new();
+    let mut assignments = Vec::new();
+
+    if opts.roles.contains(&Role::Fanout) {
+        let (_, dispatcher) =
+            group::consumer(&s.brokers, &format!("{}.fanout", s.group_id), &[&topics.conversation_events])?;
+        assignments.push(("fanout", dispatcher.assignment.clone()));
+        let sh = shared.clone();
+        let spawn: group::SpawnTask = Arc::new(move |input| tokio::spawn(fanout_stage::run(sh.clone(), input)));
+        stages.spawn(dispatcher.run("fanout", spawn, stop_rx.clone()));
+    }
+    if opts.roles.contains(&Role::Fold) {
+        let (_, dispatcher) = group::consumer(
+            &s.brokers,
+            &format!("{}.fold", s.group_id),
+            &[&topics.user_events, &topics.user_deltas],
+        )?;
+        assignments.push(("fold", dispatcher.assignment.clone()));
+        let sh = shared.clone();
+        let spawn: group::SpawnTask = Arc::new(move |input| tokio::spawn(fold_stage::run(sh.clone(), input)));
+        stages.spawn(dispatcher.run("fold", spawn, stop_rx.clone()));
+    }
+    metrics.set_assignments(assignments.clone());
+    if opts.roles.contains(&Role::Api) {
+        let state = crate::api::ApiState { projection, assignments, metrics: metrics.clone() };
+        let listener = tokio::net::TcpListener::bind(opts.listen)
+            .await
+            .with_context(|| format!("binding the read API to {}", opts.listen))?;
+        info!(addr = %opts.listen, "read API listening");
+        let mut stop = stop_rx.clone();
+        stages.spawn(async move {
+            axum::serve(listener, crate::api::router(state))
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+                .context("read API")
+        });
+    }
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: stopping"),
+        _ = term.recv() => info!("SIGTERM: stopping"),
+        Some(done) = stages.join_next() => {
+            let _ = stop_tx.send(true);
+            done.context("a stage panicked")??;
+            anyhow::bail!("a stage stopped unexpectedly");
+        }
+    }
+    let _ = stop_tx.send(true);
+    while let Some(done) = stages.join_next().await {
+        done.context("a stage panicked")??;
+    }
+    info!("stopped");
+    Ok(())
+}

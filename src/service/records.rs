@@ -1,0 +1,121 @@
+//! From a Kafka record to a contract event or delta: decoding plus the checks only a record can fail (its key,
+//! its topic), and the dead-letter topic for everything that fails.
+
+use std::time::Duration;
+
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::contract::{decode, DecodeError, Event, Stream};
+use crate::delta::Delta;
+
+/// Why a record was not processed. [`RecordError::kind`] names it in dead-letter headers and metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The value breaks the contract.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The record has no value.
+    #[error("record has no value")]
+    NoValue,
+    /// The record has no key.
+    #[error("record has no key; the contract requires the {expected}")]
+    MissingKey { expected: &'static str },
+    /// The key is not the event's routing id.
+    #[error("record key {key:?} is not the event's {field} {id:?}")]
+    KeyMismatch { key: String, field: &'static str, id: String },
+    /// A user event on the conversation topic or the other way round.
+    #[error("a {type_name} event does not belong on this topic")]
+    WrongTopic { type_name: &'static str },
+    /// A delta on the internal topic that does not decode (a bug or a foreign producer).
+    #[error("invalid delta: {0}")]
+    BadDelta(String),
+}
+
+impl RecordError {
+    /// Short stable name: the decoder's kind, or `no_value`, `missing_key`, `key_mismatch`, `wrong_topic`,
+    /// `bad_delta`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Decode(e) => e.kind(),
+            Self::NoValue => "no_value",
+            Self::MissingKey { .. } => "missing_key",
+            Self::KeyMismatch { .. } => "key_mismatch",
+            Self::WrongTopic { .. } => "wrong_topic",
+            Self::BadDelta(_) => "bad_delta",
+        }
+    }
+}
+
+/// Decodes an input record expected on the `stream` topic and checks that its key is the event's routing id.
+pub fn event(record: &OwnedMessage, stream: Stream) -> Result<Event, RecordError> {
+    let value = record.payload().ok_or(RecordError::NoValue)?;
+    let event = decode(value)?;
+    if event.stream() != stream {
+        return Err(RecordError::WrongTopic { type_name: event.type_name() });
+    }
+    let field = match stream {
+        Stream::Conversation => "conversation_id",
+        Stream::User => "user_id",
+    };
+    let key = record.key().ok_or(RecordError::MissingKey { expected: field })?;
+    if key != event.routing_key().as_bytes() {
+        return Err(RecordError::KeyMismatch {
+            key: String::from_utf8_lossy(key).into_owned(),
+            field,
+            id: event.routing_key().to_owned(),
+        });
+    }
+    Ok(event)
+}
+
+/// Decodes a delta record of `unread.user-deltas` (JSON of [`Delta`], key = `user_id`).
+pub fn delta(record: &OwnedMessage) -> Result<Delta, RecordError> {
+    let value = record.payload().ok_or(RecordError::NoValue)?;
+    let delta: Delta = serde_json::from_slice(value).map_err(|e| RecordError::BadDelta(e.to_string()))?;
+    if record.key() != Some(delta.user_id.as_bytes()) {
+        return Err(RecordError::KeyMismatch {
+            key: String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned(),
+            field: "user_id",
+            id: delta.user_id,
+        });
+    }
+    Ok(delta)
+}
+
+/// Writes a failed record to the dead-letter topic unchanged (key, value, original headers), with headers
+/// `unread.source.topic`, `unread.source.partition`, `unread.source.offset`, `unread.error.kind`,
+/// `unread.error.reason`, and waits for the broker's acknowledgement.
+///
+/// Errors: the dead-letter write fails; the caller must not move its offset past the record then.
+pub async fn dead_letter(
+    producer: &FutureProducer,
+    topic: &str,
+    record: &OwnedMessage,
+    error: &RecordError,
+) -> anyhow::Result<()> {
+    let (partition, offset) = (record.partition().to_string(), record.offset().to_string());
+    let reason = error.to_string();
+    let mut headers = OwnedHeaders::new();
+    if let Some(original) = record.headers() {
+        use rdkafka::message::Headers;
+        for h in original.iter() {
+            headers = headers.insert(Header { key: h.key, value: h.value });
+        }
+    }
+    let headers = headers
+        .insert(Header { key: "unread.source.topic", value: Some(record.topic()) })
+        .insert(Header { key: "unread.source.partition", value: Some(&partition) })
+        .insert(Header { key: "unread.source.offset", value: Some(&offset) })
+        .insert(Header { key: "unread.error.kind", value: Some(error.kind()) })
+        .insert(Header { key: "unread.error.reason", value: Some(&reason) });
+    let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+    if let Some(k) = record.key() {
+        out = out.key(k);
+    }
+    if let Some(v) = record.payload() {
+        out = out.payload(v);
+    }
+    producer.send(out, Duration::from_secs(30)).await.map_err(|(e, _)| anyhow::anyhow!("dead-letter write: {e}"))?;
+    Ok(())
+}
