@@ -74,6 +74,22 @@ fn check_id(name: &str, id: &str) -> Result<(), ApiError> {
     validate_id(id).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", format!("{name} {e}")))
 }
 
+/// Whether every `%` of a raw path starts a two-hex-digit escape (axum's decoding passes bad ones through as is).
+fn escapes_are_valid(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.iter().enumerate().filter(|(_, c)| **c == b'%').all(|(i, _)| {
+        b.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+    })
+}
+
+async fn reject_bad_escapes(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if escapes_are_valid(req.uri().path()) {
+        next.run(req).await
+    } else {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", "invalid percent-encoding in the path").into_response()
+    }
+}
+
 /// The API's routes.
 pub fn router(state: ApiState) -> Router {
     Router::new()
@@ -83,6 +99,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(|State(s): State<ApiState>| async move { s.metrics.render() }))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(axum::middleware::from_fn(reject_bad_escapes))
         .with_state(state)
 }
 
@@ -135,4 +152,17 @@ async fn readyz(State(s): State<ApiState>) -> Response {
     });
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_are_checked() {
+        for ok in ["/v1/users/a%2Fb/unread", "/v1/users/%25/unread", "/plain", "/%e9%E9"] {
+            assert!(super::escapes_are_valid(ok), "{ok}");
+        }
+        for bad in ["/v1/users/%ZZ/unread", "/a%", "/a%2", "/a%2g"] {
+            assert!(!super::escapes_are_valid(bad), "{bad}");
+        }
+    }
 }

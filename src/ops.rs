@@ -69,7 +69,12 @@ pub fn print_lag(rows: &[PartitionLag]) {
     for r in rows {
         println!(
             "{:<7} {:<40} {:>9} {:>12} {:>12} {:>9}",
-            r.stage, r.topic, r.partition, r.end, r.checkpointed, r.lag()
+            r.stage,
+            r.topic,
+            r.partition,
+            r.end,
+            r.checkpointed,
+            r.lag()
         );
     }
     let total: i64 = rows.iter().map(PartitionLag::lag).sum();
@@ -79,7 +84,11 @@ pub fn print_lag(rows: &[PartitionLag]) {
 /// Waits until every partition's lag is zero, polling every 200 ms, for at most `timeout`.
 ///
 /// Errors: the timeout passes (with the remaining lag), or a store is unreachable.
-pub async fn wait_for_zero_lag(settings: &Settings, store: &CheckpointStore, timeout: Duration) -> anyhow::Result<Vec<PartitionLag>> {
+pub async fn wait_for_zero_lag(
+    settings: &Settings,
+    store: &CheckpointStore,
+    timeout: Duration,
+) -> anyhow::Result<Vec<PartitionLag>> {
     let started = Instant::now();
     loop {
         let rows = lag(settings, store).await?;
@@ -113,7 +122,11 @@ pub async fn rebuild_projection(
         let ud = offsets.get(&(topics.user_deltas.clone(), p)).copied().unwrap_or(0);
         fold_stage::version([ue, ud])
     };
-    let rows = if users.is_empty() { store.states(Stage::Fold, None).await? } else { store.states_of(Stage::Fold, users).await? };
+    let rows = if users.is_empty() {
+        store.states(Stage::Fold, None).await?
+    } else {
+        store.states_of(Stage::Fold, users).await?
+    };
     let mut writes = Vec::with_capacity(rows.len());
     let mut found: HashMap<String, ()> = HashMap::new();
     for (id, p, bytes) in rows {

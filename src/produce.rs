@@ -75,7 +75,10 @@ pub fn produce(brokers: &str, topic_prefix: &str, path: &str) -> anyhow::Result<
     let mut n = 0u64;
     loop {
         line.clear();
-        if std::io::BufRead::read_until(&mut input, b'\n', &mut line).with_context(|| format!("reading line {}", n + 1))? == 0 {
+        if std::io::BufRead::read_until(&mut input, b'\n', &mut line)
+            .with_context(|| format!("reading line {}", n + 1))?
+            == 0
+        {
             break;
         }
         n += 1;

@@ -188,7 +188,8 @@ mod tests {
     #[test]
     fn murmur2_matches_the_java_client() {
         // Values from Kafka's own UtilsTest.testMurmur2 (as signed ints in Java).
-        let cases: [(&[u8], i32); 3] = [(b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536)];
+        let cases: [(&[u8], i32); 3] =
+            [(b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536)];
         for (key, java) in cases {
             assert_eq!(murmur2(key) as i32, java, "{:?}", std::str::from_utf8(key));
         }

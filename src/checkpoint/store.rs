@@ -42,9 +42,16 @@ impl CheckpointStore {
             bail!("database schema {schema:?} must be letters, digits and _");
         }
         let base = PgConnectOptions::from_str(url).with_context(|| format!("database URL {url}"))?;
-        let admin = PgPoolOptions::new().max_connections(1).connect_with(base.clone()).await.context("connecting to PostgreSQL")?;
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(base.clone())
+            .await
+            .context("connecting to PostgreSQL")?;
         // Audited: the schema name was checked above to be letters, digits and _ only.
-        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))).execute(&admin).await.context("creating schema")?;
+        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
+            .execute(&admin)
+            .await
+            .context("creating schema")?;
         admin.close().await;
         let opts = base.options([("search_path", schema)]);
         let pool = PgPoolOptions::new()
@@ -147,7 +154,10 @@ impl CheckpointStore {
         }
         if !deletes.is_empty() {
             let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
-            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE {id} = ANY($1)"))).bind(&ids).execute(&mut *tx).await?;
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE {id} = ANY($1)")))
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
         }
         for (topic, next) in offsets {
             sqlx::query(

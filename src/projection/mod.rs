@@ -9,8 +9,9 @@
 //! - [`TOTALS_FIELD`] → `"{total_unread} {total_mentions} {unread_conversations}"`;
 //! - [`CONVERSATION_PREFIX`]`{conversation_id}` → `"{unread} {mentions} {muted as 0|1}"`, one per member
 //!   conversation (a conversation left is deleted from the hash);
-//! - [`VERSION_FIELD`] → the source position the state reflects, compared before every write so that an older
-//!   write never overwrites a newer one (format set by the service).
+//! - [`VERSION_FIELD`] → `"{a} {b}"`, the fold task's position (next offsets of its user-events and user-deltas
+//!   partitions) the state reflects; a write whose position the stored one dominates is refused, so an older write
+//!   never overwrites a newer one (see [`redis::WRITE_SCRIPT`]).
 //!
 //! Readers get totals and conversations from one `HGETALL`, which Redis answers atomically, and writers replace
 //! a user's changed fields and totals in one script, so totals always agree with the conversations.

@@ -14,14 +14,22 @@ use crate::contract::{ConversationView, UserView};
 /// The write script. KEYS[1]: the user's hash. ARGV[1]: the version, `"{a} {b}"` (two next offsets);
 /// ARGV[2]: the totals value; ARGV[3]: `patch` (touch only the fields named) or `replace` (first delete every
 /// conversation field); ARGV[4]: n, the number of fields to set; ARGV[5 .. 4+2n]: field, value pairs; the
-/// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused because the stored version is newer
-/// in either component.
+/// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused.
+///
+/// A write is refused when the stored version dominates it: at least as far in both offsets and not equal. The
+/// fold is order-proof, so a user's state at position `(a, b)` depends only on `(a, b)`; a dominated write can
+/// only be older. Two positions neither of which dominates the other (a task restarted from its checkpoint reads
+/// the two topics in another interleaving) are both accepted: the live task only moves forward from there and
+/// rewrites every user it touches, so Redis converges; refusing them would leave a user stale for good.
 pub const WRITE_SCRIPT: &str = r#"
 local cur = redis.call('HGET', KEYS[1], '_version')
 if cur then
   local a, b = string.match(cur, '^(%d+) (%d+)$')
   local na, nb = string.match(ARGV[1], '^(%d+) (%d+)$')
-  if a and (tonumber(na) < tonumber(a) or tonumber(nb) < tonumber(b)) then return 0 end
+  if a then
+    a, b, na, nb = tonumber(a), tonumber(b), tonumber(na), tonumber(nb)
+    if a >= na and b >= nb and (a > na or b > nb) then return 0 end
+  end
 end
 if ARGV[3] == 'replace' then
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
@@ -146,7 +154,11 @@ impl RedisProjection {
     /// One conversation's counts for a user; `None` when the user is not a member.
     ///
     /// Errors: Redis unreachable, or a malformed field.
-    pub async fn read_conversation(&self, user_id: &str, conversation_id: &str) -> anyhow::Result<Option<ConversationView>> {
+    pub async fn read_conversation(
+        &self,
+        user_id: &str,
+        conversation_id: &str,
+    ) -> anyhow::Result<Option<ConversationView>> {
         let mut conn = self.conn.clone();
         let field = format!("{CONVERSATION_PREFIX}{conversation_id}");
         let value: Option<String> =
@@ -168,4 +180,3 @@ impl RedisProjection {
         self.conn.clone()
     }
 }
-

@@ -6,7 +6,7 @@
 //! script per user, the version being the two next offsets), then the changed users' states with both offsets to
 //! PostgreSQL in one transaction. Redis goes first so that a crash between the two leaves Redis ahead of the
 //! checkpoint, never behind: the replay from the checkpoint rewrites those users, and the guard refuses the
-//! replay's older intermediate writes.
+//! replay's writes that the stored position dominates (older in both offsets).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -104,11 +104,16 @@ async fn flush(
     let mut changed = Vec::with_capacity(dirty.len());
     for (user, conversations) in dirty.iter() {
         let state = fold.user(user);
-        let view = state.map(|s| s.view(user)).unwrap_or_else(|| crate::contract::UserView {
+        let view = state
+            .map(|s| s.view(user))
+            .unwrap_or_else(|| crate::contract::UserView { user_id: user.clone(), ..Default::default() });
+        writes.push(UserWrite {
             user_id: user.clone(),
-            ..Default::default()
+            version: version.clone(),
+            view,
+            changed: conversations.iter().cloned().collect(),
+            replace: false,
         });
-        writes.push(UserWrite { user_id: user.clone(), version: version.clone(), view, changed: conversations.iter().cloned().collect(), replace: false });
         changed.push((user.clone(), state.map(checkpoint::encode_user)));
     }
     let (written, refused) = shared.projection.write(&writes).await.context("writing the Redis projection")?;

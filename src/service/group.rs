@@ -195,11 +195,21 @@ impl Dispatcher {
     /// for them, up to 30 s. A task that fails is logged and started again from its checkpoint after 1 s.
     ///
     /// Errors: never for a task's failure; only if the consumer itself breaks.
-    pub async fn run(mut self, name: &'static str, spawn: SpawnTask, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    pub async fn run(
+        mut self,
+        name: &'static str,
+        spawn: SpawnTask,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
         let mut tasks: HashMap<i32, Running> = HashMap::new();
         let start = |p: i32, tasks: &mut HashMap<i32, Running>| {
             let (tx, rx) = mpsc::channel(20_000);
-            let input = PartitionInput { partition: p, records: rx, consumer: self.consumer.clone(), last_seek: HashMap::new() };
+            let input = PartitionInput {
+                partition: p,
+                records: rx,
+                consumer: self.consumer.clone(),
+                last_seek: HashMap::new(),
+            };
             tasks.insert(p, Running { records: tx, handle: spawn(input) });
         };
         let mut health = tokio::time::interval(Duration::from_secs(1));
@@ -259,10 +269,13 @@ impl Dispatcher {
             }
         }
         info!(stage = name, "stopping: flushing partition tasks");
-        let handles: Vec<_> = tasks.into_values().map(|t| {
-            drop(t.records);
-            t.handle
-        }).collect();
+        let handles: Vec<_> = tasks
+            .into_values()
+            .map(|t| {
+                drop(t.records);
+                t.handle
+            })
+            .collect();
         let all = futures::future::join_all(handles);
         if tokio::time::timeout(Duration::from_secs(30), all).await.is_err() {
             warn!(stage = name, "tasks did not stop within 30 s");

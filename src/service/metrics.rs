@@ -64,11 +64,16 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE unread_checkpoints_total counter");
         let _ = writeln!(out, "unread_checkpoints_total {}", self.checkpoints.load(Ordering::Relaxed));
         let _ = writeln!(out, "# TYPE unread_checkpoint_seconds_total counter");
-        let _ = writeln!(out, "unread_checkpoint_seconds_total {:.6}", self.checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "unread_checkpoint_seconds_total {:.6}",
+            self.checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
         out.push_str("# TYPE unread_assigned_partitions gauge\n# TYPE unread_rebalances_total counter\n");
         for (stage, a) in self.assignments.lock().expect("not poisoned").iter() {
             let _ = writeln!(out, "unread_assigned_partitions{{stage=\"{stage}\"}} {}", a.partitions().len());
-            let _ = writeln!(out, "unread_rebalances_total{{stage=\"{stage}\"}} {}", a.rebalances.load(Ordering::Relaxed));
+            let _ =
+                writeln!(out, "unread_rebalances_total{{stage=\"{stage}\"}} {}", a.rebalances.load(Ordering::Relaxed));
         }
         out
     }

@@ -118,11 +118,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         stages.spawn(dispatcher.run("fanout", spawn, stop_rx.clone()));
     }
     if opts.roles.contains(&Role::Fold) {
-        let (_, dispatcher) = group::consumer(
-            &s.brokers,
-            &format!("{}.fold", s.group_id),
-            &[&topics.user_events, &topics.user_deltas],
-        )?;
+        let (_, dispatcher) =
+            group::consumer(&s.brokers, &format!("{}.fold", s.group_id), &[&topics.user_events, &topics.user_deltas])?;
         assignments.push(("fold", dispatcher.assignment.clone()));
         let sh = shared.clone();
         let spawn: group::SpawnTask = Arc::new(move |input| tokio::spawn(fold_stage::run(sh.clone(), input)));

@@ -5,4 +5,5 @@ mod dataset;
 mod decoder;
 mod properties;
 mod schemas;
+mod service;
 mod support;

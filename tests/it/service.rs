@@ -1,0 +1,412 @@
+//! The service end to end against the real Kafka, Redis and PostgreSQL of `scripts/stack` (URLs from
+//! `UNREAD_BROKERS`, `UNREAD_REDIS_URL`, `UNREAD_DATABASE_URL`, which `scripts/test` exports). Each test uses its own
+//! topic prefix, consumer group, database schema and Redis key prefix, and removes them at the end, so tests run in
+//! parallel and leave nothing behind. Without the variables the tests are skipped with a printed reason, unless
+//! `UNREAD_REQUIRE_STACK=1` (set by `scripts/test`), where they fail.
+
+use std::io::{BufRead, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use unread::contract::UserView;
+
+use crate::support::{parse_views, repo_path};
+
+struct Stack {
+    brokers: String,
+    redis_url: String,
+    database_url: String,
+}
+
+fn stack(test: &str) -> Option<Stack> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (get("UNREAD_BROKERS"), get("UNREAD_REDIS_URL"), get("UNREAD_DATABASE_URL")) {
+        (Some(brokers), Some(redis_url), Some(database_url)) => Some(Stack { brokers, redis_url, database_url }),
+        _ if std::env::var("UNREAD_REQUIRE_STACK").as_deref() == Ok("1") => {
+            panic!("{test}: UNREAD_BROKERS/UNREAD_REDIS_URL/UNREAD_DATABASE_URL are not set: run scripts/test")
+        }
+        _ => {
+            println!("SKIPPED {test}: no stack (run `scripts/stack up` and `eval \"$(scripts/stack env)\"`, or scripts/test)");
+            None
+        }
+    }
+}
+
+/// One test's private namespace on the shared stack.
+struct Ns<'s> {
+    stack: &'s Stack,
+    name: String,
+}
+
+impl<'s> Ns<'s> {
+    fn new(stack: &'s Stack, test: &str) -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let name = format!("it_{test}_{}_{nanos}", std::process::id());
+        let ns = Self { stack, name };
+        ns.ok(&["topics", "create"]);
+        ns
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_unread"));
+        c.args(args)
+            .env("UNREAD_BROKERS", &self.stack.brokers)
+            .env("UNREAD_REDIS_URL", &self.stack.redis_url)
+            .env("UNREAD_DATABASE_URL", &self.stack.database_url)
+            .env("UNREAD_DB_SCHEMA", &self.name)
+            .env("UNREAD_TOPIC_PREFIX", format!("{}.", self.name))
+            .env("UNREAD_GROUP_ID", &self.name)
+            .env("UNREAD_REDIS_PREFIX", format!("{}:", self.name))
+            .env("UNREAD_LOG", "info,rdkafka=warn,sqlx=warn");
+        c
+    }
+
+    /// Runs a subcommand to completion; panics with its output unless it succeeds. Returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.cmd(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "unread {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn total_lag(&self) -> i64 {
+        let out = self.ok(&["lag"]);
+        let line = out.lines().find_map(|l| l.strip_prefix("total lag: ")).expect("lag prints a total");
+        line.trim().parse().unwrap()
+    }
+
+    fn start(&self, extra: &[&str]) -> Service {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec!["run", "--listen", &listen, "--flush-interval-ms", "100"];
+        args.extend_from_slice(extra);
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{port}.log", self.name))).unwrap();
+        let child = self.cmd(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        let svc = Service { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(port, "/readyz").map(|(s, _)| s) != Some(200) {
+            assert!(Instant::now() < deadline, "service not ready within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        svc
+    }
+
+    /// Deletes the topics, the schema and the Redis keys of this namespace.
+    fn cleanup(self) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            use rdkafka::admin::{AdminClient, AdminOptions};
+            let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+                rdkafka::ClientConfig::new().set("bootstrap.servers", &self.stack.brokers).create().unwrap();
+            let t = unread::topology::Topics::new(&format!("{}.", self.name));
+            let names = [&t.conversation_events, &t.user_events, &t.user_deltas, &t.dead_letter].map(|s| s.as_str());
+            admin.delete_topics(&names, &AdminOptions::new()).await.ok();
+            let pool = sqlx::PgPool::connect(&self.stack.database_url).await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name)))
+                .execute(&pool)
+                .await
+                .unwrap();
+            delete_redis_prefix(&self.stack.redis_url, &format!("{}:", self.name)).await;
+        });
+    }
+}
+
+async fn delete_redis_prefix(url: &str, prefix: &str) -> usize {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut conn).await.unwrap();
+    for chunk in keys.chunks(1000) {
+        redis::cmd("DEL").arg(chunk).query_async::<()>(&mut conn).await.unwrap();
+    }
+    keys.len()
+}
+
+struct Service {
+    child: Child,
+    port: u16,
+}
+
+impl Service {
+    fn kill(mut self) {
+        self.child.kill().ok(); // SIGKILL
+        self.child.wait().ok();
+    }
+
+    fn stop(mut self) {
+        unsafe_sigterm(self.child.id());
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                self.child.kill().ok();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn unsafe_sigterm(pid: u32) {
+    Command::new("kill").arg("-TERM").arg(pid.to_string()).status().ok();
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A plain HTTP/1.1 GET on loopback: (status, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut r = std::io::BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).ok()?;
+    let code = status.split_whitespace().nth(1)?.parse().ok()?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).ok()?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut r, &mut body).ok()?;
+    Some((code, body))
+}
+
+/// Percent-encodes a path segment (everything but unreserved characters).
+fn encode(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn dev_expected() -> Vec<UserView> {
+    parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl")).unwrap())
+}
+
+/// Asks the API for every expected user; returns how many were asked and the mismatches.
+fn mismatches(port: u16, expected: &[UserView]) -> (usize, Vec<String>) {
+    let mut bad = Vec::new();
+    for e in expected {
+        let (code, body) = http_get(port, &format!("/v1/users/{}/unread", encode(&e.user_id))).expect("API answers");
+        let got: Option<unread::contract::UserView> = serde_json::from_str(&body).ok();
+        if code != 200 || got.as_ref() != Some(e) {
+            bad.push(format!("{}: HTTP {code} {body}", e.user_id));
+        }
+    }
+    (expected.len(), bad)
+}
+
+fn assert_exact(port: u16) {
+    assert_matches(port, &dev_expected());
+}
+
+fn assert_matches(port: u16, expected: &[UserView]) {
+    let (n, bad) = mismatches(port, expected);
+    assert!(n >= 1565, "{n} users expected");
+    assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
+}
+
+fn dev_events() -> String {
+    repo_path("tests/data/ubuntu-irc/dev-events.jsonl").to_str().unwrap().to_owned()
+}
+
+#[test]
+fn dev_set_end_to_end_is_exact_over_http() {
+    let Some(stack) = stack("dev_set_end_to_end_is_exact_over_http") else { return };
+    let ns = Ns::new(&stack, "e2e");
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &dev_events()]);
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_exact(svc.port);
+    // An unknown user is the zero state; a conversation answer agrees with the user's.
+    let (code, body) = http_get(svc.port, "/v1/users/nobody%20here/unread").unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            200,
+            r#"{"user_id":"nobody here","total_unread":0,"total_mentions":0,"unread_conversations":0,"conversations":{}}"#
+        )
+    );
+    let (code, body) =
+        http_get(svc.port, "/v1/users/%5B%5Bmandrix%5D%5D/conversations/ubuntu.2011-05-29_19/unread").unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains(r#""member":true,"unread":169,"mentions":0,"muted":false"#), "{body}");
+    svc.stop();
+    ns.cleanup();
+}
+
+#[test]
+fn sigkill_in_the_middle_then_restart_is_exact() {
+    let Some(stack) = stack("sigkill_in_the_middle_then_restart_is_exact") else { return };
+    let ns = Ns::new(&stack, "kill");
+    // Three copies of the dev set, for more to process before the kill. The copies are not mere duplicates: the
+    // second replays each conversation's history, so leaves and rejoins take effect again at the new head. The
+    // expected state is the in-process pipeline's over the same three copies (the pipeline equals the reference
+    // model on both datasets and on this input).
+    let mut pipeline = unread::pipeline::Pipeline::new();
+    for _ in 0..3 {
+        ns.ok(&["produce", &dev_events()]);
+        let input = unread::pipeline::open_input(&dev_events()).unwrap();
+        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
+    }
+    let expected = pipeline.views();
+    assert_ne!(expected, dev_expected(), "three copies differ from one (rejoins)");
+    let initial = ns.total_lag();
+    assert!(initial >= 3 * 16_194, "lag {initial}");
+    let svc = ns.start(&["--flush-events", "2000"]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let at_kill = loop {
+        let lag = ns.total_lag();
+        if lag < initial {
+            break lag;
+        }
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    svc.kill();
+    assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
+    let svc = ns.start(&[]);
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_matches(svc.port, &expected);
+    svc.stop();
+    ns.cleanup();
+}
+
+#[test]
+fn projection_lost_then_rebuilt_from_checkpoint_is_exact() {
+    let Some(stack) = stack("projection_lost_then_rebuilt_from_checkpoint_is_exact") else { return };
+    let ns = Ns::new(&stack, "rebuild");
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &dev_events()]);
+    ns.ok(&["lag", "--wait", "120"]);
+    svc.stop(); // the API alone keeps serving from Redis
+    let api = ns.start(&["--roles", "api"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let deleted = rt.block_on(delete_redis_prefix(&stack.redis_url, &format!("{}:", ns.name)));
+    assert!(deleted >= 1565, "deleted {deleted} keys");
+    let (_, bad) = mismatches(api.port, &dev_expected());
+    assert!(bad.len() > 1000, "with Redis emptied, users read as zeros ({} differ)", bad.len());
+    let out = ns.ok(&["projection", "rebuild"]);
+    assert!(out.contains("refused") && !out.contains(" 0 users written"), "{out}");
+    assert_exact(api.port);
+    // Rebuilding again from the same checkpoint changes nothing and is not refused (same version).
+    ns.ok(&["projection", "rebuild"]);
+    assert_exact(api.port);
+    api.stop();
+    ns.cleanup();
+}
+
+#[test]
+fn user_events_produced_before_the_conversation_events_is_exact() {
+    let Some(stack) = stack("user_events_produced_before_the_conversation_events_is_exact") else { return };
+    let ns = Ns::new(&stack, "order");
+    let all = std::fs::read_to_string(dev_events()).unwrap();
+    let (user, conv): (Vec<&str>, Vec<&str>) =
+        all.lines().partition(|l| l.contains(r#""type":"read.ack""#) || l.contains(r#""type":"conversation.muted""#));
+    let dir = std::env::temp_dir();
+    let (user_file, conv_file) =
+        (dir.join(format!("{}-user.jsonl", ns.name)), dir.join(format!("{}-conv.jsonl", ns.name)));
+    std::fs::write(&user_file, user.join("\n") + "\n").unwrap();
+    std::fs::write(&conv_file, conv.join("\n") + "\n").unwrap();
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", user_file.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "120"]); // every ack and mute folded before any message exists
+    ns.ok(&["produce", conv_file.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_exact(svc.port);
+    svc.stop();
+    std::fs::remove_file(user_file).ok();
+    std::fs::remove_file(conv_file).ok();
+    ns.cleanup();
+}
+
+#[test]
+fn api_reaches_every_id_and_rejects_bad_ones_with_json() {
+    let Some(stack) = stack("api_reaches_every_id_and_rejects_bad_ones_with_json") else { return };
+    let ns = Ns::new(&stack, "api");
+    let long = "é".repeat(128); // 256 bytes
+    let conv = format!("a/b %c {{d}} {long}");
+    let conv = &conv[..conv.char_indices().take_while(|(i, _)| *i < 200).last().map_or(0, |(i, c)| i + c.len_utf8())];
+    let users = ["a/b", "100%", "x y", "{brace}", &long];
+    let mut lines = vec![format!(
+        r#"{{"type":"conversation.created","event_id":"c","occurred_at":"2024-01-01T00:00:00Z","conversation_id":{},"kind":"group","members":{}}}"#,
+        serde_json::to_string(conv).unwrap(),
+        serde_json::to_string(&users).unwrap()
+    )];
+    lines.push(format!(
+        r#"{{"type":"message.sent","event_id":"m","occurred_at":"2024-01-01T00:00:00Z","conversation_id":{},"seq":1,"sender_id":"z","mentions":["a/b"]}}"#,
+        serde_json::to_string(conv).unwrap()
+    ));
+    let file = std::env::temp_dir().join(format!("{}-ids.jsonl", ns.name));
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", file.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "60"]);
+    for u in users {
+        let (code, body) = http_get(svc.port, &format!("/v1/users/{}/unread", encode(u))).unwrap();
+        assert_eq!(code, 200, "{u}: {body}");
+        let v: unread::contract::UserView = serde_json::from_str(&body).unwrap();
+        assert_eq!((v.user_id.as_str(), v.total_unread, v.conversations[conv].unread), (u, 1, 1), "{body}");
+        let path = format!("/v1/users/{}/conversations/{}/unread", encode(u), encode(conv));
+        let (code, body) = http_get(svc.port, &path).unwrap();
+        assert!(code == 200 && body.contains(r#""member":true,"unread":1"#), "{u}: {code} {body}");
+    }
+    for (path, code, error) in [
+        (format!("/v1/users/{}/unread", "x".repeat(257)), 400, "invalid_id"),
+        ("/v1/users/a%00b/unread".to_string(), 400, "invalid_id"),
+        ("/v1/users/%ZZ/unread".to_string(), 400, "invalid_path"),
+        ("/v1/users/%FF%FE/unread".to_string(), 400, "invalid_path"),
+        ("/v1/nothing".to_string(), 404, "not_found"),
+    ] {
+        let (got, body) = http_get(svc.port, &path).unwrap();
+        assert_eq!(got, code, "{path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: not JSON: {body}"));
+        assert_eq!(v["error"]["code"], error, "{path}: {body}");
+    }
+    svc.stop();
+    std::fs::remove_file(file).ok();
+    ns.cleanup();
+}
+
+#[test]
+fn projection_guard_refuses_only_dominated_versions() {
+    use unread::contract::{ConversationView, UserView};
+    use unread::projection::redis::{RedisProjection, UserWrite};
+    let Some(stack) = stack("projection_guard_refuses_only_dominated_versions") else { return };
+    let prefix = format!("it_guard_{}:", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let p = RedisProjection::connect(&stack.redis_url, &prefix).await.unwrap();
+        let view = |unread: u64| {
+            let mut v = UserView { user_id: "u/1".into(), total_unread: unread, ..Default::default() };
+            v.conversations.insert("c".into(), ConversationView { unread, mentions: 0, muted: false });
+            v
+        };
+        let write = |unread: u64, version: &str| UserWrite::replace(view(unread), version.into());
+        assert_eq!(p.write(&[write(5, "100 500")]).await.unwrap(), (1, 0));
+        assert_eq!(p.write(&[write(9, "150 480")]).await.unwrap(), (1, 0), "not dominated: accepted");
+        assert_eq!(p.write(&[write(1, "150 470")]).await.unwrap(), (0, 1), "dominated: refused");
+        assert_eq!(p.write(&[write(1, "90 400")]).await.unwrap(), (0, 1), "dominated: refused");
+        assert_eq!(p.write(&[write(9, "150 480")]).await.unwrap(), (1, 0), "equal: accepted (idempotent)");
+        assert_eq!(p.read("u/1").await.unwrap(), view(9));
+        assert_eq!(p.version("u/1").await.unwrap().as_deref(), Some("150 480"));
+        delete_redis_prefix(&stack.redis_url, &prefix).await;
+    });
+}
