@@ -81,7 +81,7 @@ pub fn print_lag(rows: &[PartitionLag]) {
     println!("total lag: {total}");
 }
 
-/// Waits until every partition's lag is zero, polling every 200 ms, for at most `timeout`.
+/// Waits until every partition's lag is zero, polling every 100 ms, for at most `timeout`.
 ///
 /// Errors: the timeout passes (with the remaining lag), or a store is unreachable.
 pub async fn wait_for_zero_lag(
@@ -100,7 +100,7 @@ pub async fn wait_for_zero_lag(
             print_lag(&rows);
             anyhow::bail!("lag is still {total} after {} s", timeout.as_secs());
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -2,18 +2,19 @@
 //!
 //! A task loads its conversations and next offset from the checkpoint, then repeats: take a batch of records,
 //! decode them (bad ones go to the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to
-//! `unread.user-deltas` keyed by user and wait for every acknowledgement, and every flush interval (or flush
-//! events) checkpoint the changed conversations with the next offset in one transaction. Deltas are produced
-//! before the checkpoint that covers their input commits, so a crash can repeat deltas but never lose one; the
-//! fold applies a repeated suffix idempotently (docs/semantics.md).
+//! `unread.user-deltas` keyed by user without waiting, and every flush interval (or flush events) wait for every
+//! acknowledgement still outstanding, then checkpoint the changed conversations with the next offset in one
+//! transaction. Deltas are acknowledged before the checkpoint that covers their input commits, so a crash can
+//! repeat deltas but never lose one; the fold applies a repeated suffix idempotently (docs/semantics.md).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
@@ -37,10 +38,11 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
     }
     info!(partition = p, next, "fan-out task started");
     let mut dirty: HashSet<String> = HashSet::new();
+    let mut in_flight: Vec<DeliveryFuture> = Vec::new();
     let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
     loop {
         let Some(batch) = input.next_batch(MAX_BATCH, shared.flush.interval).await else {
-            checkpoint(&shared, &input, &fanout, &mut dirty, next).await?;
+            checkpoint(&shared, &input, &fanout, &mut dirty, &mut in_flight, next).await?;
             return Ok(());
         };
         let mut events = Vec::with_capacity(batch.len());
@@ -64,23 +66,48 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         if !events.is_empty() {
             let (deltas, _) = fanout.process_batch(&events);
             dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
-            produce(&shared.producer, &shared.topics.user_deltas, &deltas).await?;
+            produce(&shared.producer, &shared.topics.user_deltas, &deltas, &mut in_flight).await?;
         }
         if pending >= shared.flush.events || (pending > 0 && last_checkpoint.elapsed() >= shared.flush.interval) {
-            checkpoint(&shared, &input, &fanout, &mut dirty, next).await?;
+            checkpoint(&shared, &input, &fanout, &mut dirty, &mut in_flight, next).await?;
             (pending, last_checkpoint) = (0, Instant::now());
         }
     }
 }
 
-/// Produces deltas keyed by user and waits for every acknowledgement.
-async fn produce(producer: &FutureProducer, topic: &str, deltas: &[crate::delta::Delta]) -> anyhow::Result<()> {
-    let payloads: Vec<Vec<u8>> = deltas.iter().map(|d| serde_json::to_vec(d).expect("deltas serialize")).collect();
-    let sends = deltas.iter().zip(&payloads).map(|(d, payload)| {
-        producer.send(FutureRecord::to(topic).key(d.user_id.as_bytes()).payload(payload), Duration::from_secs(60))
-    });
-    for result in futures::future::join_all(sends).await {
-        result.map_err(|(e, _)| anyhow::anyhow!("producing a delta: {e}"))?;
+/// Enqueues deltas keyed by user; their acknowledgements join `in_flight`. Waits only while the producer's queue
+/// is full.
+async fn produce(
+    producer: &FutureProducer,
+    topic: &str,
+    deltas: &[crate::delta::Delta],
+    in_flight: &mut Vec<DeliveryFuture>,
+) -> anyhow::Result<()> {
+    for d in deltas {
+        let payload = serde_json::to_vec(d).expect("deltas serialize");
+        let mut record = FutureRecord::to(topic).key(d.user_id.as_bytes()).payload(&payload);
+        loop {
+            match producer.send_result(record) {
+                Ok(delivery) => break in_flight.push(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(e).context("producing a delta"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits for every outstanding delta acknowledgement.
+async fn acknowledged(in_flight: &mut Vec<DeliveryFuture>) -> anyhow::Result<()> {
+    for result in futures::future::join_all(in_flight.drain(..)).await {
+        match result {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => anyhow::bail!("producing a delta: {e}"),
+            Err(_) => anyhow::bail!("producing a delta: the producer dropped the delivery"),
+        }
     }
     Ok(())
 }
@@ -90,15 +117,19 @@ async fn checkpoint(
     input: &PartitionInput,
     fanout: &FanOut,
     dirty: &mut HashSet<String>,
+    in_flight: &mut Vec<DeliveryFuture>,
     next: i64,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
+    acknowledged(in_flight).await?;
     let changed: Vec<(String, Option<Vec<u8>>)> = dirty
         .iter()
         .filter_map(|id| fanout.conversation(id).map(|c| (id.clone(), Some(checkpoint::encode_conversation(c)))))
         .collect();
     let topic = shared.topics.conversation_events.as_str();
     shared.store.commit(Stage::FanOut, input.partition, &changed, &[(topic, next)]).await?;
+    let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
+    shared.metrics.checkpoint_rows(changed.len(), bytes);
     dirty.clear();
     input.store_offsets(&[(topic, next)]);
     shared.metrics.checkpoint(started.elapsed());

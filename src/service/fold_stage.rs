@@ -48,6 +48,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
             return Ok(());
         };
         let (mut n_events, mut n_deltas) = (0, 0);
+        let increments_before = fold.stats().increments;
         for record in &batch {
             let i = if record.topic() == ue { 0 } else { 1 };
             match input.accept(record, next[i]) {
@@ -77,6 +78,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
             next[i] = record.offset() + 1;
             pending += 1;
         }
+        shared.metrics.increments(fold.stats().increments - increments_before);
         shared.metrics.processed(&ue, n_events);
         shared.metrics.processed(&ud, n_deltas);
         if pending >= shared.flush.events || (pending > 0 && last_flush.elapsed() >= shared.flush.interval) {
@@ -123,6 +125,8 @@ async fn flush(
     shared.metrics.redis_writes(written);
     let offsets = [(shared.topics.user_events.as_str(), next[0]), (shared.topics.user_deltas.as_str(), next[1])];
     shared.store.commit(Stage::Fold, input.partition, &changed, &offsets).await?;
+    let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
+    shared.metrics.checkpoint_rows(changed.len(), bytes);
     input.store_offsets(&offsets);
     dirty.clear();
     shared.metrics.checkpoint(started.elapsed());

@@ -14,6 +14,9 @@ pub struct Metrics {
     processed: Mutex<BTreeMap<String, u64>>,
     dead_letters: Mutex<BTreeMap<&'static str, u64>>,
     redis_writes: AtomicU64,
+    increments: AtomicU64,
+    checkpoint_rows: AtomicU64,
+    checkpoint_bytes: AtomicU64,
     checkpoints: AtomicU64,
     checkpoint_micros: AtomicU64,
     assignments: Mutex<Vec<(&'static str, Arc<Assignment>)>>,
@@ -35,6 +38,17 @@ impl Metrics {
     /// `n` users written to Redis.
     pub fn redis_writes(&self, n: usize) {
         self.redis_writes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// `n` per-recipient increments (seqs that became unread for some user).
+    pub fn increments(&self, n: u64) {
+        self.increments.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A checkpoint wrote `rows` entity rows of `bytes` encoded state in total.
+    pub fn checkpoint_rows(&self, rows: usize, bytes: usize) {
+        self.checkpoint_rows.fetch_add(rows as u64, Ordering::Relaxed);
+        self.checkpoint_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// One checkpoint (or flush) that took `took`.
@@ -61,6 +75,12 @@ impl Metrics {
         }
         let _ = writeln!(out, "# TYPE unread_redis_user_writes_total counter");
         let _ = writeln!(out, "unread_redis_user_writes_total {}", self.redis_writes.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE unread_increments_total counter");
+        let _ = writeln!(out, "unread_increments_total {}", self.increments.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE unread_checkpoint_rows_total counter");
+        let _ = writeln!(out, "unread_checkpoint_rows_total {}", self.checkpoint_rows.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE unread_checkpoint_bytes_total counter");
+        let _ = writeln!(out, "unread_checkpoint_bytes_total {}", self.checkpoint_bytes.load(Ordering::Relaxed));
         let _ = writeln!(out, "# TYPE unread_checkpoints_total counter");
         let _ = writeln!(out, "unread_checkpoints_total {}", self.checkpoints.load(Ordering::Relaxed));
         let _ = writeln!(out, "# TYPE unread_checkpoint_seconds_total counter");
