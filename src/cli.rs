@@ -75,6 +75,11 @@ pub enum Command {
         #[command(flatten)]
         settings: Settings,
     },
+    /// Inspect or re-publish the records of the dead-letter topic.
+    DeadLetter {
+        #[command(subcommand)]
+        action: DeadLetterAction,
+    },
     /// Operate on the Redis projection.
     Projection {
         #[command(subcommand)]
@@ -90,6 +95,30 @@ pub enum TopicsAction {
         /// Override the partition count of every topic but the dead-letter one (default: topology/topics.toml).
         #[arg(long)]
         partitions: Option<i32>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
+
+/// `unread dead-letter ...`
+#[derive(Debug, Subcommand)]
+pub enum DeadLetterAction {
+    /// Print dead-lettered records, oldest first: source, error kind and reason, key, value preview.
+    List {
+        /// Print at most N records.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Only records of this error kind (e.g. invalid_json, key_mismatch).
+        #[arg(long)]
+        kind: Option<String>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Re-publish dead-lettered records to their source topics (those still invalid come back here).
+    Replay {
+        /// Only records of this error kind.
+        #[arg(long)]
+        kind: Option<String>,
         #[command(flatten)]
         settings: Settings,
     },
@@ -152,6 +181,41 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None => crate::ops::lag(&settings, &store).await?,
             };
             crate::ops::print_lag(&rows);
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::DeadLetter { action: DeadLetterAction::List { limit, kind, settings } } => {
+            let topic = crate::topology::Topics::new(&settings.topic_prefix).dead_letter;
+            let all = crate::dead_letter::read_all(&settings.brokers, &topic)?;
+            let matching: Vec<_> = all.iter().filter(|d| kind.as_deref().is_none_or(|k| d.kind == k)).collect();
+            for d in matching.iter().take(limit) {
+                use rdkafka::Message;
+                println!(
+                    "{}:{} from {}[{}]@{} {}: {}\n    key {}\n    value {}",
+                    d.position.0,
+                    d.position.1,
+                    d.source_topic,
+                    d.source_partition,
+                    d.source_offset,
+                    d.kind,
+                    d.reason,
+                    crate::dead_letter::preview(d.record.key()),
+                    crate::dead_letter::preview(d.record.payload())
+                );
+            }
+            eprintln!(
+                "{} dead-letter records, {} matching, {} shown",
+                all.len(),
+                matching.len(),
+                matching.len().min(limit)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::DeadLetter { action: DeadLetterAction::Replay { kind, settings } } => runtime()?.block_on(async {
+            let topic = crate::topology::Topics::new(&settings.topic_prefix).dead_letter;
+            let all = crate::dead_letter::read_all(&settings.brokers, &topic)?;
+            let matching: Vec<_> = all.into_iter().filter(|d| kind.as_deref().is_none_or(|k| d.kind == k)).collect();
+            let n = crate::dead_letter::replay(&settings.brokers, &matching).await?;
+            println!("{n} dead-letter records re-published to their source topics");
             Ok(ExitCode::SUCCESS)
         }),
         Command::Projection { action: ProjectionAction::Rebuild { users, settings } } => runtime()?.block_on(async {

@@ -23,6 +23,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod contract;
+pub mod dead_letter;
 pub mod delta;
 pub mod fanout;
 pub mod fold;

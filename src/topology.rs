@@ -31,6 +31,9 @@ pub struct TopicSpec {
     pub partitions: i32,
     pub cleanup_policy: String,
     pub retention_ms: i64,
+    /// Largest record the topic accepts (Kafka's default is 1 MiB).
+    #[serde(default)]
+    pub max_message_bytes: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,13 +101,19 @@ pub async fn create(brokers: &str, prefix: &str, partitions: Option<i32>) -> any
         }
     }
     let retention: Vec<String> = to_create.iter().map(|(_, s)| s.retention_ms.to_string()).collect();
+    let max_bytes: Vec<Option<String>> =
+        to_create.iter().map(|(_, s)| s.max_message_bytes.map(|b| b.to_string())).collect();
     let new: Vec<NewTopic> = to_create
         .iter()
-        .zip(&retention)
-        .map(|((name, s), ret)| {
-            NewTopic::new(name, s.partitions, TopicReplication::Fixed(1))
+        .zip(retention.iter().zip(&max_bytes))
+        .map(|((name, s), (ret, max))| {
+            let t = NewTopic::new(name, s.partitions, TopicReplication::Fixed(1))
                 .set("cleanup.policy", &s.cleanup_policy)
-                .set("retention.ms", ret)
+                .set("retention.ms", ret);
+            match max {
+                Some(m) => t.set("max.message.bytes", m),
+                None => t,
+            }
         })
         .collect();
     if !new.is_empty() {

@@ -83,6 +83,7 @@ pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
         .set("linger.ms", "5")
         .set("message.timeout.ms", "120000")
         .set("queue.buffering.max.messages", "500000")
+        .set("message.max.bytes", "16777216")
         .create()
         .context("creating the Kafka producer")
 }

@@ -410,3 +410,123 @@ fn projection_guard_refuses_only_dominated_versions() {
         delete_redis_prefix(&stack.redis_url, &prefix).await;
     });
 }
+
+#[test]
+fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let Some(stack) = stack("poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact") else { return };
+    let ns = Ns::new(&stack, "poison");
+    let topics = unread::topology::Topics::new(&format!("{}.", ns.name));
+    let (conv, user) = ("ubuntu.2004-11-15_03", "epod");
+    let meta = r#""event_id":"p","occurred_at":"2024-01-01T00:00:00Z""#;
+    let sent = |body: &str| format!(r#"{{"type":"message.sent",{meta},"conversation_id":"{conv}",{body}}}"#);
+    let ack =
+        |body: &str| format!(r#"{{"type":"read.ack",{meta},"user_id":"{user}","conversation_id":"{conv}",{body}}}"#);
+    let c = topics.conversation_events.as_str();
+    let u = topics.user_events.as_str();
+    let big = format!(
+        r#"{{"type":"member.joined",{meta},"conversation_id":"{conv}","user_id":"x","pad":"{}"}}"#,
+        "x".repeat(10 << 20)
+    );
+    let bad_utf8 = [sent(r#""seq":999999,"sender_id":"a"#).as_bytes(), &[0xff, 0xfe], b"\"}"].concat();
+    // (topic, key, value, expected kind); every value is keyed to a real conversation or user of the dev set, so a
+    // record applied by mistake would change an expected user's counts.
+    let cases: Vec<(&str, Option<&str>, Option<Vec<u8>>, &str)> = vec![
+        (c, Some(conv), Some(br#"{"type":"message.sent","event_id":"x"#.to_vec()), "invalid_json"),
+        (c, Some(conv), Some(format!("{} xyz", sent(r#""seq":999999,"sender_id":"a""#)).into_bytes()), "invalid_json"),
+        (c, Some(conv), Some(b"   ".to_vec()), "invalid_json"),
+        (c, Some(conv), Some(sent(r#""seq":"999999","sender_id":"a""#).into_bytes()), "wrong_type"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"sender_id":null"#).into_bytes()), "wrong_type"),
+        (c, Some(conv), Some(sent(r#""seq":1.5,"sender_id":"a""#).into_bytes()), "wrong_type"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a","mentions":"epod""#).into_bytes()), "wrong_type"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a","mention_all":"yes""#).into_bytes()), "wrong_type"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a","countable":null"#).into_bytes()), "wrong_type"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a""#).replace("message.sent", "message.edited").into_bytes()), "unknown_type"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a""#).replace(r#""event_id":"p","#, "").into_bytes()), "missing_field"),
+        (c, Some(conv), Some(b"{}".to_vec()), "missing_field"),
+        (c, Some(conv), Some(big.into_bytes()), "too_large"),
+        (c, Some(conv), Some(bad_utf8), "invalid_utf8"),
+        (c, Some(conv), Some(format!(r#"{{"type":"member.joined",{meta},"conversation_id":"{conv}","user_id":"a\u0000b"}}"#).into_bytes()), "invalid_id"),
+        (c, Some(conv), Some(format!(r#"{{"type":"member.left",{meta},"conversation_id":"{conv}","user_id":"epod\u0007"}}"#).into_bytes()), "invalid_id"),
+        (c, Some(conv), Some(sent(&format!(r#""seq":999999,"sender_id":"{}""#, "s".repeat(257))).into_bytes()), "invalid_id"),
+        (c, Some(conv), Some(format!(r#"{{"type":"member.left",{meta},"conversation_id":"","user_id":"epod"}}"#).into_bytes()), "invalid_id"),
+        (c, Some(conv), Some(sent(r#""seq":0,"sender_id":"a""#).into_bytes()), "out_of_range"),
+        (c, Some(conv), Some(sent(r#""seq":-1,"sender_id":"a""#).into_bytes()), "out_of_range"),
+        (c, Some(conv), Some(sent(r#""seq":9007199254740993,"sender_id":"a""#).into_bytes()), "out_of_range"),
+        (c, Some(conv), Some(sent(r#""seq":18446744073709551616,"sender_id":"a""#).into_bytes()), "out_of_range"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"seq":999998,"sender_id":"a""#).into_bytes()), "duplicate_field"),
+        (c, Some("not-the-conversation"), Some(sent(r#""seq":999999,"sender_id":"a""#).into_bytes()), "key_mismatch"),
+        (c, None, Some(sent(r#""seq":999999,"sender_id":"a""#).into_bytes()), "missing_key"),
+        (c, Some(conv), Some(b"[1,2]".to_vec()), "not_an_object"),
+        (c, Some(user), Some(ack(r#""read_seq":999999"#).into_bytes()), "wrong_topic"),
+        (c, Some(conv), None, "no_value"),
+        (c, Some(conv), Some(format!(r#"{{"type":"conversation.created",{meta},"conversation_id":"{conv}","kind":"forum","members":["epod"]}}"#).into_bytes()), "invalid_value"),
+        (c, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a""#).replace("2024-01-01T00:00:00Z", "yesterday").into_bytes()), "invalid_value"),
+        (u, Some(user), Some(ack(r#""read_seq":9007199254740993"#).into_bytes()), "out_of_range"),
+        (u, Some(user), Some(ack(r#""read_seq":-5"#).into_bytes()), "out_of_range"),
+        (u, Some(user), Some(ack(r#""read_seq":1,"read_seq":999999"#).into_bytes()), "duplicate_field"),
+        (u, Some("someone-else"), Some(ack(r#""read_seq":999999"#).into_bytes()), "key_mismatch"),
+        (u, Some(user), Some(format!(r#"{{"type":"conversation.muted",{meta},"user_id":"{user}","conversation_id":"{conv}"}}"#).into_bytes()), "missing_field"),
+        (u, Some(user), Some(format!(r#"{{"type":"conversation.muted",{meta},"user_id":"{user}","conversation_id":"{conv}","muted":"true"}}"#).into_bytes()), "wrong_type"),
+        (u, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a""#).into_bytes()), "wrong_topic"),
+        (u, Some(user), Some(ack(r#""read_seq":999999"#).replace(r#""type":"read.ack""#, r#""type":7"#).into_bytes()), "wrong_type"),
+    ];
+    assert!(cases.len() >= 30);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &stack.brokers)
+        .set("partitioner", "murmur2_random")
+        .set("message.max.bytes", "16777216")
+        .create()
+        .unwrap();
+    let send_half = |half: usize| {
+        rt.block_on(async {
+            for (topic, key, value, _) in cases.iter().skip(half).step_by(2) {
+                let mut r: FutureRecord<'_, str, [u8]> = FutureRecord::to(topic);
+                if let Some(k) = key {
+                    r = r.key(k);
+                }
+                if let Some(v) = value {
+                    r = r.payload(v);
+                }
+                producer.send(r, Duration::from_secs(30)).await.map_err(|(e, _)| e).unwrap();
+            }
+        })
+    };
+    let svc = ns.start(&[]);
+    send_half(0);
+    ns.ok(&["produce", &dev_events()]);
+    send_half(1);
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_exact(svc.port);
+
+    let dead = unread::dead_letter::read_all(&stack.brokers, &topics.dead_letter).unwrap();
+    let mut got: Vec<&str> = dead.iter().map(|d| d.kind.as_str()).collect();
+    let mut want: Vec<&str> = cases.iter().map(|c| c.3).collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "every bad record is dead-lettered once, with the right kind");
+    for d in &dead {
+        assert!(d.source_topic == topics.conversation_events || d.source_topic == topics.user_events, "{d:?}");
+        assert!(!d.reason.is_empty() && d.source_offset.parse::<i64>().is_ok(), "{d:?}");
+    }
+    let big = dead.iter().find(|d| d.kind == "too_large").unwrap();
+    assert!(rdkafka::Message::payload(&big.record).unwrap().len() > 10 << 20, "kept unchanged");
+    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    assert!(metrics.contains(r#"unread_dead_letter_records_total{kind="key_mismatch"} 2"#), "{metrics}");
+
+    // `dead-letter list` shows them; `replay --kind` re-publishes the kind, which (still invalid) comes back.
+    let listed = ns.ok(&["dead-letter", "list", "--limit", "5", "--kind", "key_mismatch"]);
+    assert_eq!(listed.lines().filter(|l| l.contains("key_mismatch:")).count(), 2, "{listed}");
+    let out = ns.ok(&["dead-letter", "replay", "--kind", "missing_key"]);
+    assert!(out.starts_with("1 dead-letter records re-published"), "{out}");
+    ns.ok(&["lag", "--wait", "60"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while unread::dead_letter::read_all(&stack.brokers, &topics.dead_letter).unwrap().len() < cases.len() + 1 {
+        assert!(Instant::now() < deadline, "replayed record did not come back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_exact(svc.port);
+    svc.stop();
+    ns.cleanup();
+}

@@ -1,0 +1,133 @@
+//! `unread dead-letter list|replay`: inspect the records that failed decoding or the contract, and re-publish them
+//! to their source topics (after the producer fixed them, or after a bug fix).
+//!
+//! Records are in `unread.dead-letter` unchanged (key, value, original headers), with headers
+//! `unread.source.topic`, `unread.source.partition`, `unread.source.offset`, `unread.error.kind` and
+//! `unread.error.reason` (written by [`crate::service::records::dead_letter`]).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// One dead-lettered record.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// Its offset in the dead-letter topic (partition, offset).
+    pub position: (i32, i64),
+    pub source_topic: String,
+    pub source_partition: String,
+    pub source_offset: String,
+    pub kind: String,
+    pub reason: String,
+    pub record: OwnedMessage,
+}
+
+fn header(m: &OwnedMessage, name: &str) -> String {
+    m.headers()
+        .and_then(|h| h.iter().find(|h| h.key == name).and_then(|h| h.value))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_default()
+}
+
+/// Reads the whole dead-letter topic, oldest first (every partition up to its end at the time of the call).
+///
+/// Errors: Kafka unreachable or the topic missing.
+pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "unread-dead-letter-reader")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .with_context(|| format!("metadata of {topic}"))?;
+    let partitions: Vec<i32> =
+        md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = std::collections::HashMap::new();
+    for p in partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        if high > low {
+            tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
+            ends.insert(p, high);
+        }
+    }
+    let mut out = Vec::new();
+    if ends.is_empty() {
+        return Ok(out);
+    }
+    consumer.assign(&tpl)?;
+    while !ends.is_empty() {
+        match consumer.poll(Duration::from_secs(10)) {
+            None => anyhow::bail!("no dead-letter record within 10 s while {} partitions are unread", ends.len()),
+            Some(Err(e)) => return Err(e).context("reading the dead-letter topic"),
+            Some(Ok(m)) => {
+                let m = m.detach();
+                if ends.get(&m.partition()).is_some_and(|end| m.offset() + 1 >= *end) {
+                    ends.remove(&m.partition());
+                }
+                out.push(DeadLetter {
+                    position: (m.partition(), m.offset()),
+                    source_topic: header(&m, "unread.source.topic"),
+                    source_partition: header(&m, "unread.source.partition"),
+                    source_offset: header(&m, "unread.source.offset"),
+                    kind: header(&m, "unread.error.kind"),
+                    reason: header(&m, "unread.error.reason"),
+                    record: m,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|d| d.position);
+    Ok(out)
+}
+
+/// Re-publishes records to their source topics with their key, value and original headers (the `unread.*`
+/// headers dropped). Returns how many were sent.
+///
+/// Errors: a record has no source topic, or a send fails.
+pub async fn replay(brokers: &str, records: &[DeadLetter]) -> anyhow::Result<usize> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random")
+        .set("message.max.bytes", "16777216")
+        .create()?;
+    for d in records {
+        anyhow::ensure!(!d.source_topic.is_empty(), "dead-letter record {:?} has no source topic", d.position);
+        let mut headers = OwnedHeaders::new();
+        if let Some(h) = d.record.headers() {
+            for h in h.iter().filter(|h| !h.key.starts_with("unread.")) {
+                headers = headers.insert(Header { key: h.key, value: h.value });
+            }
+        }
+        let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&d.source_topic).headers(headers);
+        if let Some(k) = d.record.key() {
+            out = out.key(k);
+        }
+        if let Some(v) = d.record.payload() {
+            out = out.payload(v);
+        }
+        producer.send(out, Duration::from_secs(30)).await.map_err(|(e, _)| anyhow::anyhow!("replaying: {e}"))?;
+    }
+    Ok(records.len())
+}
+
+/// A short, printable preview of a value: up to 80 characters, escapes for what is not printable.
+pub fn preview(value: Option<&[u8]>) -> String {
+    match value {
+        None => "(no value)".into(),
+        Some(v) => {
+            let text = String::from_utf8_lossy(&v[..v.len().min(80)]);
+            let mut s: String = text.chars().flat_map(char::escape_default).take(100).collect();
+            if v.len() > 80 {
+                s.push_str(&format!("… ({} bytes)", v.len()));
+            }
+            s
+        }
+    }
+}
