@@ -411,6 +411,9 @@ fn projection_guard_refuses_only_dominated_versions() {
     });
 }
 
+/// (topic, key, value, the error kind it must be dead-lettered with)
+type PoisonRecord<'a> = (&'a str, Option<&'a str>, Option<Vec<u8>>, &'a str);
+
 #[test]
 fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
     use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -431,7 +434,7 @@ fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
     let bad_utf8 = [sent(r#""seq":999999,"sender_id":"a"#).as_bytes(), &[0xff, 0xfe], b"\"}"].concat();
     // (topic, key, value, expected kind); every value is keyed to a real conversation or user of the dev set, so a
     // record applied by mistake would change an expected user's counts.
-    let cases: Vec<(&str, Option<&str>, Option<Vec<u8>>, &str)> = vec![
+    let cases: Vec<PoisonRecord> = vec![
         (c, Some(conv), Some(br#"{"type":"message.sent","event_id":"x"#.to_vec()), "invalid_json"),
         (c, Some(conv), Some(format!("{} xyz", sent(r#""seq":999999,"sender_id":"a""#)).into_bytes()), "invalid_json"),
         (c, Some(conv), Some(b"   ".to_vec()), "invalid_json"),
