@@ -104,8 +104,9 @@ pub async fn wait_for_zero_lag(
     }
 }
 
-/// Rewrites Redis from the PostgreSQL checkpoint: every user's whole hash, or only `users`', each at the version
-/// of its partition's checkpoint, so the guard refuses it wherever Redis already holds newer state. A requested
+/// Rewrites Redis from the PostgreSQL checkpoint: every user's whole hash, or only `users`', each at its
+/// partition's current lease generation and checkpointed offsets, so the guard refuses it wherever Redis already
+/// holds newer state. A requested
 /// user with no checkpointed state gets the zero state. Returns (users written, users refused as older).
 ///
 /// Errors: a store is unreachable or a checkpoint row is corrupt.
@@ -117,10 +118,14 @@ pub async fn rebuild_projection(
 ) -> anyhow::Result<(usize, usize)> {
     let topics = Topics::new(&settings.topic_prefix);
     let offsets = store.offsets(Stage::Fold).await?;
-    let version = |p: i32| {
+    let mut generations = HashMap::new();
+    let mut version = async |p: i32| {
+        if !generations.contains_key(&p) {
+            generations.insert(p, store.generation(Stage::Fold, p).await?);
+        }
         let ue = offsets.get(&(topics.user_events.clone(), p)).copied().unwrap_or(0);
         let ud = offsets.get(&(topics.user_deltas.clone(), p)).copied().unwrap_or(0);
-        fold_stage::version([ue, ud])
+        anyhow::Ok(fold_stage::version(generations[&p], [ue, ud]))
     };
     let rows = if users.is_empty() {
         store.states(Stage::Fold, None).await?
@@ -131,7 +136,7 @@ pub async fn rebuild_projection(
     let mut found: HashMap<String, ()> = HashMap::new();
     for (id, p, bytes) in rows {
         let state = checkpoint::decode_user(&bytes).with_context(|| format!("checkpoint of user {id:?}"))?;
-        writes.push(UserWrite::replace(state.view(&id), version(p)));
+        writes.push(UserWrite::replace(state.view(&id), version(p).await?));
         found.insert(id, ());
     }
     let missing: Vec<&String> = users.iter().filter(|u| !found.contains_key(*u)).collect();
@@ -142,7 +147,7 @@ pub async fn rebuild_projection(
             .context("the user-events topic does not exist")?;
         for u in missing {
             let view = UserView { user_id: u.clone(), ..Default::default() };
-            writes.push(UserWrite::replace(view, version(partition_for_key(u.as_bytes(), partitions))));
+            writes.push(UserWrite::replace(view, version(partition_for_key(u.as_bytes(), partitions)).await?));
         }
     }
     Ok(projection.write(&writes).await?)

@@ -24,6 +24,16 @@ impl Stage {
     }
 }
 
+/// A checkpoint refused because another task took the partition's lease since this one started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("fenced: {stage} partition {partition} lease is at generation {current}, this task holds {ours}")]
+pub struct Fenced {
+    pub stage: &'static str,
+    pub partition: i32,
+    pub ours: i64,
+    pub current: i64,
+}
+
 /// A connection pool to the checkpoint schema.
 #[derive(Debug, Clone)]
 pub struct CheckpointStore {
@@ -67,6 +77,41 @@ impl CheckpointStore {
     /// Errors: a migration fails or was changed after being applied.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         MIGRATOR.run(&self.pool).await.context("applying migrations")
+    }
+
+    /// Takes the lease of one partition: bumps and returns its generation. Every later [`CheckpointStore::commit`]
+    /// with an older generation fails with [`Fenced`].
+    pub async fn acquire(&self, stage: Stage, partition: i32, owner: &str) -> anyhow::Result<i64> {
+        let row = sqlx::query(
+            "INSERT INTO partition_leases (stage, partition, generation, owner) VALUES ($1, $2, 1, $3) \
+             ON CONFLICT (stage, partition) DO UPDATE SET generation = partition_leases.generation + 1, \
+             owner = EXCLUDED.owner, acquired_at = now() RETURNING generation",
+        )
+        .bind(stage.as_str())
+        .bind(partition)
+        .bind(owner)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.get(0))
+    }
+
+    /// The current generation of a partition's lease (0 if never taken).
+    pub async fn generation(&self, stage: Stage, partition: i32) -> anyhow::Result<i64> {
+        let row = sqlx::query("SELECT generation FROM partition_leases WHERE stage = $1 AND partition = $2")
+            .bind(stage.as_str())
+            .bind(partition)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map_or(0, |r| r.get(0)))
+    }
+
+    /// Fails with [`Fenced`] unless the lease is still at `generation`.
+    pub async fn check_lease(&self, stage: Stage, partition: i32, generation: i64) -> anyhow::Result<()> {
+        let current = self.generation(stage, partition).await?;
+        if current != generation {
+            return Err(Fenced { stage: stage.as_str(), partition, ours: generation, current }.into());
+        }
+        Ok(())
     }
 
     /// The next offset to process of one input partition, if checkpointed.
@@ -120,13 +165,15 @@ impl CheckpointStore {
     }
 
     /// Writes one checkpoint in one transaction: the changed entities of `partition` (`None` state = delete) and
-    /// the next offsets of the partition's input topics.
+    /// the next offsets of the partition's input topics, provided the partition's lease is still at `generation`
+    /// (the row is locked for the transaction).
     ///
-    /// Errors: any statement fails; nothing is written then.
+    /// Errors: [`Fenced`] when another task took the lease; any statement failing. Nothing is written then.
     pub async fn commit(
         &self,
         stage: Stage,
         partition: i32,
+        generation: i64,
         changed: &[(String, Option<Vec<u8>>)],
         offsets: &[(&str, i64)],
     ) -> anyhow::Result<()> {
@@ -135,6 +182,17 @@ impl CheckpointStore {
             Stage::FanOut => ("fanout_conversations", "conversation_id"),
         };
         let mut tx = self.pool.begin().await?;
+        let current: Option<i64> =
+            sqlx::query("SELECT generation FROM partition_leases WHERE stage = $1 AND partition = $2 FOR UPDATE")
+                .bind(stage.as_str())
+                .bind(partition)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.get(0));
+        if current != Some(generation) {
+            let current = current.unwrap_or(0);
+            return Err(Fenced { stage: stage.as_str(), partition, ours: generation, current }.into());
+        }
         let (upserts, deletes): (Vec<_>, Vec<_>) = changed.iter().partition(|(_, s)| s.is_some());
         if !upserts.is_empty() {
             let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();

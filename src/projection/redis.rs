@@ -11,24 +11,27 @@ use redis::RedisError;
 use super::{decode_view, user_key, CONVERSATION_PREFIX, VERSION_FIELD};
 use crate::contract::{ConversationView, UserView};
 
-/// The write script. KEYS[1]: the user's hash. ARGV[1]: the version, `"{a} {b}"` (two next offsets);
+/// The write script. KEYS[1]: the user's hash. ARGV[1]: the version, `"{g} {a} {b}"` (the writing task's lease
+/// generation and its two next offsets);
 /// ARGV[2]: the totals value; ARGV[3]: `patch` (touch only the fields named) or `replace` (first delete every
 /// conversation field); ARGV[4]: n, the number of fields to set; ARGV[5 .. 4+2n]: field, value pairs; the
 /// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused.
 ///
-/// A write is refused when the stored version dominates it: at least as far in both offsets and not equal. The
-/// fold is order-proof, so a user's state at position `(a, b)` depends only on `(a, b)`; a dominated write can
-/// only be older. Two positions neither of which dominates the other (a task restarted from its checkpoint reads
-/// the two topics in another interleaving) are both accepted: the live task only moves forward from there and
-/// rewrites every user it touches, so Redis converges; refusing them would leave a user stale for good.
+/// A write is refused when it comes from an older generation (a paused task whose partition moved: fencing), or
+/// from the same generation with a position the stored one dominates: at least as far in both offsets and not
+/// equal. The fold is order-proof, so a user's state at position `(a, b)` depends only on `(a, b)`; a dominated
+/// write can only be older. Two positions neither of which dominates the other (a task restarted from its
+/// checkpoint reads the two topics in another interleaving) are both accepted: the live task only moves forward
+/// from there and rewrites every user it touches, so Redis converges; refusing them would leave a user stale.
 pub const WRITE_SCRIPT: &str = r#"
 local cur = redis.call('HGET', KEYS[1], '_version')
 if cur then
-  local a, b = string.match(cur, '^(%d+) (%d+)$')
-  local na, nb = string.match(ARGV[1], '^(%d+) (%d+)$')
-  if a then
-    a, b, na, nb = tonumber(a), tonumber(b), tonumber(na), tonumber(nb)
-    if a >= na and b >= nb and (a > na or b > nb) then return 0 end
+  local g, a, b = string.match(cur, '^(%d+) (%d+) (%d+)$')
+  local ng, na, nb = string.match(ARGV[1], '^(%d+) (%d+) (%d+)$')
+  if g then
+    g, a, b, ng, na, nb = tonumber(g), tonumber(a), tonumber(b), tonumber(ng), tonumber(na), tonumber(nb)
+    if ng < g then return 0 end
+    if ng == g and a >= na and b >= nb and (a > na or b > nb) then return 0 end
   end
 end
 if ARGV[3] == 'replace' then
@@ -47,7 +50,7 @@ return 1
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserWrite {
     pub user_id: String,
-    /// `"{a} {b}"`: the source position this state reflects (both components only ever grow).
+    /// `"{g} {a} {b}"`: the writing task's lease generation and the position this state reflects.
     pub version: String,
     /// The user's full counts after the change.
     pub view: UserView,

@@ -31,18 +31,19 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
     let p = input.partition;
     let topic = shared.topics.conversation_events.clone();
     let mut next = shared.store.offset(Stage::FanOut, &topic, p).await?.unwrap_or(0);
+    let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
     let mut fanout = FanOut::new();
     for (id, _, bytes) in shared.store.states(Stage::FanOut, Some(p)).await? {
         let state = checkpoint::decode_conversation(&bytes).with_context(|| format!("conversation {id:?}"))?;
         fanout.restore(id, state);
     }
-    info!(partition = p, next, "fan-out task started");
+    info!(partition = p, generation, next, "fan-out task started");
     let mut dirty: HashSet<String> = HashSet::new();
     let mut in_flight: Vec<DeliveryFuture> = Vec::new();
     let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
     loop {
         let Some(batch) = input.next_batch(MAX_BATCH, shared.flush.interval).await else {
-            checkpoint(&shared, &input, &fanout, &mut dirty, &mut in_flight, next).await?;
+            checkpoint(&shared, &input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
             return Ok(());
         };
         let mut events = Vec::with_capacity(batch.len());
@@ -64,12 +65,14 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         }
         shared.metrics.processed(&topic, events.len());
         if !events.is_empty() {
+            // A task whose partition moved must not add deltas to the stream of its successor.
+            shared.store.check_lease(Stage::FanOut, p, generation).await?;
             let (deltas, _) = fanout.process_batch(&events);
             dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
             produce(&shared.producer, &shared.topics.user_deltas, &deltas, &mut in_flight).await?;
         }
         if pending >= shared.flush.events || (pending > 0 && last_checkpoint.elapsed() >= shared.flush.interval) {
-            checkpoint(&shared, &input, &fanout, &mut dirty, &mut in_flight, next).await?;
+            checkpoint(&shared, &input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
             (pending, last_checkpoint) = (0, Instant::now());
         }
     }
@@ -115,6 +118,7 @@ async fn acknowledged(in_flight: &mut Vec<DeliveryFuture>) -> anyhow::Result<()>
 async fn checkpoint(
     shared: &Shared,
     input: &PartitionInput,
+    generation: i64,
     fanout: &FanOut,
     dirty: &mut HashSet<String>,
     in_flight: &mut Vec<DeliveryFuture>,
@@ -127,7 +131,7 @@ async fn checkpoint(
         .filter_map(|id| fanout.conversation(id).map(|c| (id.clone(), Some(checkpoint::encode_conversation(c)))))
         .collect();
     let topic = shared.topics.conversation_events.as_str();
-    shared.store.commit(Stage::FanOut, input.partition, &changed, &[(topic, next)]).await?;
+    shared.store.commit(Stage::FanOut, input.partition, generation, &changed, &[(topic, next)]).await?;
     let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
     shared.metrics.checkpoint_rows(changed.len(), bytes);
     dirty.clear();

@@ -34,17 +34,18 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         shared.store.offset(Stage::Fold, &ue, p).await?.unwrap_or(0),
         shared.store.offset(Stage::Fold, &ud, p).await?.unwrap_or(0),
     ];
+    let generation = shared.store.acquire(Stage::Fold, p, &shared.owner).await?;
     let mut fold = Fold::new();
     for (id, _, bytes) in shared.store.states(Stage::Fold, Some(p)).await? {
         fold.restore(id.clone(), checkpoint::decode_user(&bytes).with_context(|| format!("user {id:?}"))?);
     }
-    info!(partition = p, user_events = next[0], user_deltas = next[1], "fold task started");
+    info!(partition = p, generation, user_events = next[0], user_deltas = next[1], "fold task started");
     // user → conversations changed since the last flush
     let mut dirty: HashMap<String, BTreeSet<String>> = HashMap::new();
     let (mut pending, mut last_flush) = (0usize, Instant::now());
     loop {
         let Some(batch) = input.next_batch(MAX_BATCH * 4, shared.flush.interval).await else {
-            flush(&shared, &input, &fold, &mut dirty, next).await?;
+            flush(&shared, &input, generation, &fold, &mut dirty, next).await?;
             return Ok(());
         };
         let (mut n_events, mut n_deltas) = (0, 0);
@@ -82,26 +83,29 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         shared.metrics.processed(&ue, n_events);
         shared.metrics.processed(&ud, n_deltas);
         if pending >= shared.flush.events || (pending > 0 && last_flush.elapsed() >= shared.flush.interval) {
-            flush(&shared, &input, &fold, &mut dirty, next).await?;
+            flush(&shared, &input, generation, &fold, &mut dirty, next).await?;
             (pending, last_flush) = (0, Instant::now());
         }
     }
 }
 
-/// The projection version of a fold task's position: both next offsets.
-pub fn version(next: [i64; 2]) -> String {
-    format!("{} {}", next[0], next[1])
+/// The projection version of a fold task's state: its lease generation and both next offsets.
+pub fn version(generation: i64, next: [i64; 2]) -> String {
+    format!("{generation} {} {}", next[0], next[1])
 }
 
 async fn flush(
     shared: &Shared,
     input: &PartitionInput,
+    generation: i64,
     fold: &Fold,
     dirty: &mut HashMap<String, BTreeSet<String>>,
     next: [i64; 2],
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let version = version(next);
+    // A task whose partition moved stops here rather than write Redis (the script would refuse most of it anyway).
+    shared.store.check_lease(Stage::Fold, input.partition, generation).await?;
+    let version = version(generation, next);
     let mut writes = Vec::with_capacity(dirty.len());
     let mut changed = Vec::with_capacity(dirty.len());
     for (user, conversations) in dirty.iter() {
@@ -124,7 +128,7 @@ async fn flush(
     }
     shared.metrics.redis_writes(written);
     let offsets = [(shared.topics.user_events.as_str(), next[0]), (shared.topics.user_deltas.as_str(), next[1])];
-    shared.store.commit(Stage::Fold, input.partition, &changed, &offsets).await?;
+    shared.store.commit(Stage::Fold, input.partition, generation, &changed, &offsets).await?;
     let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
     shared.metrics.checkpoint_rows(changed.len(), bytes);
     input.store_offsets(&offsets);

@@ -18,6 +18,7 @@ pub struct Metrics {
     checkpoint_rows: AtomicU64,
     checkpoint_bytes: AtomicU64,
     checkpoints: AtomicU64,
+    fenced: AtomicU64,
     checkpoint_micros: AtomicU64,
     assignments: Mutex<Vec<(&'static str, Arc<Assignment>)>>,
 }
@@ -51,6 +52,11 @@ impl Metrics {
         self.checkpoint_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    /// A partition task was fenced (its lease was taken by another task).
+    pub fn fenced(&self) {
+        self.fenced.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// One checkpoint (or flush) that took `took`.
     pub fn checkpoint(&self, took: Duration) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -81,6 +87,8 @@ impl Metrics {
         let _ = writeln!(out, "unread_checkpoint_rows_total {}", self.checkpoint_rows.load(Ordering::Relaxed));
         let _ = writeln!(out, "# TYPE unread_checkpoint_bytes_total counter");
         let _ = writeln!(out, "unread_checkpoint_bytes_total {}", self.checkpoint_bytes.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE unread_fenced_tasks_total counter");
+        let _ = writeln!(out, "unread_fenced_tasks_total {}", self.fenced.load(Ordering::Relaxed));
         let _ = writeln!(out, "# TYPE unread_checkpoints_total counter");
         let _ = writeln!(out, "unread_checkpoints_total {}", self.checkpoints.load(Ordering::Relaxed));
         let _ = writeln!(out, "# TYPE unread_checkpoint_seconds_total counter");

@@ -70,6 +70,8 @@ pub struct Shared {
     pub producer: FutureProducer,
     pub flush: FlushPolicy,
     pub metrics: Arc<Metrics>,
+    /// This process, as named in partition leases: `{hostname or "host"}:{pid}`.
+    pub owner: String,
 }
 
 /// An idempotent producer with the Java-compatible partitioner (murmur2), as the contract's producers use.
@@ -86,6 +88,20 @@ pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
         .set("message.max.bytes", "16777216")
         .create()
         .context("creating the Kafka producer")
+}
+
+/// Logs how a partition task ended (also when nobody awaits it any more: a revoked task ends on its own) and
+/// counts fencings.
+fn logged(stage: &'static str, partition: i32, metrics: &Metrics, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    match &result {
+        Ok(()) => tracing::debug!(stage, partition, "task ended"),
+        Err(e) if e.downcast_ref::<crate::checkpoint::store::Fenced>().is_some() => {
+            metrics.fenced();
+            tracing::warn!(stage, partition, error = %e, "task fenced: another task owns the partition now");
+        }
+        Err(e) => tracing::warn!(stage, partition, error = %format!("{e:#}"), "task failed"),
+    }
+    result
 }
 
 /// Runs until SIGINT or SIGTERM, then stops the stages cleanly (each task flushes and checkpoints).
@@ -105,6 +121,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         producer: producer(&s.brokers)?,
         flush: FlushPolicy { interval: Duration::from_millis(opts.flush_interval_ms), events: opts.flush_events },
         metrics: metrics.clone(),
+        owner: format!(
+            "{}:{}",
+            std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into()),
+            std::process::id()
+        ),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut stages = tokio::task::JoinSet::new();
@@ -115,7 +136,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             group::consumer(&s.brokers, &format!("{}.fanout", s.group_id), &[&topics.conversation_events])?;
         assignments.push(("fanout", dispatcher.assignment.clone()));
         let sh = shared.clone();
-        let spawn: group::SpawnTask = Arc::new(move |input| tokio::spawn(fanout_stage::run(sh.clone(), input)));
+        let spawn: group::SpawnTask = Arc::new(move |input| {
+            let (sh, p) = (sh.clone(), input.partition);
+            tokio::spawn(async move { logged("fanout", p, &sh.metrics, fanout_stage::run(sh.clone(), input).await) })
+        });
         stages.spawn(dispatcher.run("fanout", spawn, stop_rx.clone()));
     }
     if opts.roles.contains(&Role::Fold) {
@@ -123,7 +147,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             group::consumer(&s.brokers, &format!("{}.fold", s.group_id), &[&topics.user_events, &topics.user_deltas])?;
         assignments.push(("fold", dispatcher.assignment.clone()));
         let sh = shared.clone();
-        let spawn: group::SpawnTask = Arc::new(move |input| tokio::spawn(fold_stage::run(sh.clone(), input)));
+        let spawn: group::SpawnTask = Arc::new(move |input| {
+            let (sh, p) = (sh.clone(), input.partition);
+            tokio::spawn(async move { logged("fold", p, &sh.metrics, fold_stage::run(sh.clone(), input).await) })
+        });
         stages.spawn(dispatcher.run("fold", spawn, stop_rx.clone()));
     }
     metrics.set_assignments(assignments.clone());

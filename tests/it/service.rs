@@ -82,7 +82,10 @@ impl<'s> Ns<'s> {
     fn start(&self, extra: &[&str]) -> Service {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
-        let mut args = vec!["run", "--listen", &listen, "--flush-interval-ms", "100"];
+        let mut args = vec!["run", "--listen", &listen];
+        if !extra.contains(&"--flush-interval-ms") {
+            args.extend(["--flush-interval-ms", "100"]);
+        }
         args.extend_from_slice(extra);
         let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{port}.log", self.name))).unwrap();
         let child = self.cmd(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
@@ -386,10 +389,10 @@ fn api_reaches_every_id_and_rejects_bad_ones_with_json() {
 }
 
 #[test]
-fn projection_guard_refuses_only_dominated_versions() {
+fn projection_guard_refuses_older_generations_and_dominated_positions() {
     use unread::contract::{ConversationView, UserView};
     use unread::projection::redis::{RedisProjection, UserWrite};
-    let Some(stack) = stack("projection_guard_refuses_only_dominated_versions") else { return };
+    let Some(stack) = stack("projection_guard_refuses_older_generations_and_dominated_positions") else { return };
     let prefix = format!("it_guard_{}:", std::process::id());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -400,15 +403,98 @@ fn projection_guard_refuses_only_dominated_versions() {
             v
         };
         let write = |unread: u64, version: &str| UserWrite::replace(view(unread), version.into());
-        assert_eq!(p.write(&[write(5, "100 500")]).await.unwrap(), (1, 0));
-        assert_eq!(p.write(&[write(9, "150 480")]).await.unwrap(), (1, 0), "not dominated: accepted");
-        assert_eq!(p.write(&[write(1, "150 470")]).await.unwrap(), (0, 1), "dominated: refused");
-        assert_eq!(p.write(&[write(1, "90 400")]).await.unwrap(), (0, 1), "dominated: refused");
-        assert_eq!(p.write(&[write(9, "150 480")]).await.unwrap(), (1, 0), "equal: accepted (idempotent)");
-        assert_eq!(p.read("u/1").await.unwrap(), view(9));
-        assert_eq!(p.version("u/1").await.unwrap().as_deref(), Some("150 480"));
+        assert_eq!(p.write(&[write(5, "1 100 500")]).await.unwrap(), (1, 0));
+        assert_eq!(p.write(&[write(9, "1 150 480")]).await.unwrap(), (1, 0), "not dominated: accepted");
+        assert_eq!(p.write(&[write(1, "1 150 470")]).await.unwrap(), (0, 1), "dominated: refused");
+        assert_eq!(p.write(&[write(1, "1 90 400")]).await.unwrap(), (0, 1), "dominated: refused");
+        assert_eq!(p.write(&[write(9, "1 150 480")]).await.unwrap(), (1, 0), "equal: accepted (idempotent)");
+        assert_eq!(p.write(&[write(7, "2 10 10")]).await.unwrap(), (1, 0), "newer generation: accepted");
+        assert_eq!(p.write(&[write(1, "1 999 999")]).await.unwrap(), (0, 1), "older generation (a zombie): refused");
+        assert_eq!(p.read("u/1").await.unwrap(), view(7));
+        assert_eq!(p.version("u/1").await.unwrap().as_deref(), Some("2 10 10"));
         delete_redis_prefix(&stack.redis_url, &prefix).await;
     });
+}
+
+#[test]
+fn a_checkpoint_from_an_older_lease_generation_is_fenced() {
+    use unread::checkpoint::store::{CheckpointStore, Fenced, Stage};
+    let Some(stack) = stack("a_checkpoint_from_an_older_lease_generation_is_fenced") else { return };
+    let schema = format!("it_fence_{}", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = CheckpointStore::connect(&stack.database_url, &schema, 2).await.unwrap();
+        store.migrate().await.unwrap();
+        let old = store.acquire(Stage::Fold, 3, "a").await.unwrap();
+        let row = |v: u8| vec![("u".to_string(), Some(vec![v]))];
+        store.commit(Stage::Fold, 3, old, &row(1), &[("t", 10)]).await.unwrap();
+        let new = store.acquire(Stage::Fold, 3, "b").await.unwrap();
+        assert_eq!(new, old + 1);
+        let err = store.commit(Stage::Fold, 3, old, &row(2), &[("t", 5)]).await.unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<Fenced>(),
+            Some(&Fenced { stage: "fold", partition: 3, ours: old, current: new })
+        );
+        assert_eq!(store.offset(Stage::Fold, "t", 3).await.unwrap(), Some(10), "the fenced commit wrote nothing");
+        assert_eq!(store.states(Stage::Fold, Some(3)).await.unwrap()[0].2, vec![1]);
+        store.commit(Stage::Fold, 3, new, &row(3), &[("t", 20)]).await.unwrap();
+        assert!(
+            store.check_lease(Stage::Fold, 3, old).await.is_err()
+                && store.check_lease(Stage::Fold, 3, new).await.is_ok()
+        );
+        let pool = sqlx::PgPool::connect(&stack.database_url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await.unwrap();
+    });
+}
+
+#[test]
+fn two_instances_one_killed_one_paused_then_resumed_stay_exact() {
+    let Some(stack) = stack("two_instances_one_killed_one_paused_then_resumed_stay_exact") else { return };
+    let ns = Ns::new(&stack, "fence");
+    let mut pipeline = unread::pipeline::Pipeline::new();
+    for _ in 0..2 {
+        ns.ok(&["produce", &dev_events()]);
+        let input = unread::pipeline::open_input(&dev_events()).unwrap();
+        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
+    }
+    let expected = pipeline.views();
+    // Round 1: two members share the partitions; one is SIGKILLed mid-run and the other takes them over.
+    let a = ns.start(&["--flush-events", "1000"]);
+    let b = ns.start(&["--flush-events", "1000"]);
+    let initial = ns.total_lag();
+    while ns.total_lag() == initial {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.kill();
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_matches(b.port, &expected);
+    // Round 2: a new member joins, gets half the partitions, is paused (SIGSTOP) with uncommitted work, its
+    // partitions move back to b after the session timeout, more traffic arrives, then it resumes (SIGCONT):
+    // its late writes are fenced in PostgreSQL and Redis.
+    let c = ns.start(&["--flush-events", "1000", "--flush-interval-ms", "2000"]);
+    std::thread::sleep(Duration::from_secs(3)); // rebalanced: c owns some partitions
+    ns.ok(&["produce", &dev_events()]);
+    let input = unread::pipeline::open_input(&dev_events()).unwrap();
+    unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
+    let expected = pipeline.views();
+    std::thread::sleep(Duration::from_millis(300));
+    Command::new("kill").args(["-STOP", &c.child.id().to_string()]).status().unwrap();
+    ns.ok(&["lag", "--wait", "120"]); // b took over c's partitions after the session timeout and caught up
+    assert_matches(b.port, &expected);
+    Command::new("kill").args(["-CONT", &c.child.id().to_string()]).status().unwrap();
+    std::thread::sleep(Duration::from_secs(5)); // c notices, tries to flush, is fenced, loses its partitions
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_matches(b.port, &expected);
+    let metrics = http_get(c.port, "/metrics").unwrap().1;
+    let fenced: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("unread_fenced_tasks_total "))
+        .and_then(|n| n.parse().ok())
+        .expect("metric present");
+    assert!(fenced >= 1, "the resumed instance's late checkpoints were fenced:\n{metrics}");
+    c.stop();
+    b.stop();
+    ns.cleanup();
 }
 
 /// (topic, key, value, the error kind it must be dead-lettered with)
@@ -530,6 +616,43 @@ fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_exact(svc.port);
+    svc.stop();
+    ns.cleanup();
+}
+
+#[test]
+fn sigkill_at_five_points_in_one_run_stays_exact() {
+    let Some(stack) = stack("sigkill_at_five_points_in_one_run_stays_exact") else { return };
+    let ns = Ns::new(&stack, "kill5");
+    let mut pipeline = unread::pipeline::Pipeline::new();
+    for _ in 0..2 {
+        ns.ok(&["produce", &dev_events()]);
+        let input = unread::pipeline::open_input(&dev_events()).unwrap();
+        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
+    }
+    let expected = pipeline.views();
+    // Kill points spread over the run: each time some progress was checkpointed, at a random delay after start.
+    let mut rng = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64 | 1;
+    let mut kills = 0;
+    let mut lag = ns.total_lag();
+    while kills < 5 && lag > 0 {
+        let svc = ns.start(&["--flush-events", "500"]);
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(50 + rng % 250));
+        let before = lag;
+        while ns.total_lag() == before {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        svc.kill();
+        kills += 1;
+        lag = ns.total_lag();
+    }
+    assert!(kills >= 3, "only {kills} kills happened before the end; the test proves little");
+    let svc = ns.start(&[]);
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_matches(svc.port, &expected);
     svc.stop();
     ns.cleanup();
 }
