@@ -118,14 +118,11 @@ pub async fn rebuild_projection(
 ) -> anyhow::Result<(usize, usize)> {
     let topics = Topics::new(&settings.topic_prefix);
     let offsets = store.offsets(Stage::Fold).await?;
-    let mut generations = HashMap::new();
-    let mut version = async |p: i32| {
-        if !generations.contains_key(&p) {
-            generations.insert(p, store.generation(Stage::Fold, p).await?);
-        }
+    let generations = store.generations(Stage::Fold).await?;
+    let version = |p: i32| {
         let ue = offsets.get(&(topics.user_events.clone(), p)).copied().unwrap_or(0);
         let ud = offsets.get(&(topics.user_deltas.clone(), p)).copied().unwrap_or(0);
-        anyhow::Ok(fold_stage::version(generations[&p], [ue, ud]))
+        fold_stage::version(generations.get(&p).copied().unwrap_or(0), [ue, ud])
     };
     let rows = if users.is_empty() {
         store.states(Stage::Fold, None).await?
@@ -136,7 +133,7 @@ pub async fn rebuild_projection(
     let mut found: HashMap<String, ()> = HashMap::new();
     for (id, p, bytes) in rows {
         let state = checkpoint::decode_user(&bytes).with_context(|| format!("checkpoint of user {id:?}"))?;
-        writes.push(UserWrite::replace(state.view(&id), version(p).await?));
+        writes.push(UserWrite::replace(state.view(&id), version(p)));
         found.insert(id, ());
     }
     let missing: Vec<&String> = users.iter().filter(|u| !found.contains_key(*u)).collect();
@@ -147,7 +144,7 @@ pub async fn rebuild_projection(
             .context("the user-events topic does not exist")?;
         for u in missing {
             let view = UserView { user_id: u.clone(), ..Default::default() };
-            writes.push(UserWrite::replace(view, version(partition_for_key(u.as_bytes(), partitions)).await?));
+            writes.push(UserWrite::replace(view, version(partition_for_key(u.as_bytes(), partitions))));
         }
     }
     Ok(projection.write(&writes).await?)

@@ -105,6 +105,15 @@ impl CheckpointStore {
         Ok(row.map_or(0, |r| r.get(0)))
     }
 
+    /// Every partition's lease generation of a stage.
+    pub async fn generations(&self, stage: Stage) -> anyhow::Result<HashMap<i32, i64>> {
+        let rows = sqlx::query("SELECT partition, generation FROM partition_leases WHERE stage = $1")
+            .bind(stage.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// Fails with [`Fenced`] unless the lease is still at `generation`.
     pub async fn check_lease(&self, stage: Stage, partition: i32, generation: i64) -> anyhow::Result<()> {
         let current = self.generation(stage, partition).await?;
