@@ -64,8 +64,11 @@ impl CheckpointStore {
             .context("creating schema")?;
         admin.close().await;
         let opts = base.options([("search_path", schema)]);
+        // A short acquire timeout makes an outage an error that the caller logs, counts and retries, rather
+        // than every query silently hanging for the default 30 s.
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
+            .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(opts)
             .await
             .context("connecting to PostgreSQL")?;

@@ -178,6 +178,24 @@ impl RedisProjection {
         redis::cmd("HGET").arg(user_key(&self.prefix, user_id)).arg(VERSION_FIELD).query_async(&mut conn).await
     }
 
+    /// The key marking that fold partition `partition`'s users are all in Redis.
+    fn marker_key(&self, partition: i32) -> String {
+        format!("{}partition:fold:{partition}", self.prefix)
+    }
+
+    /// Whether the marker of a fold partition is present. A missing marker means Redis lost the projection
+    /// (restarted empty, flushed) or never had it: the partition's owner must rewrite all its users.
+    pub async fn has_marker(&self, partition: i32) -> Result<bool, RedisError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("EXISTS").arg(self.marker_key(partition)).query_async(&mut conn).await
+    }
+
+    /// Sets the marker of a fold partition (after all its users were written).
+    pub async fn set_marker(&self, partition: i32) -> Result<(), RedisError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("SET").arg(self.marker_key(partition)).arg(1).query_async(&mut conn).await
+    }
+
     /// Raw command access for tools and tests.
     pub fn connection(&self) -> ConnectionManager {
         self.conn.clone()

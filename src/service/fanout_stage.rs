@@ -66,7 +66,8 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         shared.metrics.processed(&topic, events.len());
         if !events.is_empty() {
             // A task whose partition moved must not add deltas to the stream of its successor.
-            shared.store.check_lease(Stage::FanOut, p, generation).await?;
+            super::retry(&shared.metrics, "postgres", || shared.store.check_lease(Stage::FanOut, p, generation))
+                .await?;
             let (deltas, _) = fanout.process_batch(&events);
             dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
             produce(&shared.producer, &shared.topics.user_deltas, &deltas, &mut in_flight).await?;
@@ -131,7 +132,11 @@ async fn checkpoint(
         .filter_map(|id| fanout.conversation(id).map(|c| (id.clone(), Some(checkpoint::encode_conversation(c)))))
         .collect();
     let topic = shared.topics.conversation_events.as_str();
-    shared.store.commit(Stage::FanOut, input.partition, generation, &changed, &[(topic, next)]).await?;
+    let offsets = [(topic, next)];
+    super::retry(&shared.metrics, "postgres", || {
+        shared.store.commit(Stage::FanOut, input.partition, generation, &changed, &offsets)
+    })
+    .await?;
     let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
     shared.metrics.checkpoint_rows(changed.len(), bytes);
     dirty.clear();

@@ -103,32 +103,54 @@ async fn flush(
     next: [i64; 2],
 ) -> anyhow::Result<()> {
     let started = Instant::now();
+    let (p, store, projection, metrics) = (input.partition, &shared.store, &shared.projection, &*shared.metrics);
     // A task whose partition moved stops here rather than write Redis (the script would refuse most of it anyway).
-    shared.store.check_lease(Stage::Fold, input.partition, generation).await?;
+    super::retry(metrics, "postgres", || store.check_lease(Stage::Fold, p, generation)).await?;
     let version = version(generation, next);
+    // Redis lost the projection (restarted empty, flushed): rewrite every user of the partition from memory.
+    let full = !super::retry(metrics, "redis", || async { Ok(projection.has_marker(p).await?) }).await?;
     let mut writes = Vec::with_capacity(dirty.len());
+    if full {
+        warn!(
+            partition = p,
+            users = fold.users().count(),
+            "Redis lacks this partition's projection: rewriting all its users"
+        );
+        for (user, state) in fold.users() {
+            writes.push(UserWrite::replace(state.view(user), version.clone()));
+        }
+    }
     let mut changed = Vec::with_capacity(dirty.len());
     for (user, conversations) in dirty.iter() {
         let state = fold.user(user);
         let view = state
             .map(|s| s.view(user))
             .unwrap_or_else(|| crate::contract::UserView { user_id: user.clone(), ..Default::default() });
-        writes.push(UserWrite {
-            user_id: user.clone(),
-            version: version.clone(),
-            view,
-            changed: conversations.iter().cloned().collect(),
-            replace: false,
-        });
+        if !full || state.is_none() {
+            writes.push(UserWrite {
+                user_id: user.clone(),
+                version: version.clone(),
+                view,
+                changed: conversations.iter().cloned().collect(),
+                replace: false,
+            });
+        }
         changed.push((user.clone(), state.map(checkpoint::encode_user)));
     }
-    let (written, refused) = shared.projection.write(&writes).await.context("writing the Redis projection")?;
+    let (written, refused) = super::retry(metrics, "redis", || async {
+        let r = projection.write(&writes).await?;
+        if full {
+            projection.set_marker(p).await?;
+        }
+        Ok(r)
+    })
+    .await?;
     if refused > 0 {
-        warn!(partition = input.partition, refused, "projection refused older writes (another task is ahead)");
+        warn!(partition = p, refused, "projection refused older writes (another task is ahead)");
     }
     shared.metrics.redis_writes(written);
     let offsets = [(shared.topics.user_events.as_str(), next[0]), (shared.topics.user_deltas.as_str(), next[1])];
-    shared.store.commit(Stage::Fold, input.partition, generation, &changed, &offsets).await?;
+    super::retry(metrics, "postgres", || store.commit(Stage::Fold, p, generation, &changed, &offsets)).await?;
     let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
     shared.metrics.checkpoint_rows(changed.len(), bytes);
     input.store_offsets(&offsets);

@@ -13,6 +13,7 @@ use super::group::Assignment;
 pub struct Metrics {
     processed: Mutex<BTreeMap<String, u64>>,
     dead_letters: Mutex<BTreeMap<&'static str, u64>>,
+    errors: Mutex<BTreeMap<&'static str, u64>>,
     redis_writes: AtomicU64,
     increments: AtomicU64,
     checkpoint_rows: AtomicU64,
@@ -34,6 +35,11 @@ impl Metrics {
     /// One record sent to the dead-letter topic.
     pub fn dead_letter(&self, kind: &'static str) {
         *self.dead_letters.lock().expect("not poisoned").entry(kind).or_default() += 1;
+    }
+
+    /// One failed attempt at `what` (`redis`, `postgres`, …), to be retried.
+    pub fn error(&self, what: &'static str) {
+        *self.errors.lock().expect("not poisoned").entry(what).or_default() += 1;
     }
 
     /// `n` users written to Redis.
@@ -78,6 +84,10 @@ impl Metrics {
         out.push_str("# TYPE unread_dead_letter_records_total counter\n");
         for (kind, n) in self.dead_letters.lock().expect("not poisoned").iter() {
             let _ = writeln!(out, "unread_dead_letter_records_total{{kind=\"{kind}\"}} {n}");
+        }
+        out.push_str("# TYPE unread_errors_total counter\n");
+        for (what, n) in self.errors.lock().expect("not poisoned").iter() {
+            let _ = writeln!(out, "unread_errors_total{{store=\"{what}\"}} {n}");
         }
         let _ = writeln!(out, "# TYPE unread_redis_user_writes_total counter");
         let _ = writeln!(out, "unread_redis_user_writes_total {}", self.redis_writes.load(Ordering::Relaxed));

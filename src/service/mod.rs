@@ -90,6 +90,34 @@ pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
         .context("creating the Kafka producer")
 }
 
+/// Runs `op` until it succeeds, waiting 100 ms, then twice as long each time up to 2 s, for at most 60 s; each
+/// failure is logged and counted under `what`. A [`crate::checkpoint::store::Fenced`] error is returned at once.
+///
+/// Errors: the last error after 60 s, or a fencing.
+pub async fn retry<T, F, Fut>(metrics: &Metrics, what: &'static str, mut op: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.downcast_ref::<crate::checkpoint::store::Fenced>().is_some() => return Err(e),
+            Err(e) if started.elapsed() >= Duration::from_secs(60) => {
+                return Err(e.context(format!("{what}: still failing after 60 s")))
+            }
+            Err(e) => {
+                metrics.error(what);
+                tracing::warn!(what, error = %format!("{e:#}"), retry_in_ms = wait.as_millis() as u64, "failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
 /// Logs how a partition task ended (also when nobody awaits it any more: a revoked task ends on its own) and
 /// counts fencings.
 fn logged(stage: &'static str, partition: i32, metrics: &Metrics, result: anyhow::Result<()>) -> anyhow::Result<()> {

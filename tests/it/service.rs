@@ -32,17 +32,23 @@ fn stack(test: &str) -> Option<Stack> {
     }
 }
 
-/// One test's private namespace on the shared stack.
+/// One test's private namespace on the shared stack (or on private Redis/PostgreSQL instances).
 struct Ns<'s> {
     stack: &'s Stack,
     name: String,
+    redis_url: String,
+    database_url: String,
 }
 
 impl<'s> Ns<'s> {
     fn new(stack: &'s Stack, test: &str) -> Self {
+        Self::with(stack, test, &stack.redis_url, &stack.database_url)
+    }
+
+    fn with(stack: &'s Stack, test: &str, redis_url: &str, database_url: &str) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
         let name = format!("it_{test}_{}_{nanos}", std::process::id());
-        let ns = Self { stack, name };
+        let ns = Self { stack, name, redis_url: redis_url.to_owned(), database_url: database_url.to_owned() };
         ns.ok(&["topics", "create"]);
         ns
     }
@@ -51,8 +57,8 @@ impl<'s> Ns<'s> {
         let mut c = Command::new(env!("CARGO_BIN_EXE_unread"));
         c.args(args)
             .env("UNREAD_BROKERS", &self.stack.brokers)
-            .env("UNREAD_REDIS_URL", &self.stack.redis_url)
-            .env("UNREAD_DATABASE_URL", &self.stack.database_url)
+            .env("UNREAD_REDIS_URL", &self.redis_url)
+            .env("UNREAD_DATABASE_URL", &self.database_url)
             .env("UNREAD_DB_SCHEMA", &self.name)
             .env("UNREAD_TOPIC_PREFIX", format!("{}.", self.name))
             .env("UNREAD_GROUP_ID", &self.name)
@@ -108,12 +114,12 @@ impl<'s> Ns<'s> {
             let t = unread::topology::Topics::new(&format!("{}.", self.name));
             let names = [&t.conversation_events, &t.user_events, &t.user_deltas, &t.dead_letter].map(|s| s.as_str());
             admin.delete_topics(&names, &AdminOptions::new()).await.ok();
-            let pool = sqlx::PgPool::connect(&self.stack.database_url).await.unwrap();
+            let pool = sqlx::PgPool::connect(&self.database_url).await.unwrap();
             sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name)))
                 .execute(&pool)
                 .await
                 .unwrap();
-            delete_redis_prefix(&self.stack.redis_url, &format!("{}:", self.name)).await;
+            delete_redis_prefix(&self.redis_url, &format!("{}:", self.name)).await;
         });
     }
 }
@@ -653,6 +659,181 @@ fn sigkill_at_five_points_in_one_run_stays_exact() {
     let svc = ns.start(&[]);
     ns.ok(&["lag", "--wait", "120"]);
     assert_matches(svc.port, &expected);
+    svc.stop();
+    ns.cleanup();
+}
+
+fn wait_port(port: u16, open: bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() != open {
+        assert!(Instant::now() < deadline, "port {port} did not become {}", if open { "open" } else { "closed" });
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Resident memory of a process, in MiB.
+fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        / 1024
+}
+
+/// A Redis server of the test's own (from the package scripts/stack installs), with no persistence.
+struct PrivateRedis {
+    child: Child,
+    port: u16,
+}
+
+impl PrivateRedis {
+    fn start(port: u16) -> Self {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (installed by scripts/stack up)");
+        wait_port(port, true);
+        Self { child, port }
+    }
+
+    fn stop(mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+        wait_port(self.port, false);
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+#[test]
+fn redis_down_for_10_s_then_back_empty_is_detected_and_exact() {
+    let Some(stack) = stack("redis_down_for_10_s_then_back_empty_is_detected_and_exact") else { return };
+    let port = free_port();
+    let redis = PrivateRedis::start(port);
+    let ns = Ns::with(&stack, "redisdown", &format!("redis://127.0.0.1:{port}"), &stack.database_url);
+    let svc = ns.start(&["--flush-events", "1000"]);
+    ns.ok(&["produce", &dev_events()]);
+    std::thread::sleep(Duration::from_millis(200));
+    redis.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(svc_alive(&svc), "the service survived the Redis outage");
+    let rss = rss_mib(svc.child.id());
+    assert!(rss < 1024, "memory stayed bounded: {rss} MiB");
+    let _redis = PrivateRedis::start(port); // back, and empty: the fold tasks must notice and rewrite everything
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_exact(svc.port);
+    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    assert!(metrics.contains(r#"unread_errors_total{store="redis"}"#), "the outage was seen: {metrics}");
+    svc.stop();
+    ns.cleanup();
+}
+
+fn svc_alive(svc: &Service) -> bool {
+    std::fs::metadata(format!("/proc/{}", svc.child.id())).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{}/status", svc.child.id())).unwrap_or_default().contains("zombie")
+}
+
+/// A PostgreSQL cluster of the test's own (from the package scripts/stack installs).
+struct PrivatePg {
+    dir: std::path::PathBuf,
+    port: u16,
+    bin: std::path::PathBuf,
+}
+
+impl PrivatePg {
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let as_root = unsafe_is_root();
+        let mut c = if as_root { Command::new("runuser") } else { Command::new(&exe) };
+        if as_root {
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+        }
+        let out = c.args(args).output().unwrap();
+        assert!(out.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn create() -> Self {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL installed by scripts/stack up")
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .max()
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("unread-it-pg-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        if unsafe_is_root() {
+            Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().unwrap();
+        }
+        let pg = Self { dir, port: free_port(), bin };
+        let data = pg.dir.join("data");
+        pg.run("initdb", &["-D", data.to_str().unwrap(), "-U", "unread", "--auth=trust"]);
+        pg.start();
+        pg.run("createdb", &["-h", "127.0.0.1", "-p", &pg.port.to_string(), "-U", "unread", "unread"]);
+        pg
+    }
+
+    fn start(&self) {
+        let data = self.dir.join("data");
+        let opts = format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.display());
+        let log = self.dir.join("log");
+        self.run("pg_ctl", &["-D", data.to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &opts, "-w", "start"]);
+    }
+
+    fn stop(&self) {
+        self.run("pg_ctl", &["-D", self.dir.join("data").to_str().unwrap(), "-m", "fast", "-w", "stop"]);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://unread@127.0.0.1:{}/unread", self.port)
+    }
+}
+
+impl Drop for PrivatePg {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let exe = self.bin.join("pg_ctl");
+        let mut c = if unsafe_is_root() { Command::new("runuser") } else { Command::new(&exe) };
+        if unsafe_is_root() {
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+        }
+        c.args(["-D", data.to_str().unwrap(), "-m", "immediate", "stop"]).output().ok();
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+fn unsafe_is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false)
+}
+
+#[test]
+fn postgres_down_for_10_s_pauses_checkpoints_then_is_exact() {
+    let Some(stack) = stack("postgres_down_for_10_s_pauses_checkpoints_then_is_exact") else { return };
+    let pg = PrivatePg::create();
+    let ns = Ns::with(&stack, "pgdown", &stack.redis_url, &pg.url());
+    let svc = ns.start(&["--flush-events", "1000"]);
+    ns.ok(&["produce", &dev_events()]);
+    std::thread::sleep(Duration::from_millis(200));
+    pg.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(svc_alive(&svc), "the service survived the PostgreSQL outage");
+    let rss = rss_mib(svc.child.id());
+    assert!(rss < 1024, "memory stayed bounded: {rss} MiB");
+    pg.start();
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_exact(svc.port);
+    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    assert!(metrics.contains(r#"unread_errors_total{store="postgres"}"#), "the outage was seen: {metrics}");
     svc.stop();
     ns.cleanup();
 }
