@@ -43,8 +43,9 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
     let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
     loop {
         let Some(batch) = input.next_batch(MAX_BATCH, shared.flush.interval).await else {
-            checkpoint(&shared, &input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
-            return Ok(());
+            let done = checkpoint(&shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await;
+            shared.metrics.forget_lag("fanout", p);
+            return done;
         };
         let mut events = Vec::with_capacity(batch.len());
         for record in &batch {
@@ -73,7 +74,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
             produce(&shared.producer, &shared.topics.user_deltas, &deltas, &mut in_flight).await?;
         }
         if pending >= shared.flush.events || (pending > 0 && last_checkpoint.elapsed() >= shared.flush.interval) {
-            checkpoint(&shared, &input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
+            checkpoint(&shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
             (pending, last_checkpoint) = (0, Instant::now());
         }
     }
@@ -118,7 +119,7 @@ async fn acknowledged(in_flight: &mut Vec<DeliveryFuture>) -> anyhow::Result<()>
 
 async fn checkpoint(
     shared: &Shared,
-    input: &PartitionInput,
+    input: &mut PartitionInput,
     generation: i64,
     fanout: &FanOut,
     dirty: &mut HashSet<String>,
@@ -133,10 +134,15 @@ async fn checkpoint(
         .collect();
     let topic = shared.topics.conversation_events.as_str();
     let offsets = [(topic, next)];
+    let commit_started = Instant::now();
     super::retry(&shared.metrics, "postgres", || {
         shared.store.commit(Stage::FanOut, input.partition, generation, &changed, &offsets)
     })
     .await?;
+    shared.metrics.flush_latency("fanout", started.elapsed(), commit_started.elapsed());
+    if let Some(lag) = input.lag(topic, next) {
+        shared.metrics.lag("fanout", topic, input.partition, lag);
+    }
     let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
     shared.metrics.checkpoint_rows(changed.len(), bytes);
     dirty.clear();

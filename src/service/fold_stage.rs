@@ -45,8 +45,9 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
     let (mut pending, mut last_flush) = (0usize, Instant::now());
     loop {
         let Some(batch) = input.next_batch(MAX_BATCH * 4, shared.flush.interval).await else {
-            flush(&shared, &input, generation, &fold, &mut dirty, next).await?;
-            return Ok(());
+            let done = flush(&shared, &mut input, generation, &fold, &mut dirty, next).await;
+            shared.metrics.forget_lag("fold", p);
+            return done;
         };
         let (mut n_events, mut n_deltas) = (0, 0);
         let increments_before = fold.stats().increments;
@@ -83,7 +84,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         shared.metrics.processed(&ue, n_events);
         shared.metrics.processed(&ud, n_deltas);
         if pending >= shared.flush.events || (pending > 0 && last_flush.elapsed() >= shared.flush.interval) {
-            flush(&shared, &input, generation, &fold, &mut dirty, next).await?;
+            flush(&shared, &mut input, generation, &fold, &mut dirty, next).await?;
             (pending, last_flush) = (0, Instant::now());
         }
     }
@@ -96,7 +97,7 @@ pub fn version(generation: i64, next: [i64; 2]) -> String {
 
 async fn flush(
     shared: &Shared,
-    input: &PartitionInput,
+    input: &mut PartitionInput,
     generation: i64,
     fold: &Fold,
     dirty: &mut HashMap<String, BTreeSet<String>>,
@@ -150,7 +151,14 @@ async fn flush(
     }
     shared.metrics.redis_writes(written);
     let offsets = [(shared.topics.user_events.as_str(), next[0]), (shared.topics.user_deltas.as_str(), next[1])];
+    let commit_started = Instant::now();
     super::retry(metrics, "postgres", || store.commit(Stage::Fold, p, generation, &changed, &offsets)).await?;
+    metrics.flush_latency("fold", started.elapsed(), commit_started.elapsed());
+    for (topic, next) in offsets {
+        if let Some(lag) = input.lag(topic, next) {
+            metrics.lag("fold", topic, p, lag);
+        }
+    }
     let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
     shared.metrics.checkpoint_rows(changed.len(), bytes);
     input.store_offsets(&offsets);

@@ -64,6 +64,7 @@ pub struct PartitionInput {
     pub records: mpsc::Receiver<OwnedMessage>,
     pub consumer: Arc<GroupConsumer>,
     last_seek: HashMap<String, Instant>,
+    last_lag_probe: HashMap<String, Instant>,
 }
 
 /// Whether a task should process a record, from its checkpointed next offset for the record's topic.
@@ -105,6 +106,19 @@ impl PartitionInput {
             self.last_seek.insert(topic, Instant::now());
         }
         Verdict::Gap
+    }
+
+    /// Records behind the end of `topic`'s partition, asking the broker at most every 2 s per topic (a blocking
+    /// call, run off the async workers); `None` when not due or when the broker does not answer within 1 s.
+    pub fn lag(&mut self, topic: &str, next: i64) -> Option<i64> {
+        if self.last_lag_probe.get(topic).is_some_and(|t| t.elapsed() < Duration::from_secs(2)) {
+            return None;
+        }
+        self.last_lag_probe.insert(topic.to_owned(), Instant::now());
+        let (consumer, p) = (&self.consumer, self.partition);
+        let (_, high) =
+            tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, p, Duration::from_secs(1))).ok()?;
+        Some((high - next).max(0))
     }
 
     /// Tells Kafka how far the checkpoint got (a progress hint for the group's committed offsets).
@@ -209,6 +223,7 @@ impl Dispatcher {
                 records: rx,
                 consumer: self.consumer.clone(),
                 last_seek: HashMap::new(),
+                last_lag_probe: HashMap::new(),
             };
             tasks.insert(p, Running { records: tx, handle: spawn(input) });
         };

@@ -8,9 +8,47 @@ use std::time::Duration;
 
 use super::group::Assignment;
 
+/// Upper bounds of the latency histograms' buckets, in seconds.
+const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// A latency histogram in Prometheus' shape (cumulative buckets, sum, count).
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += secs;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, stage: &str) {
+        for (bound, n) in BUCKETS.iter().zip(self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{stage=\"{stage}\",le=\"{bound}\"}} {n}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{stage=\"{stage}\",le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum{{stage=\"{stage}\"}} {:.6}", self.sum);
+        let _ = writeln!(out, "{name}_count{{stage=\"{stage}\"}} {}", self.count);
+    }
+}
+
 /// The service's counters. Cheap to update from every task.
 #[derive(Default)]
 pub struct Metrics {
+    /// stage → latency of one whole flush (fold: Redis + PostgreSQL; fan-out: acknowledgements + PostgreSQL)
+    flush_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
+    /// stage → latency of the PostgreSQL checkpoint transaction alone
+    checkpoint_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
+    /// (stage, topic, partition) → records behind the partition's end
+    lag: Mutex<BTreeMap<(&'static str, String, i32), i64>>,
     processed: Mutex<BTreeMap<String, u64>>,
     dead_letters: Mutex<BTreeMap<&'static str, u64>>,
     errors: Mutex<BTreeMap<&'static str, u64>>,
@@ -69,6 +107,23 @@ impl Metrics {
         self.checkpoint_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// A flush of `stage` took `flush` in all, of which `checkpoint` in the PostgreSQL transaction.
+    pub fn flush_latency(&self, stage: &'static str, flush: Duration, checkpoint: Duration) {
+        self.flush_seconds.lock().expect("not poisoned").entry(stage).or_default().observe(flush.as_secs_f64());
+        let mut c = self.checkpoint_seconds.lock().expect("not poisoned");
+        c.entry(stage).or_default().observe(checkpoint.as_secs_f64());
+    }
+
+    /// The lag of one input partition as its task last saw it (end offset minus its next offset).
+    pub fn lag(&self, stage: &'static str, topic: &str, partition: i32, lag: i64) {
+        self.lag.lock().expect("not poisoned").insert((stage, topic.to_owned(), partition), lag.max(0));
+    }
+
+    /// Forgets the lag of a partition no longer owned.
+    pub fn forget_lag(&self, stage: &'static str, partition: i32) {
+        self.lag.lock().expect("not poisoned").retain(|(s, _, p), _| !(*s == stage && *p == partition));
+    }
+
     /// The stages' assignments, for the partition gauges.
     pub fn set_assignments(&self, a: Vec<(&'static str, Arc<Assignment>)>) {
         *self.assignments.lock().expect("not poisoned") = a;
@@ -107,6 +162,19 @@ impl Metrics {
             "unread_checkpoint_seconds_total {:.6}",
             self.checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6
         );
+        out.push_str("# TYPE unread_flush_seconds histogram\n");
+        for (stage, h) in self.flush_seconds.lock().expect("not poisoned").iter() {
+            h.render(&mut out, "unread_flush_seconds", stage);
+        }
+        out.push_str("# TYPE unread_checkpoint_transaction_seconds histogram\n");
+        for (stage, h) in self.checkpoint_seconds.lock().expect("not poisoned").iter() {
+            h.render(&mut out, "unread_checkpoint_transaction_seconds", stage);
+        }
+        out.push_str("# TYPE unread_partition_lag gauge\n");
+        for ((stage, topic, p), lag) in self.lag.lock().expect("not poisoned").iter() {
+            let _ =
+                writeln!(out, "unread_partition_lag{{stage=\"{stage}\",topic=\"{topic}\",partition=\"{p}\"}} {lag}");
+        }
         out.push_str("# TYPE unread_assigned_partitions gauge\n# TYPE unread_rebalances_total counter\n");
         for (stage, a) in self.assignments.lock().expect("not poisoned").iter() {
             let _ = writeln!(out, "unread_assigned_partitions{{stage=\"{stage}\"}} {}", a.partitions().len());

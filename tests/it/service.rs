@@ -257,6 +257,19 @@ fn dev_set_end_to_end_is_exact_over_http() {
         http_get(svc.port, "/v1/users/%5B%5Bmandrix%5D%5D/conversations/ubuntu.2011-05-29_19/unread").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains(r#""member":true,"unread":169,"mentions":0,"muted":false"#), "{body}");
+    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    for family in [
+        "unread_events_processed_total{topic=",
+        r#"unread_flush_seconds_bucket{stage="fold",le="+Inf"}"#,
+        r#"unread_flush_seconds_count{stage="fanout"}"#,
+        r#"unread_checkpoint_transaction_seconds_count{stage="fold"}"#,
+        r#"unread_partition_lag{stage="fold",topic="#,
+        r#"unread_assigned_partitions{stage="fold"} 8"#,
+        "unread_rebalances_total{stage=",
+        "unread_increments_total ",
+    ] {
+        assert!(metrics.contains(family), "/metrics lacks {family}:\n{metrics}");
+    }
     svc.stop();
     ns.cleanup();
 }
