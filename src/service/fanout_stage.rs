@@ -38,6 +38,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         fanout.restore(id, state);
     }
     info!(partition = p, generation, next, "fan-out task started");
+    input.rewind(&topic, next).await;
     let mut dirty: HashSet<String> = HashSet::new();
     let mut in_flight: Vec<DeliveryFuture> = Vec::new();
     let (mut pending, mut last_checkpoint) = (0usize, Instant::now());

@@ -40,6 +40,8 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
         fold.restore(id.clone(), checkpoint::decode_user(&bytes).with_context(|| format!("user {id:?}"))?);
     }
     info!(partition = p, generation, user_events = next[0], user_deltas = next[1], "fold task started");
+    input.rewind(&ue, next[0]).await;
+    input.rewind(&ud, next[1]).await;
     // user → conversations changed since the last flush
     let mut dirty: HashMap<String, BTreeSet<String>> = HashMap::new();
     let (mut pending, mut last_flush) = (0usize, Instant::now());

@@ -65,6 +65,9 @@ pub struct PartitionInput {
     pub consumer: Arc<GroupConsumer>,
     last_seek: HashMap<String, Instant>,
     last_lag_probe: HashMap<String, Instant>,
+    /// Started again after the previous task of this partition failed, without a rebalance: the records since
+    /// the checkpoint went to the failed task, so the new one must [`PartitionInput::rewind`].
+    pub restarted: bool,
 }
 
 /// Whether a task should process a record, from its checkpointed next offset for the record's topic.
@@ -106,6 +109,31 @@ impl PartitionInput {
             self.last_seek.insert(topic, Instant::now());
         }
         Verdict::Gap
+    }
+
+    /// When [`PartitionInput::restarted`], moves the consumer's position in `topic`'s partition back to `next`
+    /// (the task's checkpoint): the records since went to the failed task, and waiting for a new record to reveal
+    /// the gap would wait forever on an idle partition. A no-op for a task started by an assignment, which resumes
+    /// from the committed offsets and seeks back on a gap ([`PartitionInput::accept`]); seeking during a
+    /// rebalance stalled the consumer in tests. Retried for up to 5 s.
+    pub async fn rewind(&mut self, topic: &str, next: i64) {
+        if !self.restarted {
+            return;
+        }
+        for attempt in 0..25 {
+            let (consumer, p) = (&self.consumer, self.partition);
+            match tokio::task::block_in_place(|| consumer.seek(topic, p, Offset::Offset(next), Duration::from_secs(1)))
+            {
+                Ok(()) => {
+                    self.last_seek.insert(topic.to_owned(), Instant::now());
+                    return;
+                }
+                Err(e) if attempt == 24 => {
+                    warn!(topic, partition = p, error = %e, "could not seek to the checkpoint; relying on gap detection")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
     }
 
     /// Records behind the end of `topic`'s partition, asking the broker at most every 2 s per topic (a blocking
@@ -216,7 +244,7 @@ impl Dispatcher {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let mut tasks: HashMap<i32, Running> = HashMap::new();
-        let start = |p: i32, tasks: &mut HashMap<i32, Running>| {
+        let start = |p: i32, tasks: &mut HashMap<i32, Running>, restarted: bool| {
             let (tx, rx) = mpsc::channel(20_000);
             let input = PartitionInput {
                 partition: p,
@@ -224,6 +252,7 @@ impl Dispatcher {
                 consumer: self.consumer.clone(),
                 last_seek: HashMap::new(),
                 last_lag_probe: HashMap::new(),
+                restarted,
             };
             tasks.insert(p, Running { records: tx, handle: spawn(input) });
         };
@@ -252,7 +281,7 @@ impl Dispatcher {
                         info!(stage = name, partitions = ?ps, "partitions assigned");
                         for p in &ps {
                             if !tasks.contains_key(p) {
-                                start(*p, &mut tasks);
+                                start(*p, &mut tasks, false);
                             }
                         }
                         self.assignment.partitions.lock().expect("not poisoned").extend(ps);
@@ -268,7 +297,7 @@ impl Dispatcher {
                             Err(e) => warn!(stage = name, partition = p, error = %e, "task panicked; starting it again"),
                         }
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        start(p, &mut tasks);
+                        start(p, &mut tasks, true);
                     }
                 }
                 msg = self.consumer.recv() => match msg {
@@ -276,7 +305,7 @@ impl Dispatcher {
                         let p = m.partition();
                         let m = m.detach();
                         if !tasks.contains_key(&p) {
-                            start(p, &mut tasks);
+                            start(p, &mut tasks, false);
                         }
                         if tasks[&p].records.send(m).await.is_err() {
                             // The task ended; the health check restarts it and it seeks back to its checkpoint.

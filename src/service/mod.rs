@@ -83,7 +83,9 @@ pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
         .set("enable.idempotence", "true")
         .set("partitioner", "murmur2_random")
         .set("linger.ms", "5")
-        .set("message.timeout.ms", "120000")
+        // A delivery that cannot complete fails the task (which restarts from its checkpoint) after 30 s, rather
+        // than stalling it for librdkafka's default 5 minutes, e.g. after a broker crash with records in flight.
+        .set("message.timeout.ms", "30000")
         .set("queue.buffering.max.messages", "500000")
         .set("message.max.bytes", "16777216")
         .create()

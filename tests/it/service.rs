@@ -165,6 +165,19 @@ impl Drop for Service {
     }
 }
 
+/// Waits (at most 120 s) until the total lag is below `from`, i.e. some work was checkpointed; returns the lag.
+fn wait_for_progress(ns: &Ns, from: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let lag = ns.total_lag();
+        if lag < from || lag == 0 {
+            return lag;
+        }
+        assert!(Instant::now() < deadline, "no progress within 120 s (lag {lag})");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn unsafe_sigterm(pid: u32) {
     Command::new("kill").arg("-TERM").arg(pid.to_string()).status().ok();
 }
@@ -293,15 +306,7 @@ fn sigkill_in_the_middle_then_restart_is_exact() {
     let initial = ns.total_lag();
     assert!(initial >= 3 * 16_194, "lag {initial}");
     let svc = ns.start(&["--flush-events", "2000"]);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let at_kill = loop {
-        let lag = ns.total_lag();
-        if lag < initial {
-            break lag;
-        }
-        assert!(Instant::now() < deadline, "no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let at_kill = wait_for_progress(&ns, initial);
     svc.kill();
     assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
     let svc = ns.start(&[]);
@@ -477,13 +482,11 @@ fn two_instances_one_killed_one_paused_then_resumed_stay_exact() {
         unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
     }
     let expected = pipeline.views();
-    // Round 1: two members share the partitions; one is SIGKILLed mid-run and the other takes them over.
+    // Round 1: two members share the partitions; one is SIGKILLed once work has begun, the other takes over.
+    let initial = ns.total_lag();
     let a = ns.start(&["--flush-events", "1000"]);
     let b = ns.start(&["--flush-events", "1000"]);
-    let initial = ns.total_lag();
-    while ns.total_lag() == initial {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_progress(&ns, initial);
     a.kill();
     ns.ok(&["lag", "--wait", "120"]);
     assert_matches(b.port, &expected);
@@ -660,10 +663,7 @@ fn sigkill_at_five_points_in_one_run_stays_exact() {
         rng ^= rng >> 7;
         rng ^= rng << 17;
         std::thread::sleep(Duration::from_millis(50 + rng % 250));
-        let before = lag;
-        while ns.total_lag() == before {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_progress(&ns, lag);
         svc.kill();
         kills += 1;
         lag = ns.total_lag();
@@ -847,6 +847,156 @@ fn postgres_down_for_10_s_pauses_checkpoints_then_is_exact() {
     assert_exact(svc.port);
     let metrics = http_get(svc.port, "/metrics").unwrap().1;
     assert!(metrics.contains(r#"unread_errors_total{store="postgres"}"#), "the outage was seen: {metrics}");
+    svc.stop();
+    ns.cleanup();
+}
+
+#[test]
+fn read_api_under_30_s_of_load_during_ingest_has_no_errors() {
+    let Some(stack) = stack("read_api_under_30_s_of_load_during_ingest_has_no_errors") else { return };
+    let ns = Ns::new(&stack, "load");
+    let svc = ns.start(&[]);
+    // wrk, from a second process, cycles through real users (and one unknown user) for 30 s.
+    let users = ["%5B%5Bmandrix%5D%5D", "epod", "%7Ctrey%7C", "tweaked", "nobody%20at%20all"];
+    let script = std::env::temp_dir().join(format!("{}.lua", ns.name));
+    let paths: Vec<String> = users.iter().map(|u| format!("\"/v1/users/{u}/unread\"")).collect();
+    std::fs::write(
+        &script,
+        format!("local p = {{{}}}\nlocal i = 0\nrequest = function()\n  i = i % #p + 1\n  return wrk.format(\"GET\", p[i])\nend\n", paths.join(",")),
+    )
+    .unwrap();
+    let wrk = Command::new("wrk")
+        .args(["-t2", "-c8", "-d30s", "-s"])
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{}", svc.port))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("wrk (installed by scripts/stack up)");
+    std::thread::sleep(Duration::from_millis(500));
+    ns.ok(&["produce", &dev_events()]);
+    ns.ok(&["lag", "--wait", "120"]);
+    let out = wrk.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    let requests: u64 = report
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in ").map(|(n, _)| n.trim().parse().unwrap()))
+        .unwrap_or_else(|| panic!("no request count in {report}"));
+    assert!(requests > 1000, "{report}");
+    assert!(!report.contains("Non-2xx") && !report.contains("Socket errors"), "{report}");
+    assert_exact(svc.port);
+    std::fs::remove_file(script).ok();
+    svc.stop();
+    ns.cleanup();
+}
+
+/// A Kafka broker of the test's own, run from the jars `scripts/stack up` fetched (`.stack/kafka/libs`).
+struct PrivateKafka {
+    dir: std::path::PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl PrivateKafka {
+    fn create() -> Self {
+        let dir = std::env::temp_dir().join(format!("unread-it-kafka-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let (port, ctl) = (free_port(), free_port());
+        std::fs::write(
+            dir.join("server.properties"),
+            format!(
+                "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:{ctl}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{ctl}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
+                 inter.broker.listener.name=PLAINTEXT\nlistener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
+                 log.dirs={}\noffsets.topic.replication.factor=1\noffsets.topic.num.partitions=4\n\
+                 transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n\
+                 group.initial.rebalance.delay.ms=0\nauto.create.topics.enable=false\n",
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+        let k = Self { dir, port, child: None };
+        let out = k
+            .java(&["kafka.tools.StorageTool", "format", "-t", "aGVsbG8td29ybGQtMTIzNA", "-c"])
+            .arg(k.dir.join("server.properties"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "format: {}", String::from_utf8_lossy(&out.stderr));
+        k
+    }
+
+    fn java(&self, args: &[&str]) -> Command {
+        let libs = repo_path(".stack/kafka/libs");
+        assert!(libs.exists(), "Kafka jars missing: run scripts/stack up");
+        let mut c = Command::new("java");
+        c.args(["-Xms128m", "-Xmx512m", "-cp"]).arg(format!("{}/*", libs.display())).args(args);
+        c
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::File::create(self.dir.join("kafka.out")).unwrap();
+        let child = self
+            .java(&["kafka.Kafka"])
+            .arg(self.dir.join("server.properties"))
+            .stdout(log)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_port(self.port, true);
+        // An open port is not yet a broker that answers metadata (the controller may still be electing).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while unread::topology::partition_counts(&format!("127.0.0.1:{}", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "private Kafka did not answer metadata within 60 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            Command::new("kill").args(["-TERM", &c.id().to_string()]).status().ok();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while c.try_wait().unwrap().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            c.kill().ok();
+            c.wait().ok();
+        }
+        wait_port(self.port, false);
+    }
+}
+
+impl Drop for PrivateKafka {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().ok();
+            c.wait().ok();
+        }
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+#[test]
+fn kafka_broker_restarted_mid_flow_is_exact() {
+    let Some(stack) = stack("kafka_broker_restarted_mid_flow_is_exact") else { return };
+    let mut kafka = PrivateKafka::create();
+    kafka.start();
+    let private = Stack {
+        brokers: format!("127.0.0.1:{}", kafka.port),
+        redis_url: stack.redis_url.clone(),
+        database_url: stack.database_url.clone(),
+    };
+    let ns = Ns::new(&private, "kafkarestart");
+    let svc = ns.start(&["--flush-events", "1000"]);
+    ns.ok(&["produce", &dev_events()]);
+    std::thread::sleep(Duration::from_millis(300));
+    kafka.stop();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(svc_alive(&svc), "the service survived the broker stop");
+    kafka.start();
+    ns.ok(&["lag", "--wait", "180"]);
+    assert_exact(svc.port);
     svc.stop();
     ns.cleanup();
 }
