@@ -245,6 +245,16 @@ fn assert_matches(port: u16, expected: &[UserView]) {
     assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
 }
 
+/// Produces the dev set `copies` times and folds the same copies into `pipeline`, whose views are then the
+/// expected state (copies are not mere duplicates: each replays leaves and rejoins at a new head).
+fn produce_dev_copies(ns: &Ns, pipeline: &mut unread::pipeline::Pipeline, copies: usize) {
+    for _ in 0..copies {
+        ns.ok(&["produce", &dev_events()]);
+        let input = unread::pipeline::open_input(&dev_events()).unwrap();
+        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
+    }
+}
+
 fn dev_events() -> String {
     repo_path("tests/data/ubuntu-irc/dev-events.jsonl").to_str().unwrap().to_owned()
 }
@@ -296,11 +306,7 @@ fn sigkill_in_the_middle_then_restart_is_exact() {
     // expected state is the in-process pipeline's over the same three copies (the pipeline equals the reference
     // model on both datasets and on this input).
     let mut pipeline = unread::pipeline::Pipeline::new();
-    for _ in 0..3 {
-        ns.ok(&["produce", &dev_events()]);
-        let input = unread::pipeline::open_input(&dev_events()).unwrap();
-        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
-    }
+    produce_dev_copies(&ns, &mut pipeline, 3);
     let expected = pipeline.views();
     assert_ne!(expected, dev_expected(), "three copies differ from one (rejoins)");
     let initial = ns.total_lag();
@@ -476,11 +482,7 @@ fn two_instances_one_killed_one_paused_then_resumed_stay_exact() {
     let Some(stack) = stack("two_instances_one_killed_one_paused_then_resumed_stay_exact") else { return };
     let ns = Ns::new(&stack, "fence");
     let mut pipeline = unread::pipeline::Pipeline::new();
-    for _ in 0..2 {
-        ns.ok(&["produce", &dev_events()]);
-        let input = unread::pipeline::open_input(&dev_events()).unwrap();
-        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
-    }
+    produce_dev_copies(&ns, &mut pipeline, 2);
     let expected = pipeline.views();
     // Round 1: two members share the partitions; one is SIGKILLed once work has begun, the other takes over.
     let initial = ns.total_lag();
@@ -495,9 +497,7 @@ fn two_instances_one_killed_one_paused_then_resumed_stay_exact() {
     // its late writes are fenced in PostgreSQL and Redis.
     let c = ns.start(&["--flush-events", "1000", "--flush-interval-ms", "2000"]);
     std::thread::sleep(Duration::from_secs(3)); // rebalanced: c owns some partitions
-    ns.ok(&["produce", &dev_events()]);
-    let input = unread::pipeline::open_input(&dev_events()).unwrap();
-    unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
+    produce_dev_copies(&ns, &mut pipeline, 1);
     let expected = pipeline.views();
     std::thread::sleep(Duration::from_millis(300));
     Command::new("kill").args(["-STOP", &c.child.id().to_string()]).status().unwrap();
@@ -647,11 +647,7 @@ fn sigkill_at_five_points_in_one_run_stays_exact() {
     let Some(stack) = stack("sigkill_at_five_points_in_one_run_stays_exact") else { return };
     let ns = Ns::new(&stack, "kill5");
     let mut pipeline = unread::pipeline::Pipeline::new();
-    for _ in 0..2 {
-        ns.ok(&["produce", &dev_events()]);
-        let input = unread::pipeline::open_input(&dev_events()).unwrap();
-        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
-    }
+    produce_dev_copies(&ns, &mut pipeline, 2);
     let expected = pipeline.views();
     // Kill points spread over the run: each time some progress was checkpointed, at a random delay after start.
     let mut rng = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64 | 1;
