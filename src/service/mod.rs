@@ -120,6 +120,20 @@ where
     }
 }
 
+/// Starts a stage's partition task with `run`, its end logged by [`logged`].
+fn task_spawner<F, Fut>(shared: &Arc<Shared>, stage: &'static str, run: F) -> group::SpawnTask
+where
+    F: Fn(Arc<Shared>, group::PartitionInput) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let shared = shared.clone();
+    Arc::new(move |input| {
+        let (sh, p) = (shared.clone(), input.partition);
+        let task = run(sh.clone(), input);
+        tokio::spawn(async move { logged(stage, p, &sh.metrics, task.await) })
+    })
+}
+
 /// Logs how a partition task ended (also when nobody awaits it any more: a revoked task ends on its own) and
 /// counts fencings.
 fn logged(stage: &'static str, partition: i32, metrics: &Metrics, result: anyhow::Result<()>) -> anyhow::Result<()> {
@@ -161,27 +175,18 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let mut stages = tokio::task::JoinSet::new();
     let mut assignments = Vec::new();
 
+    let mut start_stage = |name: &'static str, topics: &[&str], spawn: group::SpawnTask| -> anyhow::Result<()> {
+        let (_, dispatcher) = group::consumer(&s.brokers, &format!("{}.{name}", s.group_id), topics)?;
+        assignments.push((name, dispatcher.assignment.clone()));
+        stages.spawn(dispatcher.run(name, spawn, stop_rx.clone()));
+        Ok(())
+    };
     if opts.roles.contains(&Role::Fanout) {
-        let (_, dispatcher) =
-            group::consumer(&s.brokers, &format!("{}.fanout", s.group_id), &[&topics.conversation_events])?;
-        assignments.push(("fanout", dispatcher.assignment.clone()));
-        let sh = shared.clone();
-        let spawn: group::SpawnTask = Arc::new(move |input| {
-            let (sh, p) = (sh.clone(), input.partition);
-            tokio::spawn(async move { logged("fanout", p, &sh.metrics, fanout_stage::run(sh.clone(), input).await) })
-        });
-        stages.spawn(dispatcher.run("fanout", spawn, stop_rx.clone()));
+        start_stage("fanout", &[&topics.conversation_events], task_spawner(&shared, "fanout", fanout_stage::run))?;
     }
     if opts.roles.contains(&Role::Fold) {
-        let (_, dispatcher) =
-            group::consumer(&s.brokers, &format!("{}.fold", s.group_id), &[&topics.user_events, &topics.user_deltas])?;
-        assignments.push(("fold", dispatcher.assignment.clone()));
-        let sh = shared.clone();
-        let spawn: group::SpawnTask = Arc::new(move |input| {
-            let (sh, p) = (sh.clone(), input.partition);
-            tokio::spawn(async move { logged("fold", p, &sh.metrics, fold_stage::run(sh.clone(), input).await) })
-        });
-        stages.spawn(dispatcher.run("fold", spawn, stop_rx.clone()));
+        let fold_topics = [topics.user_events.as_str(), topics.user_deltas.as_str()];
+        start_stage("fold", &fold_topics, task_spawner(&shared, "fold", fold_stage::run))?;
     }
     metrics.set_assignments(assignments.clone());
     if opts.roles.contains(&Role::Api) {
