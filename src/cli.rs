@@ -75,6 +75,11 @@ pub enum Command {
         #[command(flatten)]
         settings: Settings,
     },
+    /// Print the state of one user or conversation as JSON, for support and debugging.
+    Inspect {
+        #[command(subcommand)]
+        what: InspectWhat,
+    },
     /// Inspect or re-publish the records of the dead-letter topic.
     DeadLetter {
         #[command(subcommand)]
@@ -95,6 +100,25 @@ pub enum TopicsAction {
         /// Override the partition count of every topic but the dead-letter one (default: topology/topics.toml).
         #[arg(long)]
         partitions: Option<i32>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
+
+/// `unread inspect ...`
+#[derive(Debug, Subcommand)]
+pub enum InspectWhat {
+    /// The fold state of a user (cursors, unread ranges, mentions, membership, mutes, totals), its partition's
+    /// checkpointed offsets, lease generation and checkpoint time, and what Redis serves. Exit 1 if unknown.
+    User {
+        id: String,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// The fan-out state of a conversation (kind, head, members with their join heads), its partition's
+    /// checkpointed offset, lease generation and checkpoint time. Exit 1 if unknown.
+    Conversation {
+        id: String,
         #[command(flatten)]
         settings: Settings,
     },
@@ -182,6 +206,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             crate::ops::print_lag(&rows);
             Ok(ExitCode::SUCCESS)
+        }),
+        Command::Inspect { what } => runtime()?.block_on(async {
+            let (found, name) = match &what {
+                InspectWhat::User { id, settings } => {
+                    let store = store(settings).await?;
+                    let projection = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+                    (crate::ops::inspect_user(settings, &store, &projection, id).await?, format!("user {id:?}"))
+                }
+                InspectWhat::Conversation { id, settings } => {
+                    let store = store(settings).await?;
+                    (crate::ops::inspect_conversation(settings, &store, id).await?, format!("conversation {id:?}"))
+                }
+            };
+            match found {
+                Some(v) => {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    eprintln!("unread inspect: no checkpointed state for {name}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
         }),
         Command::DeadLetter { action: DeadLetterAction::List { limit, kind, settings } } => {
             let topic = crate::topology::Topics::new(&settings.topic_prefix).dead_letter;

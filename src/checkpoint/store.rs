@@ -108,6 +108,22 @@ impl CheckpointStore {
         Ok(row.map_or(0, |r| r.get(0)))
     }
 
+    /// One entity's checkpoint row: (partition, encoded state, time of the checkpoint that wrote it, RFC 3339).
+    pub async fn state_row(&self, stage: Stage, id: &str) -> anyhow::Result<Option<(i32, Vec<u8>, String)>> {
+        let sql = match stage {
+            Stage::Fold => {
+                "SELECT partition, state, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
+                 FROM fold_users WHERE user_id = $1"
+            }
+            Stage::FanOut => {
+                "SELECT partition, state, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
+                 FROM fanout_conversations WHERE conversation_id = $1"
+            }
+        };
+        let row = sqlx::query(sql).bind(id).fetch_optional(&self.pool).await?;
+        Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+    }
+
     /// Every partition's lease generation of a stage.
     pub async fn generations(&self, stage: Stage) -> anyhow::Result<HashMap<i32, i64>> {
         let rows = sqlx::query("SELECT partition, generation FROM partition_leases WHERE stage = $1")

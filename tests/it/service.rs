@@ -280,6 +280,22 @@ fn dev_set_end_to_end_is_exact_over_http() {
         http_get(svc.port, "/v1/users/%5B%5Bmandrix%5D%5D/conversations/ubuntu.2011-05-29_19/unread").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains(r#""member":true,"unread":169,"mentions":0,"muted":false"#), "{body}");
+    // `unread inspect` shows the checkpointed state behind those counts.
+    let user: serde_json::Value = serde_json::from_str(&ns.ok(&["inspect", "user", "[[mandrix]]"])).unwrap();
+    let conv = &user["state"]["conversations"]["ubuntu.2011-05-29_19"];
+    let unread: u64 =
+        conv["unread"].as_array().unwrap().iter().map(|r| r[1].as_u64().unwrap() - r[0].as_u64().unwrap() + 1).sum();
+    assert_eq!(unread, 169, "{user}");
+    assert!(conv["joined_at"].as_u64().is_some(), "{user}");
+    assert_eq!(user["projection"]["total_unread"], 169);
+    assert!(
+        user["lease_generation"].as_i64().unwrap() >= 1 && user["checkpointed_at"].as_str().unwrap().ends_with('Z')
+    );
+    let c: serde_json::Value =
+        serde_json::from_str(&ns.ok(&["inspect", "conversation", "ubuntu.2011-05-29_19"])).unwrap();
+    assert!(c["state"]["head"].as_u64().unwrap() > 169 && c["state"]["members"]["[[mandrix]]"].is_u64(), "{c}");
+    let missing = ns.cmd(&["inspect", "user", "nobody here"]).output().unwrap();
+    assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("no checkpointed state"));
     let metrics = http_get(svc.port, "/metrics").unwrap().1;
     for family in [
         "unread_events_processed_total{topic=",
