@@ -75,6 +75,20 @@ pub enum Command {
         #[command(flatten)]
         settings: Settings,
     },
+    /// Compare the Redis projection with the PostgreSQL checkpoint; exit 1 when anything differs.
+    ///
+    /// Reports users checked, users ahead in Redis (flushed after the checkpoint: not compared), users that differ
+    /// and their first differences field by field. --repair rewrites the differing users from the checkpoint.
+    Verify {
+        /// Check N users chosen at random instead of all.
+        #[arg(long)]
+        sample: Option<usize>,
+        /// Rewrite the differing users in Redis from the checkpoint (never over newer state).
+        #[arg(long)]
+        repair: bool,
+        #[command(flatten)]
+        settings: Settings,
+    },
     /// Print the state of one user or conversation as JSON, for support and debugging.
     Inspect {
         #[command(subcommand)]
@@ -206,6 +220,26 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             crate::ops::print_lag(&rows);
             Ok(ExitCode::SUCCESS)
+        }),
+        Command::Verify { sample, repair, settings } => runtime()?.block_on(async {
+            let store = store(&settings).await?;
+            let projection = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+            let r = crate::ops::verify(&settings, &store, &projection, sample, repair).await?;
+            for (user, diffs) in r.differing.iter().take(10) {
+                println!("user {user:?} differs:");
+                for d in diffs.iter().take(5) {
+                    println!("    {d}");
+                }
+            }
+            println!(
+                "users checked: {}, differing: {}, ahead in redis (not compared): {}, repaired: {}",
+                r.checked,
+                r.differing.len(),
+                r.ahead,
+                r.repaired
+            );
+            let clean = r.differing.is_empty() || (repair && r.repaired == r.differing.len());
+            Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }),
         Command::Inspect { what } => runtime()?.block_on(async {
             let (found, name) = match &what {

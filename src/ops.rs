@@ -207,3 +207,124 @@ pub async fn inspect_conversation(
         "state": state,
     })))
 }
+
+/// What `unread verify` found.
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    /// Users compared.
+    pub checked: usize,
+    /// Users whose Redis version is newer than the checkpoint's (the live service flushed since): not compared.
+    pub ahead: usize,
+    /// Users that differ: id and the differences, field by field.
+    pub differing: Vec<(String, Vec<String>)>,
+    /// Users rewritten from the checkpoint by `--repair`.
+    pub repaired: usize,
+}
+
+fn parse_version(v: &str) -> Option<[i64; 3]> {
+    let mut it = v.split(' ').map(|n| n.parse().ok());
+    let out = [it.next()??, it.next()??, it.next()??];
+    it.next().is_none().then_some(out)
+}
+
+/// Whether Redis's version is strictly newer than the checkpoint's: a newer generation, or the same one at a
+/// position that dominates.
+fn redis_is_ahead(redis: Option<&str>, checkpoint: &str) -> bool {
+    match (redis.and_then(parse_version), parse_version(checkpoint)) {
+        (Some([g, a, b]), Some([cg, ca, cb])) => g > cg || (g == cg && a >= ca && b >= cb && (a, b) != (ca, cb)),
+        _ => false,
+    }
+}
+
+/// The differences between two views of one user, field by field (`expected` is the trusted side).
+pub fn view_differences(expected: &UserView, got: &UserView) -> Vec<String> {
+    let mut d = Vec::new();
+    for (name, e, g) in [
+        ("total_unread", expected.total_unread, got.total_unread),
+        ("total_mentions", expected.total_mentions, got.total_mentions),
+        ("unread_conversations", expected.unread_conversations, got.unread_conversations),
+    ] {
+        if e != g {
+            d.push(format!("{name}: checkpoint {e}, redis {g}"));
+        }
+    }
+    for (id, e) in &expected.conversations {
+        match got.conversations.get(id) {
+            None => d.push(format!("conversations[{id:?}]: checkpoint {e:?}, missing in redis")),
+            Some(g) if g != e => d.push(format!("conversations[{id:?}]: checkpoint {e:?}, redis {g:?}")),
+            Some(_) => {}
+        }
+    }
+    for id in got.conversations.keys().filter(|id| !expected.conversations.contains_key(*id)) {
+        d.push(format!("conversations[{id:?}]: not in the checkpoint, present in redis"));
+    }
+    d
+}
+
+/// `unread verify`: compares the Redis projection with the PostgreSQL checkpoint for every checkpointed user, or
+/// for `sample` of them chosen at random; with `repair`, rewrites each differing user from the checkpoint (the
+/// trusted side) at the checkpoint's version, so the guard still refuses it wherever Redis is newer.
+///
+/// Errors: a store is unreachable or a checkpoint row is corrupt.
+pub async fn verify(
+    settings: &Settings,
+    store: &CheckpointStore,
+    projection: &RedisProjection,
+    sample: Option<usize>,
+    repair: bool,
+) -> anyhow::Result<VerifyReport> {
+    let topics = Topics::new(&settings.topic_prefix);
+    let offsets = store.offsets(Stage::Fold).await?;
+    let generations = store.generations(Stage::Fold).await?;
+    let version = |p: i32| {
+        let ue = offsets.get(&(topics.user_events.clone(), p)).copied().unwrap_or(0);
+        let ud = offsets.get(&(topics.user_deltas.clone(), p)).copied().unwrap_or(0);
+        fold_stage::version(generations.get(&p).copied().unwrap_or(0), [ue, ud])
+    };
+    let mut rows = store.states(Stage::Fold, None).await?;
+    if let Some(n) = sample {
+        // A random sample: order by a hash of the id salted with the clock, keep the first n.
+        let salt =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u32);
+        rows.sort_by_key(|(id, _, _)| crate::topology::murmur2(format!("{salt}{id}").as_bytes()));
+        rows.truncate(n);
+    }
+    let mut report = VerifyReport::default();
+    let mut repairs = Vec::new();
+    for (id, p, bytes) in rows {
+        let expected = checkpoint::decode_user(&bytes).with_context(|| format!("checkpoint of user {id:?}"))?.view(&id);
+        let v = version(p);
+        let got = projection.read(&id).await?;
+        report.checked += 1;
+        if got == expected {
+            continue;
+        }
+        if redis_is_ahead(projection.version(&id).await?.as_deref(), &v) {
+            report.ahead += 1;
+            continue;
+        }
+        report.differing.push((id.clone(), view_differences(&expected, &got)));
+        if repair {
+            repairs.push(UserWrite::replace(expected, v));
+        }
+    }
+    if !repairs.is_empty() {
+        report.repaired = projection.write(&repairs).await?.0;
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_ahead_means_a_newer_generation_or_a_dominating_position() {
+        assert!(redis_is_ahead(Some("2 0 0"), "1 9 9"));
+        assert!(redis_is_ahead(Some("1 10 9"), "1 9 9"));
+        assert!(!redis_is_ahead(Some("1 9 9"), "1 9 9"), "equal is not ahead");
+        assert!(!redis_is_ahead(Some("1 10 8"), "1 9 9"), "incomparable is not ahead");
+        assert!(!redis_is_ahead(None, "1 9 9"));
+        assert!(!redis_is_ahead(Some("garbage"), "1 9 9"));
+    }
+}

@@ -1012,3 +1012,42 @@ fn kafka_broker_restarted_mid_flow_is_exact() {
     svc.stop();
     ns.cleanup();
 }
+
+#[test]
+fn verify_finds_a_changed_count_and_a_deleted_user_and_repair_fixes_both() {
+    let Some(stack) = stack("verify_finds_a_changed_count_and_a_deleted_user_and_repair_fixes_both") else { return };
+    let ns = Ns::new(&stack, "verify");
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &dev_events()]);
+    ns.ok(&["lag", "--wait", "120"]);
+    svc.stop(); // Redis and the checkpoint now hold the same final state
+    let out = ns.ok(&["verify"]);
+    assert!(out.contains("differing: 0"), "{out}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = redis::Client::open(stack.redis_url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let key = |u: &str| format!("{}:u:{u}", ns.name);
+        redis::cmd("HSET")
+            .arg(key("[[mandrix]]"))
+            .arg("c:ubuntu.2011-05-29_19")
+            .arg("7 0 0")
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+        redis::cmd("DEL").arg(key("epod")).query_async::<()>(&mut conn).await.unwrap();
+    });
+    let out = ns.cmd(&["verify"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "verify must fail when Redis differs: {text}");
+    assert!(text.contains("differing: 2") && text.contains("[[mandrix]]") && text.contains("epod"), "{text}");
+    assert!(text.contains("unread: 169") && text.contains("unread: 7"), "field by field: {text}");
+    let out = ns.ok(&["verify", "--repair"]);
+    assert!(out.contains("differing: 2") && out.contains("repaired: 2"), "{out}");
+    let out = ns.ok(&["verify", "--sample", "200"]);
+    assert!(out.contains("users checked: 200") && out.contains("differing: 0"), "{out}");
+    let api = ns.start(&["--roles", "api"]);
+    assert_exact(api.port);
+    api.stop();
+    ns.cleanup();
+}
