@@ -10,6 +10,7 @@ use rdkafka::ClientConfig;
 use crate::checkpoint::{self, store::CheckpointStore, store::Stage};
 use crate::config::Settings;
 use crate::contract::UserView;
+use crate::projection::numbers;
 use crate::projection::redis::{RedisProjection, UserWrite};
 use crate::service::fold_stage;
 use crate::topology::{partition_for_key, Topics};
@@ -104,6 +105,34 @@ pub async fn wait_for_zero_lag(
     }
 }
 
+/// Each fold partition's checkpoint as a projection version: lease generation and both checkpointed offsets.
+struct CheckpointVersions {
+    user_events: String,
+    user_deltas: String,
+    offsets: HashMap<(String, i32), i64>,
+    generations: HashMap<i32, i64>,
+}
+
+impl CheckpointVersions {
+    async fn load(topics: &Topics, store: &CheckpointStore) -> anyhow::Result<Self> {
+        Ok(Self {
+            user_events: topics.user_events.clone(),
+            user_deltas: topics.user_deltas.clone(),
+            offsets: store.offsets(Stage::Fold).await?,
+            generations: store.generations(Stage::Fold).await?,
+        })
+    }
+
+    /// The version of partition `p`'s checkpoint (0s where nothing was checkpointed).
+    fn of(&self, p: i32) -> String {
+        let offset = |t: &String| self.offsets.get(&(t.clone(), p)).copied().unwrap_or(0);
+        fold_stage::version(
+            self.generations.get(&p).copied().unwrap_or(0),
+            [offset(&self.user_events), offset(&self.user_deltas)],
+        )
+    }
+}
+
 /// Rewrites Redis from the PostgreSQL checkpoint: every user's whole hash, or only `users`', each at its
 /// partition's current lease generation and checkpointed offsets, so the guard refuses it wherever Redis already
 /// holds newer state. A requested
@@ -117,13 +146,8 @@ pub async fn rebuild_projection(
     users: &[String],
 ) -> anyhow::Result<(usize, usize)> {
     let topics = Topics::new(&settings.topic_prefix);
-    let offsets = store.offsets(Stage::Fold).await?;
-    let generations = store.generations(Stage::Fold).await?;
-    let version = |p: i32| {
-        let ue = offsets.get(&(topics.user_events.clone(), p)).copied().unwrap_or(0);
-        let ud = offsets.get(&(topics.user_deltas.clone(), p)).copied().unwrap_or(0);
-        fold_stage::version(generations.get(&p).copied().unwrap_or(0), [ue, ud])
-    };
+    let versions = CheckpointVersions::load(&topics, store).await?;
+    let version = |p: i32| versions.of(p);
     let rows = if users.is_empty() {
         store.states(Stage::Fold, None).await?
     } else {
@@ -221,16 +245,10 @@ pub struct VerifyReport {
     pub repaired: usize,
 }
 
-fn parse_version(v: &str) -> Option<[i64; 3]> {
-    let mut it = v.split(' ').map(|n| n.parse().ok());
-    let out = [it.next()??, it.next()??, it.next()??];
-    it.next().is_none().then_some(out)
-}
-
 /// Whether Redis's version is strictly newer than the checkpoint's: a newer generation, or the same one at a
 /// position that dominates.
 fn redis_is_ahead(redis: Option<&str>, checkpoint: &str) -> bool {
-    match (redis.and_then(parse_version), parse_version(checkpoint)) {
+    match (redis.and_then(numbers::<i64>), numbers::<i64>(checkpoint)) {
         (Some([g, a, b]), Some([cg, ca, cb])) => g > cg || (g == cg && a >= ca && b >= cb && (a, b) != (ca, cb)),
         _ => false,
     }
@@ -274,13 +292,8 @@ pub async fn verify(
     repair: bool,
 ) -> anyhow::Result<VerifyReport> {
     let topics = Topics::new(&settings.topic_prefix);
-    let offsets = store.offsets(Stage::Fold).await?;
-    let generations = store.generations(Stage::Fold).await?;
-    let version = |p: i32| {
-        let ue = offsets.get(&(topics.user_events.clone(), p)).copied().unwrap_or(0);
-        let ud = offsets.get(&(topics.user_deltas.clone(), p)).copied().unwrap_or(0);
-        fold_stage::version(generations.get(&p).copied().unwrap_or(0), [ue, ud])
-    };
+    let versions = CheckpointVersions::load(&topics, store).await?;
+    let version = |p: i32| versions.of(p);
     let mut rows = store.states(Stage::Fold, None).await?;
     if let Some(n) = sample {
         // A random sample: order by a hash of the id salted with the clock, keep the first n.

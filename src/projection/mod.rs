@@ -82,10 +82,11 @@ where
     let mut conversations = BTreeMap::new();
     for (field, value) in fields {
         if field == TOTALS_FIELD {
-            let [u, m, c] = numbers(&value).ok_or_else(|| bad(&field, &value))?;
+            let [u, m, c] = numbers::<u64>(&value).ok_or_else(|| bad(&field, &value))?;
             (view.total_unread, view.total_mentions, view.unread_conversations) = (u, m, c);
         } else if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
-            let [unread, mentions, muted] = numbers(&value).filter(|n| n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
+            let [unread, mentions, muted] =
+                numbers::<u64>(&value).filter(|n| n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
             conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted: muted == 1 });
         }
     }
@@ -93,8 +94,9 @@ where
     Ok(view)
 }
 
-fn numbers(value: &str) -> Option<[u64; 3]> {
-    let mut it = value.split(' ').map(|n| n.parse::<u64>().ok());
+/// Three numbers separated by single spaces, as the hash values and `_version` hold them; `None` otherwise.
+pub fn numbers<T: std::str::FromStr>(value: &str) -> Option<[T; 3]> {
+    let mut it = value.split(' ').map(|n| n.parse::<T>().ok());
     let out = [it.next()??, it.next()??, it.next()??];
     it.next().is_none().then_some(out)
 }
