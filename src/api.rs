@@ -8,6 +8,9 @@
 //! | `GET /readyz` | 200 when Redis answers and every running stage has partitions; 503 otherwise |
 //! | `GET /metrics` | Prometheus text |
 //!
+//! Every answer comes from the namespace the live pointer names ([`crate::namespace`]); the
+//! `x-unread-namespace` header of each user answer says which, and `/readyz` reports it too.
+//!
 //! Ids are percent-encoded path segments, decoded as UTF-8 and checked against the contract's id rule, so every
 //! valid id is reachable (`/` as `%2F`, `%` as `%25`, spaces, braces, 256 bytes). Errors are JSON:
 //! `{"error": {"code": "...", "message": "..."}}` — 400 `invalid_path` / `invalid_id`, 404 `not_found`,
@@ -25,18 +28,22 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::contract::validate_id;
-use crate::projection::redis::RedisProjection;
+use crate::namespace::LiveProjection;
 use crate::service::group::Assignment;
 use crate::service::metrics::Metrics;
 
 /// What the handlers share.
 #[derive(Clone)]
 pub struct ApiState {
-    pub projection: RedisProjection,
+    /// The live namespace's projection, following the live pointer.
+    pub live: Arc<LiveProjection>,
     /// The running stages' assignments (empty when this process runs the API alone).
     pub assignments: Vec<(&'static str, Arc<Assignment>)>,
     pub metrics: Arc<Metrics>,
 }
+
+/// The response header naming the namespace an answer was read from.
+pub const NAMESPACE_HEADER: &str = "x-unread-namespace";
 
 /// An API error: status, stable code, readable message.
 #[derive(Debug)]
@@ -109,7 +116,8 @@ async fn user_unread(
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     check_id("user_id", &user_id)?;
-    Ok(Json(s.projection.read(&user_id).await?).into_response())
+    let (namespace, projection) = s.live.current();
+    Ok(([(NAMESPACE_HEADER, namespace)], Json(projection.read(&user_id).await?)).into_response())
 }
 
 #[derive(Serialize)]
@@ -129,7 +137,8 @@ async fn conversation_unread(
     let Path((user_id, conversation_id)) = path?;
     check_id("user_id", &user_id)?;
     check_id("conversation_id", &conversation_id)?;
-    let c = s.projection.read_conversation(&user_id, &conversation_id).await?;
+    let (namespace, projection) = s.live.current();
+    let c = projection.read_conversation(&user_id, &conversation_id).await?;
     let answer = ConversationAnswer {
         member: c.is_some(),
         unread: c.map_or(0, |c| c.unread),
@@ -138,16 +147,18 @@ async fn conversation_unread(
         user_id,
         conversation_id,
     };
-    Ok(Json(answer).into_response())
+    Ok(([(NAMESPACE_HEADER, namespace)], Json(answer)).into_response())
 }
 
 async fn readyz(State(s): State<ApiState>) -> Response {
-    let redis = s.projection.ping().await.map_err(|e| e.to_string());
+    let (namespace, projection) = s.live.current();
+    let redis = projection.ping().await.map_err(|e| e.to_string());
     let stages: Vec<_> = s.assignments.iter().map(|(name, a)| (*name, a.partitions().len())).collect();
     let ready = redis.is_ok() && stages.iter().all(|(_, n)| *n > 0);
     let body = json!({
         "ready": ready,
         "redis": redis.err().unwrap_or_else(|| "ok".into()),
+        "namespace": namespace,
         "assigned_partitions": stages.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
     });
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };

@@ -75,17 +75,62 @@ pub enum Command {
         #[command(flatten)]
         settings: Settings,
     },
-    /// Compare the Redis projection with the PostgreSQL checkpoint; exit 1 when anything differs.
+    /// Compare the Redis projection with the PostgreSQL checkpoint, or with another namespace's; exit 1 when
+    /// anything differs.
     ///
     /// Reports users checked, users ahead in Redis (flushed after the checkpoint: not compared), users that differ
-    /// and their first differences field by field. --repair rewrites the differing users from the checkpoint.
+    /// and their first differences field by field. --repair rewrites the differing users from the trusted side:
+    /// the checkpoint, or with --against the other namespace.
     Verify {
+        /// Compare with this namespace's projection (e.g. one `unread replay` filled) instead of the checkpoint.
+        #[arg(long, value_name = "NAMESPACE")]
+        against: Option<String>,
         /// Check N users chosen at random instead of all.
         #[arg(long)]
         sample: Option<usize>,
-        /// Rewrite the differing users in Redis from the checkpoint (never over newer state).
+        /// Rewrite the differing users in Redis from the trusted side (never over newer state).
         #[arg(long)]
         repair: bool,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Fold the retained input log into another namespace (Redis prefix, PostgreSQL schema) while the service runs.
+    ///
+    /// Shows progress and records/s; checkpoints as it goes, so running the same command again after an
+    /// interruption resumes. Exit 1 when refused (e.g. --from earliest on a log retention truncated).
+    Replay {
+        /// Where to start: `earliest` (offset 0, empty state), `checkpoint` (the --namespace's checkpoint), or an
+        /// RFC 3339 time (empty state, first records at or after it: partial counts).
+        #[arg(long, default_value = "earliest")]
+        from: crate::replay::StartPoint,
+        /// The namespace to fill (1 to 32 of a-z, 0-9, _); resumed when it holds an unfinished replay.
+        #[arg(long, value_name = "NAMESPACE")]
+        into: String,
+        /// Checkpoint at least this often, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = crate::service::parse_duration)]
+        checkpoint_every: std::time::Duration,
+        /// Read at most this many records per second (spares the live service's brokers); no limit by default.
+        #[arg(long, value_name = "RECORDS_PER_S")]
+        max_rate: Option<u64>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Make a namespace the one every read API instance serves (atomically: no request fails).
+    Promote {
+        /// The namespace to serve.
+        #[arg(value_name = "NAMESPACE")]
+        name: String,
+        /// Then delete the previously served namespace (refused, before switching, while a service runs in it).
+        #[arg(long)]
+        drop_old: bool,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Delete a namespace: Redis keys, PostgreSQL schema, consumer groups, delta topic (not the live one, not one
+    /// a service runs in).
+    Drop {
+        #[arg(value_name = "NAMESPACE")]
+        name: String,
         #[command(flatten)]
         settings: Settings,
     },
@@ -185,7 +230,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Run(opts) => runtime()?.block_on(crate::service::run(opts)).map(|()| ExitCode::SUCCESS),
         Command::Topics { action: TopicsAction::Create { partitions, settings } } => runtime()?.block_on(async {
-            for line in crate::topology::create(&settings.brokers, &settings.topic_prefix, partitions).await? {
+            for line in crate::topology::create(&settings.brokers, &settings.topics(), partitions).await? {
                 println!("{line}");
             }
             Ok(ExitCode::SUCCESS)
@@ -207,7 +252,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Migrate { settings } => runtime()?.block_on(async {
             store(&settings).await?;
-            println!("migrations applied to schema {}", settings.db_schema);
+            println!("migrations applied to schema {}", settings.ns_db_schema());
             Ok(ExitCode::SUCCESS)
         }),
         Command::Lag { wait, settings } => runtime()?.block_on(async {
@@ -221,10 +266,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::ops::print_lag(&rows);
             Ok(ExitCode::SUCCESS)
         }),
-        Command::Verify { sample, repair, settings } => runtime()?.block_on(async {
-            let store = store(&settings).await?;
-            let projection = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
-            let r = crate::ops::verify(&settings, &store, &projection, sample, repair).await?;
+        Command::Verify { against, sample, repair, settings } => runtime()?.block_on(async {
+            settings.check()?;
+            let r = match against {
+                Some(other) => {
+                    let other = settings.in_namespace(&other)?;
+                    crate::ops::verify_against(&settings, &other, sample, repair).await?
+                }
+                None => {
+                    let store = store(&settings).await?;
+                    let projection = RedisProjection::connect(&settings.redis_url, &settings.ns_redis_prefix()).await?;
+                    crate::ops::verify(&settings, &store, &projection, sample, repair).await?
+                }
+            };
             for (user, diffs) in r.differing.iter().take(10) {
                 println!("user {user:?} differs:");
                 for d in diffs.iter().take(5) {
@@ -241,11 +295,67 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let clean = r.differing.is_empty() || (repair && r.repaired == r.differing.len());
             Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }),
+        Command::Replay { from, into, checkpoint_every, max_rate, settings } => runtime()?.block_on(async {
+            settings.check()?;
+            let opts = crate::replay::ReplayOptions { from, into, checkpoint_interval: checkpoint_every, max_rate };
+            let r = match crate::replay::replay(&settings, &opts).await {
+                Err(e) if e.downcast_ref::<crate::replay::Refused>().is_some() => {
+                    eprintln!("unread replay: refused: {e}");
+                    return Ok(ExitCode::FAILURE);
+                }
+                other => other?,
+            };
+            println!(
+                "replay into {}{}: {} records ({} invalid skipped, {} in-flight deltas) in {:.2} s, {:.0} records/s; \
+                 {} users, {} conversations, {} checkpoints; {}",
+                opts.into,
+                if r.resumed { " (resumed)" } else { "" },
+                r.records,
+                r.invalid,
+                r.in_flight_deltas,
+                r.seconds,
+                r.rate(),
+                r.users,
+                r.conversations,
+                r.checkpoints,
+                if r.interrupted { "interrupted: run the same command to resume" } else { "complete" }
+            );
+            Ok(if r.interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
+        }),
+        Command::Promote { name: namespace, drop_old, settings } => runtime()?.block_on(async {
+            let r = crate::namespace::promote(&settings, &namespace, drop_old).await?;
+            if r.previous == namespace {
+                println!("namespace {namespace} is already live");
+            } else {
+                println!("promoted {namespace} (was {}): read API instances switch within 0.2 s", r.previous);
+            }
+            if !r.writer_running {
+                eprintln!(
+                    "warning: no service runs in namespace {namespace}: readers see its state as of its last write; \
+                     start `unread run --namespace {namespace}`"
+                );
+            }
+            if let Some(d) = r.dropped {
+                println!(
+                    "dropped {}: {} Redis keys, schema {}, groups {:?}, topic {}",
+                    r.previous, d.redis_keys, d.schema, d.groups, d.delta_topic
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Drop { name: namespace, settings } => runtime()?.block_on(async {
+            let d = crate::namespace::drop(&settings, &namespace).await?;
+            println!(
+                "dropped {namespace}: {} Redis keys, schema {}, groups {:?}, topic {}",
+                d.redis_keys, d.schema, d.groups, d.delta_topic
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
         Command::Inspect { what } => runtime()?.block_on(async {
             let (found, name) = match &what {
                 InspectWhat::User { id, settings } => {
                     let store = store(settings).await?;
-                    let projection = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+                    let projection = RedisProjection::connect(&settings.redis_url, &settings.ns_redis_prefix()).await?;
                     (crate::ops::inspect_user(settings, &store, &projection, id).await?, format!("user {id:?}"))
                 }
                 InspectWhat::Conversation { id, settings } => {
@@ -265,7 +375,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }),
         Command::DeadLetter { action: DeadLetterAction::List { limit, kind, settings } } => {
-            let topic = crate::topology::Topics::new(&settings.topic_prefix).dead_letter;
+            let topic = settings.topics().dead_letter;
             let all = crate::dead_letter::read_all(&settings.brokers, &topic)?;
             let matching: Vec<_> = all.iter().filter(|d| kind.as_deref().is_none_or(|k| d.kind == k)).collect();
             for d in matching.iter().take(limit) {
@@ -292,7 +402,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::DeadLetter { action: DeadLetterAction::Replay { kind, settings } } => runtime()?.block_on(async {
-            let topic = crate::topology::Topics::new(&settings.topic_prefix).dead_letter;
+            let topic = settings.topics().dead_letter;
             let all = crate::dead_letter::read_all(&settings.brokers, &topic)?;
             let matching: Vec<_> = all.into_iter().filter(|d| kind.as_deref().is_none_or(|k| d.kind == k)).collect();
             let n = crate::dead_letter::replay(&settings.brokers, &matching).await?;
@@ -302,7 +412,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Projection { action: ProjectionAction::Rebuild { users, settings } } => runtime()?.block_on(async {
             let started = Instant::now();
             let store = store(&settings).await?;
-            let projection = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+            let projection = RedisProjection::connect(&settings.redis_url, &settings.ns_redis_prefix()).await?;
             let (written, refused) = crate::ops::rebuild_projection(&settings, &store, &projection, &users).await?;
             println!(
                 "projection rebuilt: {written} users written, {refused} refused (Redis already newer), {:.2} s",
@@ -319,7 +429,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Connects to the checkpoint store and applies the migrations.
 async fn store(settings: &Settings) -> anyhow::Result<CheckpointStore> {
-    let store = CheckpointStore::connect(&settings.database_url, &settings.db_schema, 4).await?;
+    let store = CheckpointStore::connect(&settings.database_url, &settings.ns_db_schema(), 4).await?;
     store.migrate().await?;
     Ok(store)
 }
@@ -359,4 +469,13 @@ fn fold(input: &str, output: &str, skip_invalid: bool, batch_size: usize) -> any
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -1,7 +1,19 @@
 //! Connection settings shared by every subcommand that talks to Kafka, Redis or PostgreSQL. Each is a flag and an
 //! `UNREAD_*` environment variable; the defaults match `scripts/stack up` (native mode).
+//!
+//! A **namespace** is one complete copy of the service's state: a Redis key prefix, a PostgreSQL schema, two
+//! consumer groups and a delta topic, all derived from the base settings and the namespace's name (see
+//! [`Settings::redis_prefix`] and its siblings). The input topics are shared by every namespace. `default` is the
+//! base namespace, named exactly by the base settings; `unread replay --into NAME` fills another, and
+//! `unread promote NAME` makes the read API serve it (docs/operations.md § Replay).
 
+use anyhow::bail;
 use clap::Args;
+
+use crate::topology::Topics;
+
+/// The name of the base namespace.
+pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Where the services are and which namespace this instance uses.
 #[derive(Debug, Clone, Args)]
@@ -15,16 +27,126 @@ pub struct Settings {
     /// PostgreSQL URL of the checkpoint store.
     #[arg(long, env = "UNREAD_DATABASE_URL", default_value = "postgres://unread@127.0.0.1:35432/unread")]
     pub database_url: String,
-    /// PostgreSQL schema holding the checkpoint tables (created if missing; letters, digits and _ only).
+    /// PostgreSQL schema of the default namespace's checkpoint tables (created if missing; letters, digits and _).
     #[arg(long, env = "UNREAD_DB_SCHEMA", default_value = "unread")]
     pub db_schema: String,
     /// Prefix of every topic name (e.g. `test1.` gives `test1.unread.user-events`).
     #[arg(long, env = "UNREAD_TOPIC_PREFIX", default_value = "")]
     pub topic_prefix: String,
-    /// Consumer group id; the fan-out stage uses `{group}.fanout`, the fold stage `{group}.fold`.
+    /// Consumer group id of the default namespace; its fan-out stage uses `{group}.fanout`, its fold `{group}.fold`.
     #[arg(long, env = "UNREAD_GROUP_ID", default_value = "unread")]
     pub group_id: String,
-    /// Prefix of every Redis key of the projection.
+    /// Prefix of every Redis key of the default namespace's projection (and of the `live` pointer).
     #[arg(long, env = "UNREAD_REDIS_PREFIX", default_value = "unread:")]
     pub redis_prefix: String,
+    /// The namespace whose state this command reads or writes: `default`, or 1 to 32 of a-z, 0-9 and _.
+    #[arg(long, env = "UNREAD_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+}
+
+/// Checks a namespace name: `default`, or 1 to 32 characters of `a-z`, `0-9` and `_`.
+///
+/// Errors: any other name.
+pub fn check_namespace(name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !ok {
+        bail!("namespace {name:?} must be 1 to 32 characters of a-z, 0-9 and _");
+    }
+    Ok(())
+}
+
+impl Settings {
+    /// The same settings in another namespace.
+    ///
+    /// Errors: an invalid namespace name.
+    pub fn in_namespace(&self, name: &str) -> anyhow::Result<Settings> {
+        check_namespace(name)?;
+        Ok(Settings { namespace: name.to_owned(), ..self.clone() })
+    }
+
+    fn is_default(&self) -> bool {
+        self.namespace == DEFAULT_NAMESPACE
+    }
+
+    /// The namespace's Redis key prefix: the base prefix, or `{base}ns:{name}:`.
+    pub fn ns_redis_prefix(&self) -> String {
+        if self.is_default() {
+            self.redis_prefix.clone()
+        } else {
+            format!("{}ns:{}:", self.redis_prefix, self.namespace)
+        }
+    }
+
+    /// The namespace's PostgreSQL schema: the base schema, or `{base}_ns_{name}`.
+    pub fn ns_db_schema(&self) -> String {
+        if self.is_default() {
+            self.db_schema.clone()
+        } else {
+            format!("{}_ns_{}", self.db_schema, self.namespace)
+        }
+    }
+
+    /// The namespace's consumer group prefix: the base group id, or `{base}.ns.{name}`.
+    pub fn ns_group_id(&self) -> String {
+        if self.is_default() {
+            self.group_id.clone()
+        } else {
+            format!("{}.ns.{}", self.group_id, self.namespace)
+        }
+    }
+
+    /// The namespace's topics: the shared input and dead-letter topics, and its own delta topic
+    /// (`unread.user-deltas`, or `unread.user-deltas.{name}`).
+    pub fn topics(&self) -> Topics {
+        let mut t = Topics::new(&self.topic_prefix);
+        if !self.is_default() {
+            t.user_deltas = format!("{}.{}", t.user_deltas, self.namespace);
+        }
+        t
+    }
+
+    /// The Redis key naming the namespace the read API serves (`{base prefix}live`; absent means `default`).
+    pub fn live_pointer_key(&self) -> String {
+        format!("{}live", self.redis_prefix)
+    }
+
+    /// Checks the namespace name.
+    ///
+    /// Errors: an invalid namespace name.
+    pub fn check(&self) -> anyhow::Result<()> {
+        check_namespace(&self.namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        s: Settings,
+    }
+
+    #[test]
+    fn namespaces_derive_every_name_and_default_keeps_the_base_ones() {
+        let base = Cli::parse_from(["x"]).s;
+        assert_eq!(
+            (base.ns_redis_prefix(), base.ns_db_schema(), base.ns_group_id(), base.topics().user_deltas),
+            ("unread:".into(), "unread".into(), "unread".into(), "unread.user-deltas".into())
+        );
+        let v2 = base.in_namespace("v2").unwrap();
+        assert_eq!(
+            (v2.ns_redis_prefix(), v2.ns_db_schema(), v2.ns_group_id(), v2.topics().user_deltas),
+            ("unread:ns:v2:".into(), "unread_ns_v2".into(), "unread.ns.v2".into(), "unread.user-deltas.v2".into())
+        );
+        assert_eq!(v2.topics().user_events, base.topics().user_events, "input topics are shared");
+        assert_eq!(v2.live_pointer_key(), "unread:live");
+        for bad in ["", "V2", "a-b", "a:b", &"x".repeat(33)] {
+            assert!(base.in_namespace(bad).is_err(), "{bad:?}");
+        }
+    }
 }

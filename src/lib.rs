@@ -15,6 +15,7 @@
 //! - [`projection`]: the Redis hash layout readers are served from;
 //! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
 //! - [`service`]: `unread run`, the consumer-group stages around the core; [`api`]: the read API;
+//! - [`replay`]: `unread replay`, the log folded into another namespace; [`namespace`]: promote and drop;
 //! - [`produce`], [`ops`], [`topology`], [`config`]: the other subcommands and their settings;
 //! - [`cli`]: the `unread` command line.
 
@@ -27,10 +28,12 @@ pub mod dead_letter;
 pub mod delta;
 pub mod fanout;
 pub mod fold;
+pub mod namespace;
 pub mod ops;
 pub mod pipeline;
 pub mod produce;
 pub mod projection;
+pub mod replay;
 pub mod seqset;
 pub mod service;
 pub mod topology;

@@ -1,4 +1,5 @@
-//! Operator tools over the running service's stores: `unread lag` and `unread projection rebuild`.
+//! Operator tools over the running service's stores: `unread lag`, `unread projection rebuild`, `unread inspect`
+//! and `unread verify`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -41,7 +42,7 @@ impl PartitionLag {
 ///
 /// Errors: Kafka or PostgreSQL unreachable.
 pub async fn lag(settings: &Settings, store: &CheckpointStore) -> anyhow::Result<Vec<PartitionLag>> {
-    let topics = Topics::new(&settings.topic_prefix);
+    let topics = settings.topics();
     let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &settings.brokers).create()?;
     let mut out = Vec::new();
     for (stage, st, names) in [
@@ -145,7 +146,7 @@ pub async fn rebuild_projection(
     projection: &RedisProjection,
     users: &[String],
 ) -> anyhow::Result<(usize, usize)> {
-    let topics = Topics::new(&settings.topic_prefix);
+    let topics = settings.topics();
     let versions = CheckpointVersions::load(&topics, store).await?;
     let version = |p: i32| versions.of(p);
     let rows = if users.is_empty() {
@@ -187,7 +188,7 @@ pub async fn inspect_user(
 ) -> anyhow::Result<Option<serde_json::Value>> {
     let Some((partition, bytes, at)) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
     let state = checkpoint::decode_user(&bytes).with_context(|| format!("checkpoint of user {user_id:?}"))?;
-    let topics = Topics::new(&settings.topic_prefix);
+    let topics = settings.topics();
     let offsets = store.offsets(Stage::Fold).await?;
     let offset = |t: &str| offsets.get(&(t.to_owned(), partition)).copied();
     Ok(Some(serde_json::json!({
@@ -219,7 +220,7 @@ pub async fn inspect_conversation(
     let Some((partition, bytes, at)) = store.state_row(Stage::FanOut, conversation_id).await? else { return Ok(None) };
     let state =
         checkpoint::decode_conversation(&bytes).with_context(|| format!("checkpoint of {conversation_id:?}"))?;
-    let topic = Topics::new(&settings.topic_prefix).conversation_events;
+    let topic = settings.topics().conversation_events;
     let offsets = store.offsets(Stage::FanOut).await?;
     Ok(Some(serde_json::json!({
         "conversation_id": conversation_id,
@@ -254,8 +255,10 @@ fn redis_is_ahead(redis: Option<&str>, checkpoint: &str) -> bool {
     }
 }
 
-/// The differences between two views of one user, field by field (`expected` is the trusted side).
-pub fn view_differences(expected: &UserView, got: &UserView) -> Vec<String> {
+/// The differences between two views of one user, field by field (`expected` is the trusted side); `names` are
+/// the two sides' names in the messages, trusted first.
+pub fn view_differences(expected: &UserView, got: &UserView, names: (&str, &str)) -> Vec<String> {
+    let (en, gn) = names;
     let mut d = Vec::new();
     for (name, e, g) in [
         ("total_unread", expected.total_unread, got.total_unread),
@@ -263,18 +266,18 @@ pub fn view_differences(expected: &UserView, got: &UserView) -> Vec<String> {
         ("unread_conversations", expected.unread_conversations, got.unread_conversations),
     ] {
         if e != g {
-            d.push(format!("{name}: checkpoint {e}, redis {g}"));
+            d.push(format!("{name}: {en} {e}, {gn} {g}"));
         }
     }
     for (id, e) in &expected.conversations {
         match got.conversations.get(id) {
-            None => d.push(format!("conversations[{id:?}]: checkpoint {e:?}, missing in redis")),
-            Some(g) if g != e => d.push(format!("conversations[{id:?}]: checkpoint {e:?}, redis {g:?}")),
+            None => d.push(format!("conversations[{id:?}]: {en} {e:?}, missing in {gn}")),
+            Some(g) if g != e => d.push(format!("conversations[{id:?}]: {en} {e:?}, {gn} {g:?}")),
             Some(_) => {}
         }
     }
     for id in got.conversations.keys().filter(|id| !expected.conversations.contains_key(*id)) {
-        d.push(format!("conversations[{id:?}]: not in the checkpoint, present in redis"));
+        d.push(format!("conversations[{id:?}]: not in {en}, present in {gn}"));
     }
     d
 }
@@ -291,16 +294,12 @@ pub async fn verify(
     sample: Option<usize>,
     repair: bool,
 ) -> anyhow::Result<VerifyReport> {
-    let topics = Topics::new(&settings.topic_prefix);
+    let topics = settings.topics();
     let versions = CheckpointVersions::load(&topics, store).await?;
     let version = |p: i32| versions.of(p);
     let mut rows = store.states(Stage::Fold, None).await?;
     if let Some(n) = sample {
-        // A random sample: order by a hash of the id salted with the clock, keep the first n.
-        let salt =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u32);
-        rows.sort_by_key(|(id, _, _)| crate::topology::murmur2(format!("{salt}{id}").as_bytes()));
-        rows.truncate(n);
+        take_sample(&mut rows, n, |(id, _, _)| id);
     }
     let mut report = VerifyReport::default();
     let mut repairs = Vec::new();
@@ -316,13 +315,87 @@ pub async fn verify(
             report.ahead += 1;
             continue;
         }
-        report.differing.push((id.clone(), view_differences(&expected, &got)));
+        report.differing.push((id.clone(), view_differences(&expected, &got, ("checkpoint", "redis"))));
         if repair {
             repairs.push(UserWrite::replace(expected, v));
         }
     }
     if !repairs.is_empty() {
         report.repaired = projection.write(&repairs).await?.0;
+    }
+    Ok(report)
+}
+
+/// Keeps `n` items chosen at random: ordered by a hash of the id salted with the clock.
+fn take_sample<T>(items: &mut Vec<T>, n: usize, id: impl Fn(&T) -> &String) {
+    let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u32);
+    items.sort_by_cached_key(|x| crate::topology::murmur2(format!("{salt}{}", id(x)).as_bytes()));
+    items.truncate(n);
+}
+
+/// How many times `verify --against` compares a differing user before reporting it, and the pause between: a
+/// user the two namespaces' services are still folding differs for a moment only.
+const AGAINST_ROUNDS: usize = 3;
+const AGAINST_PAUSE: Duration = Duration::from_secs(1);
+
+/// `unread verify --against OTHER`: compares the Redis projection of `live` (its namespace) with that of `other`,
+/// for every user either namespace has checkpointed (or `sample` of them). The replayed side `other` is trusted:
+/// a user still differing after [`AGAINST_ROUNDS`] comparisons [`AGAINST_PAUSE`] apart is reported, and with
+/// `repair` rewritten in `live` from `other`'s view at the version `live` holds (so a write the live service makes
+/// meanwhile wins, and the user is not counted as repaired). The live service's own memory and checkpoint are not
+/// changed: if they are wrong, promote the replayed namespace instead.
+///
+/// Errors: a store is unreachable.
+pub async fn verify_against(
+    live: &Settings,
+    other: &Settings,
+    sample: Option<usize>,
+    repair: bool,
+) -> anyhow::Result<VerifyReport> {
+    let live_store = CheckpointStore::connect(&live.database_url, &live.ns_db_schema(), 2).await?;
+    let other_store = CheckpointStore::connect(&other.database_url, &other.ns_db_schema(), 2).await?;
+    live_store.migrate().await?;
+    other_store.migrate().await?;
+    let mut ids: Vec<String> = live_store.states(Stage::Fold, None).await?.into_iter().map(|r| r.0).collect();
+    ids.extend(other_store.states(Stage::Fold, None).await?.into_iter().map(|r| r.0));
+    ids.sort_unstable();
+    ids.dedup();
+    if let Some(n) = sample {
+        take_sample(&mut ids, n, |id| id);
+    }
+    let a = RedisProjection::connect(&live.redis_url, &live.ns_redis_prefix()).await?;
+    let b = a.with_prefix(&other.ns_redis_prefix());
+    let mut report = VerifyReport { checked: ids.len(), ..Default::default() };
+    let mut differing = ids;
+    let names = (format!("namespace {}", other.namespace), format!("namespace {}", live.namespace));
+    let mut last = Vec::new();
+    for round in 0..AGAINST_ROUNDS {
+        if round > 0 {
+            tokio::time::sleep(AGAINST_PAUSE).await;
+        }
+        last.clear();
+        for id in &differing {
+            let version = a.version(id).await?;
+            let (got, expected) = (a.read(id).await?, b.read(id).await?);
+            if got != expected {
+                last.push((id.clone(), expected, got, version));
+            }
+        }
+        differing = last.iter().map(|(id, ..)| id.clone()).collect();
+        if differing.is_empty() {
+            break;
+        }
+    }
+    let mut repairs = Vec::new();
+    for (id, expected, got, version) in last {
+        report.differing.push((id.clone(), view_differences(&expected, &got, (&names.0, &names.1))));
+        if repair {
+            // At the version live holds: refused if its service wrote the user since (it moved on).
+            repairs.push(UserWrite::replace(expected, version.unwrap_or_else(|| "0 0 0".into())));
+        }
+    }
+    if !repairs.is_empty() {
+        report.repaired = a.write(&repairs).await?.0;
     }
     Ok(report)
 }

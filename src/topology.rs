@@ -79,13 +79,25 @@ impl Topics {
             dead_letter: format!("{prefix}{DEAD_LETTER}"),
         }
     }
+
+    /// The actual name of the topic whose base name (as in `topology/topics.toml`) is `base`.
+    pub fn name_of(&self, base: &str) -> Option<&str> {
+        Some(match base {
+            CONVERSATION_EVENTS => &self.conversation_events,
+            USER_EVENTS => &self.user_events,
+            USER_DELTAS => &self.user_deltas,
+            DEAD_LETTER => &self.dead_letter,
+            _ => return None,
+        })
+    }
 }
 
-/// Creates the topics under `prefix` that do not exist and checks the partition count of those that do.
-/// Returns one line per topic saying what happened.
+/// Creates the topics of `names` (a namespace's, [`crate::config::Settings::topics`]) that do not exist, with the
+/// topology's settings, and checks the partition count of those that do. Returns one line per topic saying what
+/// happened.
 ///
 /// Errors: the broker is unreachable, a creation fails, or an existing topic has another partition count.
-pub async fn create(brokers: &str, prefix: &str, partitions: Option<i32>) -> anyhow::Result<Vec<String>> {
+pub async fn create(brokers: &str, names: &Topics, partitions: Option<i32>) -> anyhow::Result<Vec<String>> {
     let specs = topics(partitions)?;
     let existing = partition_counts(brokers)?;
     let admin: AdminClient<DefaultClientContext> =
@@ -93,11 +105,11 @@ pub async fn create(brokers: &str, prefix: &str, partitions: Option<i32>) -> any
     let mut report = Vec::new();
     let mut to_create = Vec::new();
     for spec in &specs {
-        let name = format!("{prefix}{}", spec.name);
-        match existing.get(&name) {
+        let name = names.name_of(&spec.name).with_context(|| format!("unknown topic {} in the topology", spec.name))?;
+        match existing.get(name) {
             Some(&n) if n == spec.partitions => report.push(format!("{name}: exists with {n} partitions")),
             Some(&n) => bail!("{name} exists with {n} partitions, the topology says {}", spec.partitions),
-            None => to_create.push((name, spec)),
+            None => to_create.push((name.to_owned(), spec)),
         }
     }
     let retention: Vec<String> = to_create.iter().map(|(_, s)| s.retention_ms.to_string()).collect();
@@ -132,6 +144,39 @@ pub async fn create(brokers: &str, prefix: &str, partitions: Option<i32>) -> any
         }
     }
     Ok(report)
+}
+
+/// Creates one topic named `name` with the settings of the topology's `base` topic and `partitions` partitions,
+/// unless it exists with that count. Returns what happened, as [`create`] does.
+///
+/// Errors: `base` is not in the topology; the broker is unreachable; the creation fails; the topic exists with
+/// another partition count.
+pub async fn create_one(brokers: &str, base: &str, name: &str, partitions: i32) -> anyhow::Result<String> {
+    let spec = topics(None)?.into_iter().find(|t| t.name == base).with_context(|| format!("no topic {base}"))?;
+    match partition_counts(brokers)?.get(name) {
+        Some(&n) if n == partitions => return Ok(format!("{name}: exists with {n} partitions")),
+        Some(&n) => bail!("{name} exists with {n} partitions, expected {partitions}"),
+        None => {}
+    }
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers).create().context("creating the Kafka admin client")?;
+    let retention = spec.retention_ms.to_string();
+    let max = spec.max_message_bytes.map(|b| b.to_string());
+    let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(1))
+        .set("cleanup.policy", &spec.cleanup_policy)
+        .set("retention.ms", &retention);
+    if let Some(m) = &max {
+        t = t.set("max.message.bytes", m);
+    }
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    match admin.create_topics([&t], &opts).await.context("creating a topic")?.pop() {
+        Some(Ok(_)) => Ok(format!("{name}: created")),
+        Some(Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))) => {
+            Ok(format!("{name}: created concurrently"))
+        }
+        Some(Err((_, e))) => bail!("creating {name}: {e}"),
+        None => bail!("creating {name}: no answer"),
+    }
 }
 
 /// Every topic's partition count, from the broker's metadata.

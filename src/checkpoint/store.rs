@@ -34,6 +34,47 @@ pub struct Fenced {
     pub current: i64,
 }
 
+/// The whole checkpoint at one moment ([`CheckpointStore::snapshot`]).
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// (topic, partition) → next offset of the fan-out stage.
+    pub fanout_offsets: HashMap<(String, i32), i64>,
+    /// (topic, partition) → next offset of the fold stage.
+    pub fold_offsets: HashMap<(String, i32), i64>,
+    /// (conversation id, encoded state).
+    pub conversations: Vec<(String, Vec<u8>)>,
+    /// (user id, encoded state).
+    pub users: Vec<(String, Vec<u8>)>,
+}
+
+/// The row of the `replays` table: which replay filled a namespace's schema and whether it finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayStatus {
+    /// The namespace replayed from (its checkpoint, with `--from checkpoint`).
+    pub source: String,
+    /// `earliest`, `checkpoint` or the RFC 3339 timestamp.
+    pub from: String,
+    pub started_at: String,
+    /// Set when the replay reached the log end it aimed at.
+    pub finished_at: Option<String>,
+    /// Records folded, over every run that finished.
+    pub events: i64,
+}
+
+/// Drops a checkpoint schema and everything in it (`unread drop`); nothing happens when it does not exist.
+///
+/// Errors: a schema name other than letters, digits and `_`; PostgreSQL unreachable.
+pub async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
+    if schema.is_empty() || !schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        bail!("database schema {schema:?} must be letters, digits and _");
+    }
+    let pool = PgPoolOptions::new().max_connections(1).connect(url).await.context("connecting to PostgreSQL")?;
+    // Audited: the schema name was checked above to be letters, digits and _ only.
+    sqlx::query(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))).execute(&pool).await?;
+    pool.close().await;
+    Ok(())
+}
+
 /// A connection pool to the checkpoint schema.
 #[derive(Debug, Clone)]
 pub struct CheckpointStore {
@@ -58,10 +99,19 @@ impl CheckpointStore {
             .await
             .context("connecting to PostgreSQL")?;
         // Audited: the schema name was checked above to be letters, digits and _ only.
-        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
-            .execute(&admin)
-            .await
-            .context("creating schema")?;
+        // Two processes creating the schema at once: the loser gets a unique violation although the schema exists.
+        let created =
+            sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))).execute(&admin).await;
+        if let Err(e) = created {
+            let exists: bool = sqlx::query("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                .bind(schema)
+                .fetch_one(&admin)
+                .await?
+                .get(0);
+            if !exists {
+                return Err(e).context("creating schema");
+            }
+        }
         admin.close().await;
         let opts = base.options([("search_path", schema)]);
         // A short acquire timeout makes an outage an error that the caller logs, counts and retries, rather
@@ -260,6 +310,77 @@ impl CheckpointStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// A consistent snapshot of the whole checkpoint, read in one `REPEATABLE READ` transaction: every partition's
+    /// state and offsets as one set of committed checkpoints (each partition's state matches its offsets).
+    ///
+    /// Errors: PostgreSQL unreachable or failing.
+    pub async fn snapshot(&self) -> anyhow::Result<Snapshot> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *tx).await?;
+        let offsets = sqlx::query("SELECT stage, topic, partition, next_offset FROM checkpoint_offsets")
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut snap = Snapshot::default();
+        for r in offsets {
+            let stage: String = r.get(0);
+            let map = if stage == "fold" { &mut snap.fold_offsets } else { &mut snap.fanout_offsets };
+            map.insert((r.get(1), r.get(2)), r.get(3));
+        }
+        let rows = |sql: &'static str| sqlx::query(sql);
+        for r in rows("SELECT conversation_id, state FROM fanout_conversations").fetch_all(&mut *tx).await? {
+            snap.conversations.push((r.get(0), r.get(1)));
+        }
+        for r in rows("SELECT user_id, state FROM fold_users").fetch_all(&mut *tx).await? {
+            snap.users.push((r.get(0), r.get(1)));
+        }
+        tx.commit().await?;
+        Ok(snap)
+    }
+
+    /// The replay that filled this schema, if any.
+    pub async fn replay_status(&self) -> anyhow::Result<Option<ReplayStatus>> {
+        let row = sqlx::query(
+            "SELECT source, from_spec, started_at::text, finished_at::text, events FROM replays WHERE id = 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| ReplayStatus {
+            source: r.get(0),
+            from: r.get(1),
+            started_at: r.get(2),
+            finished_at: r.get(3),
+            events: r.get(4),
+        }))
+    }
+
+    /// Records that a replay from `source` (a namespace) starting at `from` fills this schema.
+    pub async fn start_replay(&self, source: &str, from: &str) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO replays (id, source, from_spec) VALUES (1, $1, $2) ON CONFLICT (id) DO UPDATE \
+             SET finished_at = NULL",
+        )
+        .bind(source)
+        .bind(from)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records that the replay reached the end it aimed at, having folded `events` records in all its runs.
+    pub async fn finish_replay(&self, events: i64) -> anyhow::Result<()> {
+        sqlx::query("UPDATE replays SET finished_at = now(), events = events + $1 WHERE id = 1")
+            .bind(events)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether the schema holds any checkpoint at all.
+    pub async fn is_empty(&self) -> anyhow::Result<bool> {
+        let row = sqlx::query("SELECT NOT EXISTS (SELECT 1 FROM checkpoint_offsets)").fetch_one(&self.pool).await?;
+        Ok(row.get(0))
     }
 
     /// Size of the checkpoint: (rows, bytes of encoded state) over both state tables.

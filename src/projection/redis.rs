@@ -87,6 +87,11 @@ impl RedisProjection {
         Ok(Self { conn, prefix: prefix.to_owned(), sha })
     }
 
+    /// The same connection with another key prefix (another namespace's projection).
+    pub fn with_prefix(&self, prefix: &str) -> Self {
+        Self { conn: self.conn.clone(), prefix: prefix.to_owned(), sha: self.sha.clone() }
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix

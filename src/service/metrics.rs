@@ -60,6 +60,10 @@ pub struct Metrics {
     fenced: AtomicU64,
     checkpoint_micros: AtomicU64,
     assignments: Mutex<Vec<(&'static str, Arc<Assignment>)>>,
+    /// The last background verify (`run --verify-every`): (checked, differing, ahead, unix time s); runs; failures.
+    verify_last: Mutex<Option<(usize, usize, usize, u64)>>,
+    verify_runs: AtomicU64,
+    verify_failures: AtomicU64,
 }
 
 impl Metrics {
@@ -129,6 +133,18 @@ impl Metrics {
         *self.assignments.lock().expect("not poisoned") = a;
     }
 
+    /// A background verify compared `checked` users: `differing` differed, `ahead` were newer in Redis.
+    pub fn verified(&self, checked: usize, differing: usize, ahead: usize) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        *self.verify_last.lock().expect("not poisoned") = Some((checked, differing, ahead, now));
+        self.verify_runs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A background verify could not run (a store unreachable).
+    pub fn verify_failed(&self) {
+        self.verify_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Prometheus text exposition of everything above.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -180,6 +196,20 @@ impl Metrics {
             let _ = writeln!(out, "unread_assigned_partitions{{stage=\"{stage}\"}} {}", a.partitions().len());
             let _ =
                 writeln!(out, "unread_rebalances_total{{stage=\"{stage}\"}} {}", a.rebalances.load(Ordering::Relaxed));
+        }
+        let _ = writeln!(out, "# TYPE unread_verify_runs_total counter");
+        let _ = writeln!(out, "unread_verify_runs_total {}", self.verify_runs.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE unread_verify_failures_total counter");
+        let _ = writeln!(out, "unread_verify_failures_total {}", self.verify_failures.load(Ordering::Relaxed));
+        if let Some((checked, differing, ahead, at)) = *self.verify_last.lock().expect("not poisoned") {
+            out.push_str("# TYPE unread_verify_checked_users gauge\n# TYPE unread_verify_differing_users gauge\n");
+            out.push_str(
+                "# TYPE unread_verify_ahead_users gauge\n# TYPE unread_verify_last_run_timestamp_seconds gauge\n",
+            );
+            let _ = writeln!(out, "unread_verify_checked_users {checked}");
+            let _ = writeln!(out, "unread_verify_differing_users {differing}");
+            let _ = writeln!(out, "unread_verify_ahead_users {ahead}");
+            let _ = writeln!(out, "unread_verify_last_run_timestamp_seconds {at}");
         }
         out
     }

@@ -52,6 +52,61 @@ pub struct RunOptions {
     /// Flush a partition task as soon as this many records are pending.
     #[arg(long, env = "UNREAD_FLUSH_EVENTS", default_value_t = 20_000)]
     pub flush_events: usize,
+    /// Run a sampled `unread verify` (Redis against the checkpoint) this often, e.g. `30s`, `5m`; results go to
+    /// `/metrics` as `unread_verify_*`. Off when not given.
+    #[arg(long, env = "UNREAD_VERIFY_EVERY", value_parser = parse_duration)]
+    pub verify_every: Option<Duration>,
+    /// Users each background verify samples.
+    #[arg(long, env = "UNREAD_VERIFY_SAMPLE", default_value_t = 1000)]
+    pub verify_sample: usize,
+}
+
+/// Parses a duration such as `500ms`, `30s`, `5m` or `1h`.
+///
+/// Errors: another shape, or zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("{s:?}: expected a number and a unit (ms, s, m, h)"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("{s:?}: unit must be ms, s, m or h")),
+    };
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be more than zero"));
+    }
+    Ok(d)
+}
+
+/// Runs a sampled verify of the namespace every `every` for as long as the process runs, into the metrics.
+fn spawn_verifier(
+    settings: Settings,
+    store: CheckpointStore,
+    projection: RedisProjection,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    sample: usize,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            match crate::ops::verify(&settings, &store, &projection, Some(sample), false).await {
+                Ok(r) => {
+                    metrics.verified(r.checked, r.differing.len(), r.ahead);
+                    if !r.differing.is_empty() {
+                        tracing::warn!(differing = r.differing.len(), checked = r.checked, first = ?r.differing.first(), "background verify: Redis differs from the checkpoint");
+                    }
+                }
+                Err(e) => {
+                    metrics.verify_failed();
+                    tracing::warn!(error = %format!("{e:#}"), "background verify failed");
+                }
+            }
+        }
+    });
 }
 
 /// A part of `unread run`.
@@ -153,10 +208,10 @@ fn logged(stage: &'static str, partition: i32, metrics: &Metrics, result: anyhow
 /// Errors: a service unreachable at start, or the API address in use.
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let s = &opts.settings;
-    let store = CheckpointStore::connect(&s.database_url, &s.db_schema, 20).await?;
+    let store = CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await?;
     store.migrate().await?;
-    let projection = RedisProjection::connect(&s.redis_url, &s.redis_prefix).await?;
-    let topics = Topics::new(&s.topic_prefix);
+    let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await?;
+    let topics = s.topics();
     let metrics = Arc::new(Metrics::default());
     let shared = Arc::new(Shared {
         topics: topics.clone(),
@@ -171,12 +226,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             std::process::id()
         ),
     });
+    if let Some(every) = opts.verify_every {
+        spawn_verifier(s.clone(), shared.store.clone(), projection.clone(), metrics.clone(), every, opts.verify_sample);
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut stages = tokio::task::JoinSet::new();
     let mut assignments = Vec::new();
 
     let mut start_stage = |name: &'static str, topics: &[&str], spawn: group::SpawnTask| -> anyhow::Result<()> {
-        let (_, dispatcher) = group::consumer(&s.brokers, &format!("{}.{name}", s.group_id), topics)?;
+        let (_, dispatcher) = group::consumer(&s.brokers, &format!("{}.{name}", s.ns_group_id()), topics)?;
         assignments.push((name, dispatcher.assignment.clone()));
         stages.spawn(dispatcher.run(name, spawn, stop_rx.clone()));
         Ok(())
@@ -190,7 +248,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     }
     metrics.set_assignments(assignments.clone());
     if opts.roles.contains(&Role::Api) {
-        let state = crate::api::ApiState { projection, assignments, metrics: metrics.clone() };
+        let live = crate::namespace::LiveProjection::connect(s).await?;
+        live.follow();
+        let state = crate::api::ApiState { live, assignments, metrics: metrics.clone() };
         let listener = tokio::net::TcpListener::bind(opts.listen)
             .await
             .with_context(|| format!("binding the read API to {}", opts.listen))?;

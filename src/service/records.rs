@@ -48,7 +48,7 @@ impl RecordError {
 }
 
 /// Decodes an input record expected on the `stream` topic and checks that its key is the event's routing id.
-pub fn event(record: &OwnedMessage, stream: Stream) -> Result<Event, RecordError> {
+pub fn event(record: &impl Message, stream: Stream) -> Result<Event, RecordError> {
     let value = record.payload().ok_or(RecordError::NoValue)?;
     let event = decode(value)?;
     if event.stream() != stream {
@@ -70,7 +70,7 @@ pub fn event(record: &OwnedMessage, stream: Stream) -> Result<Event, RecordError
 }
 
 /// Decodes a delta record of `unread.user-deltas` (JSON of [`Delta`], key = `user_id`).
-pub fn delta(record: &OwnedMessage) -> Result<Delta, RecordError> {
+pub fn delta(record: &impl Message) -> Result<Delta, RecordError> {
     let value = record.payload().ok_or(RecordError::NoValue)?;
     let delta: Delta = serde_json::from_slice(value).map_err(|e| RecordError::BadDelta(e.to_string()))?;
     if record.key() != Some(delta.user_id.as_bytes()) {
