@@ -4,6 +4,7 @@ mod cli;
 mod dataset;
 mod decoder;
 mod properties;
+mod replay;
 mod schemas;
 mod service;
 mod support;

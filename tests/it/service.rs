@@ -12,13 +12,13 @@ use unread::contract::UserView;
 
 use crate::support::{parse_views, repo_path};
 
-struct Stack {
-    brokers: String,
-    redis_url: String,
-    database_url: String,
+pub(crate) struct Stack {
+    pub(crate) brokers: String,
+    pub(crate) redis_url: String,
+    pub(crate) database_url: String,
 }
 
-fn stack(test: &str) -> Option<Stack> {
+pub(crate) fn stack(test: &str) -> Option<Stack> {
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     match (get("UNREAD_BROKERS"), get("UNREAD_REDIS_URL"), get("UNREAD_DATABASE_URL")) {
         (Some(brokers), Some(redis_url), Some(database_url)) => Some(Stack { brokers, redis_url, database_url }),
@@ -33,15 +33,15 @@ fn stack(test: &str) -> Option<Stack> {
 }
 
 /// One test's private namespace on the shared stack (or on private Redis/PostgreSQL instances).
-struct Ns<'s> {
+pub(crate) struct Ns<'s> {
     stack: &'s Stack,
-    name: String,
+    pub(crate) name: String,
     redis_url: String,
     database_url: String,
 }
 
 impl<'s> Ns<'s> {
-    fn new(stack: &'s Stack, test: &str) -> Self {
+    pub(crate) fn new(stack: &'s Stack, test: &str) -> Self {
         Self::with(stack, test, &stack.redis_url, &stack.database_url)
     }
 
@@ -53,7 +53,7 @@ impl<'s> Ns<'s> {
         ns
     }
 
-    fn cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_unread"));
         c.args(args)
             .env("UNREAD_BROKERS", &self.stack.brokers)
@@ -68,7 +68,7 @@ impl<'s> Ns<'s> {
     }
 
     /// Runs a subcommand to completion; panics with its output unless it succeeds. Returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.cmd(args).output().unwrap();
         assert!(
             out.status.success(),
@@ -85,7 +85,7 @@ impl<'s> Ns<'s> {
         line.trim().parse().unwrap()
     }
 
-    fn start(&self, extra: &[&str]) -> Service {
+    pub(crate) fn start(&self, extra: &[&str]) -> Service {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec!["run", "--listen", &listen];
@@ -105,20 +105,31 @@ impl<'s> Ns<'s> {
     }
 
     /// Deletes the topics, the schema and the Redis keys of this namespace.
-    fn cleanup(self) {
+    pub(crate) fn cleanup(self) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             use rdkafka::admin::{AdminClient, AdminOptions};
             let admin: AdminClient<rdkafka::client::DefaultClientContext> =
                 rdkafka::ClientConfig::new().set("bootstrap.servers", &self.stack.brokers).create().unwrap();
-            let t = unread::topology::Topics::new(&format!("{}.", self.name));
-            let names = [&t.conversation_events, &t.user_events, &t.user_deltas, &t.dead_letter].map(|s| s.as_str());
+            // Every topic and schema of the test, those of its replayed namespaces included.
+            let counts = unread::topology::partition_counts(&self.stack.brokers).unwrap();
+            let names: Vec<&str> =
+                counts.keys().filter(|t| t.starts_with(&format!("{}.", self.name))).map(String::as_str).collect();
             admin.delete_topics(&names, &AdminOptions::new()).await.ok();
             let pool = sqlx::PgPool::connect(&self.database_url).await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name)))
-                .execute(&pool)
-                .await
-                .unwrap();
+            let schemas: Vec<(String,)> = sqlx::query_as(
+                "SELECT nspname::text FROM pg_namespace WHERE nspname = $1 OR nspname LIKE $1 || '\\_ns\\_%'",
+            )
+            .bind(&self.name)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            for (schema,) in schemas {
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
             delete_redis_prefix(&self.redis_url, &format!("{}:", self.name)).await;
         });
     }
@@ -134,18 +145,18 @@ async fn delete_redis_prefix(url: &str, prefix: &str) -> usize {
     keys.len()
 }
 
-struct Service {
+pub(crate) struct Service {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Service {
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().ok(); // SIGKILL
         self.child.wait().ok();
     }
 
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         unsafe_sigterm(self.child.id());
         let deadline = Instant::now() + Duration::from_secs(40);
         while self.child.try_wait().unwrap().is_none() {
@@ -178,16 +189,21 @@ fn wait_for_progress(ns: &Ns, from: i64) -> i64 {
     }
 }
 
-fn unsafe_sigterm(pid: u32) {
+pub(crate) fn unsafe_sigterm(pid: u32) {
     Command::new("kill").arg("-TERM").arg(pid.to_string()).status().ok();
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A plain HTTP/1.1 GET on loopback: (status, body).
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_full(port, path).map(|(code, _, body)| (code, body))
+}
+
+/// A plain HTTP/1.1 GET on loopback: (status, header lines lower-cased, body).
+pub(crate) fn http_get_full(port: u16, path: &str) -> Option<(u16, Vec<String>, String)> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
@@ -196,20 +212,22 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     r.read_line(&mut status).ok()?;
     let code = status.split_whitespace().nth(1)?.parse().ok()?;
     let mut line = String::new();
+    let mut headers = Vec::new();
     loop {
         line.clear();
         r.read_line(&mut line).ok()?;
         if line == "\r\n" || line.is_empty() {
             break;
         }
+        headers.push(line.trim_end().to_ascii_lowercase());
     }
     let mut body = String::new();
     std::io::Read::read_to_string(&mut r, &mut body).ok()?;
-    Some((code, body))
+    Some((code, headers, body))
 }
 
 /// Percent-encodes a path segment (everything but unreserved characters).
-fn encode(id: &str) -> String {
+pub(crate) fn encode(id: &str) -> String {
     id.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
@@ -218,12 +236,12 @@ fn encode(id: &str) -> String {
         .collect()
 }
 
-fn dev_expected() -> Vec<UserView> {
+pub(crate) fn dev_expected() -> Vec<UserView> {
     parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl")).unwrap())
 }
 
 /// Asks the API for every expected user; returns how many were asked and the mismatches.
-fn mismatches(port: u16, expected: &[UserView]) -> (usize, Vec<String>) {
+pub(crate) fn mismatches(port: u16, expected: &[UserView]) -> (usize, Vec<String>) {
     let mut bad = Vec::new();
     for e in expected {
         let (code, body) = http_get(port, &format!("/v1/users/{}/unread", encode(&e.user_id))).expect("API answers");
@@ -235,11 +253,11 @@ fn mismatches(port: u16, expected: &[UserView]) -> (usize, Vec<String>) {
     (expected.len(), bad)
 }
 
-fn assert_exact(port: u16) {
+pub(crate) fn assert_exact(port: u16) {
     assert_matches(port, &dev_expected());
 }
 
-fn assert_matches(port: u16, expected: &[UserView]) {
+pub(crate) fn assert_matches(port: u16, expected: &[UserView]) {
     let (n, bad) = mismatches(port, expected);
     assert!(n >= 1565, "{n} users expected");
     assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
@@ -247,7 +265,7 @@ fn assert_matches(port: u16, expected: &[UserView]) {
 
 /// Produces the dev set `copies` times and folds the same copies into `pipeline`, whose views are then the
 /// expected state (copies are not mere duplicates: each replays leaves and rejoins at a new head).
-fn produce_dev_copies(ns: &Ns, pipeline: &mut unread::pipeline::Pipeline, copies: usize) {
+pub(crate) fn produce_dev_copies(ns: &Ns, pipeline: &mut unread::pipeline::Pipeline, copies: usize) {
     for _ in 0..copies {
         ns.ok(&["produce", &dev_events()]);
         let input = unread::pipeline::open_input(&dev_events()).unwrap();
@@ -255,7 +273,7 @@ fn produce_dev_copies(ns: &Ns, pipeline: &mut unread::pipeline::Pipeline, copies
     }
 }
 
-fn dev_events() -> String {
+pub(crate) fn dev_events() -> String {
     repo_path("tests/data/ubuntu-irc/dev-events.jsonl").to_str().unwrap().to_owned()
 }
 
