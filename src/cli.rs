@@ -306,8 +306,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 other => other?,
             };
             println!(
-                "replay into {}{}: {} records ({} invalid skipped, {} in-flight deltas) in {:.2} s, {:.0} records/s; \
-                 {} users, {} conversations, {} checkpoints; {}",
+                "replay into {}{}: {} records ({} invalid skipped, {} in-flight deltas) in {:.2} s, {:.0} records/s \
+                 (folding {:.2} s, checkpoints {:.2} s); {} users, {} conversations, {} checkpoints; {}",
                 opts.into,
                 if r.resumed { " (resumed)" } else { "" },
                 r.records,
@@ -315,6 +315,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 r.in_flight_deltas,
                 r.seconds,
                 r.rate(),
+                r.fold_seconds,
+                r.checkpoint_seconds,
                 r.users,
                 r.conversations,
                 r.checkpoints,

@@ -31,7 +31,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{info, warn};
@@ -130,6 +130,9 @@ pub struct ReplayReport {
     pub conversations: usize,
     /// Wall time of the run, seconds.
     pub seconds: f64,
+    /// Of which: folding (fan-out and fold of the batches), and checkpointing (Redis and PostgreSQL), seconds.
+    pub fold_seconds: f64,
+    pub checkpoint_seconds: f64,
     /// Stopped by SIGINT/SIGTERM after checkpointing; run the same command to resume.
     pub interrupted: bool,
 }
@@ -226,16 +229,86 @@ impl Replay {
 }
 
 /// A consumer outside any consumer group (nothing is committed; it only assigns partitions to itself).
-fn consumer(brokers: &str) -> anyhow::Result<StreamConsumer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+fn consumer_config(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
         .set("group.id", "unread-replay")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("fetch.wait.max.ms", "50")
         .set("queued.max.messages.kbytes", "65536")
-        .create()
-        .context("creating the replay's Kafka consumer")
+        // When the local queue is full, retry fetching after 10 ms, not librdkafka's default 1 s: the reader
+        // decodes more slowly than the broker sends, so it would otherwise sit idle for whole seconds.
+        .set("fetch.queue.backoff.ms", "10");
+    c
+}
+
+fn consumer(brokers: &str) -> anyhow::Result<StreamConsumer> {
+    consumer_config(brokers).create().context("creating the replay's Kafka consumer")
+}
+
+/// Largest batch the reader hands over: 5,000 records.
+const READ_BATCH: u64 = 5000;
+
+/// Records read and decoded by [`read_input`], in partition order.
+#[derive(Default)]
+struct ReadBatch {
+    conv: Vec<ConversationEvent>,
+    user: Vec<UserEvent>,
+    /// Records read, the invalid ones included.
+    records: u64,
+    /// Records that fail the contract (skipped: the live service dead-lettered them).
+    invalid: u64,
+    /// (user topic?, partition, next offset) of the partitions this batch advanced.
+    next: Vec<(bool, usize, i64)>,
+}
+
+/// Where the reader starts and stops: index 0 for conversation-events, 1 for user-events.
+struct Positions {
+    user_topic: String,
+    next: [Vec<i64>; 2],
+    end: [Vec<i64>; 2],
+}
+
+/// The reader thread: polls the assigned partitions, skips records outside [next, end), decodes the rest and sends
+/// them in batches of at most [`READ_BATCH`] (or what 50 ms brought). Ends when every partition reached its end,
+/// after a consumer error (sent on), or when the receiver is gone.
+fn read_input(c: BaseConsumer, mut pos: Positions, tx: tokio::sync::mpsc::Sender<anyhow::Result<ReadBatch>>) {
+    let remaining = |pos: &Positions| (0..2).any(|i| pos.next[i].iter().zip(&pos.end[i]).any(|(n, e)| n < e));
+    while remaining(&pos) {
+        let mut batch = ReadBatch::default();
+        let mut touched: HashMap<(bool, usize), i64> = HashMap::new();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        while batch.records < READ_BATCH && Instant::now() < deadline {
+            let msg = match c.poll(Duration::from_millis(20)) {
+                None => continue,
+                Some(Err(e)) => {
+                    let _ = tx.blocking_send(Err(e.into()));
+                    return;
+                }
+                Some(Ok(m)) => m,
+            };
+            let (p, is_user) = (msg.partition() as usize, msg.topic() == pos.user_topic);
+            let i = usize::from(is_user);
+            if msg.offset() < pos.next[i][p] || msg.offset() >= pos.end[i][p] {
+                continue; // before the resume point, or after the end this replay aims at
+            }
+            pos.next[i][p] = msg.offset() + 1;
+            touched.insert((is_user, p), msg.offset() + 1);
+            batch.records += 1;
+            match records::event(&msg, if is_user { Stream::User } else { Stream::Conversation }) {
+                Ok(Event::Conversation(e)) => batch.conv.push(e),
+                Ok(Event::User(e)) => batch.user.push(e),
+                Err(_) => batch.invalid += 1,
+            }
+        }
+        if batch.records > 0 {
+            batch.next = touched.into_iter().map(|((u, p), n)| (u, p, n)).collect();
+            if tx.blocking_send(Ok(batch)).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 fn watermarks(c: &StreamConsumer, topic: &str, n: i32) -> anyhow::Result<Vec<(i64, i64)>> {
@@ -376,54 +449,66 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
         }
     }
     let progress = Progress::new(total);
+    // A reader thread polls and decodes (one core) while this task folds and checkpoints (the other).
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
     if tpl.count() > 0 {
-        c.assign(&tpl).context("assigning the input partitions")?;
+        let reader: BaseConsumer =
+            consumer_config(&source.brokers).create().context("creating the replay's consumer")?;
+        reader.assign(&tpl).context("assigning the input partitions")?;
+        let positions = Positions {
+            user_topic: topics.user_events.clone(),
+            next: [r.next_c.clone(), r.next_u.clone()],
+            end: [end_c.clone(), end_u.clone()],
+        };
+        std::thread::spawn(move || read_input(reader, positions, tx));
+    } else {
+        drop(tx);
     }
+    info!(after_s = started.elapsed().as_secs_f64(), records = total, "replay reading");
     let mut last_checkpoint = Instant::now();
     let mut stop = Box::pin(shutdown_signal());
-    while r.remaining(&end_c, &end_u) > 0 {
-        let mut conv = Vec::new();
-        let mut user = Vec::new();
-        let mut n = 0u64;
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(100);
-        while n < 5000 {
-            let msg = tokio::select! {
-                m = c.recv() => m,
-                _ = tokio::time::sleep_until(deadline) => break,
-                _ = &mut stop => { report.interrupted = true; break; }
-            };
-            let msg = msg.context("reading the input topics")?;
-            let (p, is_user) = (msg.partition() as usize, msg.topic() == topics.user_events);
-            let (next, end) = if is_user { (&mut r.next_u[p], end_u[p]) } else { (&mut r.next_c[p], end_c[p]) };
-            if msg.offset() < *next || msg.offset() >= end {
-                continue; // before the resume point, or after the end this replay aims at
-            }
-            *next = msg.offset() + 1;
-            n += 1;
-            match records::event(&msg, if is_user { Stream::User } else { Stream::Conversation }) {
-                Ok(Event::Conversation(e)) => conv.push(e),
-                Ok(Event::User(e)) => user.push(e),
-                Err(_) => report.invalid += 1,
+    loop {
+        let batch = tokio::select! {
+            b = rx.recv() => match b {
+                Some(b) => b.context("reading the input topics")?,
+                None => break, // the reader reached every end
+            },
+            _ = &mut stop => { report.interrupted = true; break; }
+        };
+        for (is_user, p, next) in batch.next {
+            if is_user {
+                r.next_u[p] = next
+            } else {
+                r.next_c[p] = next
             }
         }
-        r.process(conv, user);
-        report.records += n;
+        let t = Instant::now();
+        r.process(batch.conv, batch.user);
+        report.fold_seconds += t.elapsed().as_secs_f64();
+        report.records += batch.records;
+        report.invalid += batch.invalid;
         progress.set(report.records, started);
-        if report.interrupted {
-            break;
-        }
         if last_checkpoint.elapsed() >= opts.checkpoint_interval {
+            let t = Instant::now();
             r.checkpoint().await?;
+            report.checkpoint_seconds += t.elapsed().as_secs_f64();
             last_checkpoint = Instant::now();
         }
         if let Some(rate) = opts.max_rate {
             let due = Duration::from_secs_f64(report.records as f64 / rate.max(1) as f64);
             if let Some(wait) = due.checked_sub(started.elapsed()) {
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = &mut stop => { report.interrupted = true; break; }
+                }
             }
         }
     }
+    drop(rx);
+    info!(after_s = started.elapsed().as_secs_f64(), "replay read everything");
+    let t = Instant::now();
     r.checkpoint().await?;
+    report.checkpoint_seconds += t.elapsed().as_secs_f64();
     progress.finish();
     if !report.interrupted {
         r.store.finish_replay(report.records as i64).await?;
