@@ -123,6 +123,9 @@ pub enum Command {
         /// Then delete the previously served namespace (refused, before switching, while a service runs in it).
         #[arg(long)]
         drop_old: bool,
+        /// Promote a namespace replayed from a timestamp (partial counts) all the same.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         settings: Settings,
     },
@@ -324,8 +327,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(if r.interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
         }),
-        Command::Promote { name: namespace, drop_old, settings } => runtime()?.block_on(async {
-            let r = crate::namespace::promote(&settings, &namespace, drop_old).await?;
+        Command::Promote { name: namespace, drop_old, force, settings } => runtime()?.block_on(async {
+            let r = crate::namespace::promote(&settings, &namespace, drop_old, force).await?;
             if r.previous == namespace {
                 println!("namespace {namespace} is already live");
             } else {

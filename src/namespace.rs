@@ -134,9 +134,10 @@ pub struct PromoteReport {
 /// `unread promote NAME`: makes `name` the namespace every read API instance serves, atomically (one `SET` of the
 /// live pointer), then with `drop_old` waits [`SWITCH_GRACE`] and drops the previous one.
 ///
-/// Errors: the namespace holds no state or an unfinished replay; with `drop_old`, a service still runs in the
+/// Errors: the namespace holds no state or an unfinished replay, or (unless `force`) a replay from a timestamp,
+/// whose counts are partial; with `drop_old`, a service still runs in the
 /// previous namespace (checked before switching, so nothing changes then); a store unreachable.
-pub async fn promote(settings: &Settings, name: &str, drop_old: bool) -> anyhow::Result<PromoteReport> {
+pub async fn promote(settings: &Settings, name: &str, drop_old: bool, force: bool) -> anyhow::Result<PromoteReport> {
     let target = settings.in_namespace(name)?;
     let store = CheckpointStore::connect(&target.database_url, &target.ns_db_schema(), 2).await?;
     store.migrate().await?;
@@ -146,6 +147,13 @@ pub async fn promote(settings: &Settings, name: &str, drop_old: bool) -> anyhow:
     if let Some(r) = store.replay_status().await? {
         if r.finished_at.is_none() {
             bail!("namespace {name:?} holds an unfinished replay: run it again to resume it, then promote");
+        }
+        if r.from != "earliest" && r.from != "checkpoint" && !force {
+            bail!(
+                "namespace {name:?} was replayed from {}: its counts ignore everything before that time; \
+                 promote it anyway with --force",
+                r.from
+            );
         }
     }
     let previous = live_namespace(settings).await?;

@@ -249,6 +249,13 @@ fn replay_from_earliest_refuses_a_truncated_log_and_from_checkpoint_covers_it() 
     ns.ok(&["promote", "r4"]);
     let api = ns.start(&["--roles", "api"]);
     assert_matches(api.port, &pipeline.views());
+
+    // A replay from a time: the records' Kafka timestamps are all after 2000, so it reads every retained record,
+    // but from empty state (partial by definition), and promote wants --force for it.
+    let out = ns.ok(&["replay", "--from", "2000-01-01T00:00:00Z", "--into", "r5"]);
+    assert!(out.contains("complete"), "{out}");
+    let (ok, out) = run(&ns, &["promote", "r5"]);
+    assert!(!ok && out.contains("--force"), "{out}");
     api.stop();
     ns.cleanup();
 }
