@@ -345,7 +345,7 @@ const AGAINST_PAUSE: Duration = Duration::from_secs(1);
 /// meanwhile wins, and the user is not counted as repaired). The live service's own memory and checkpoint are not
 /// changed: if they are wrong, promote the replayed namespace instead.
 ///
-/// Errors: a store is unreachable.
+/// Errors: `other` holds no state; a store is unreachable.
 pub async fn verify_against(
     live: &Settings,
     other: &Settings,
@@ -356,6 +356,9 @@ pub async fn verify_against(
     let other_store = CheckpointStore::connect(&other.database_url, &other.ns_db_schema(), 2).await?;
     live_store.migrate().await?;
     other_store.migrate().await?;
+    if other_store.is_empty().await? {
+        anyhow::bail!("namespace {:?} holds no state: nothing to verify against", other.namespace);
+    }
     let mut ids: Vec<String> = live_store.states(Stage::Fold, None).await?.into_iter().map(|r| r.0).collect();
     ids.extend(other_store.states(Stage::Fold, None).await?.into_iter().map(|r| r.0));
     ids.sort_unstable();

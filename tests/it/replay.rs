@@ -259,3 +259,39 @@ fn replay_from_earliest_refuses_a_truncated_log_and_from_checkpoint_covers_it() 
     api.stop();
     ns.cleanup();
 }
+
+#[test]
+fn replay_from_checkpoint_applies_the_deltas_the_fold_had_not_read() {
+    let Some(stack) = stack("replay_from_checkpoint_applies_the_deltas_the_fold_had_not_read") else { return };
+    let ns = Ns::new(&stack, "inflight");
+    // Only the fan-out runs: every delta it produces stays unread by any fold.
+    let svc = ns.start(&["--roles", "fanout,api"]);
+    ns.ok(&["produce", &dev_events()]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = ns.ok(&["lag"]);
+        let fanout_lag: i64 = out
+            .lines()
+            .filter(|l| l.starts_with("fanout"))
+            .map(|l| l.split_whitespace().last().unwrap().parse::<i64>().unwrap())
+            .sum();
+        if fanout_lag == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "fan-out lag still {fanout_lag}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    svc.stop();
+    let (ok, out) = run(&ns, &["verify", "--against", "nothing"]);
+    assert!(!ok && out.contains("holds no state"), "{out}");
+    let out = ns.ok(&["replay", "--from", "checkpoint", "--into", "rc"]);
+    let deltas: u64 = out.split(" in-flight deltas").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(deltas > 1000, "the fan-out's deltas were applied: {out}");
+    // The conversation events are not read again (the fan-out's checkpoint covers them); the user events are.
+    assert!(out.contains("replay into rc: 2651 records"), "{out}");
+    ns.ok(&["promote", "rc"]);
+    let api = ns.start(&["--roles", "api"]);
+    assert_exact(api.port);
+    api.stop();
+    ns.cleanup();
+}
