@@ -23,7 +23,8 @@
 //!   state: what happened before (joins, reads) is unknown, so counts are those of a log that began then.
 //!
 //! A namespace that already holds a replay's checkpoint is resumed from it (and caught up to the current end);
-//! `--from` then only applies to a fresh namespace.
+//! `--from` then only applies to a fresh namespace. A replay that died before its first checkpoint was complete
+//! (start state and offsets of every partition) starts afresh.
 
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
@@ -343,11 +344,15 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
     let c = consumer(&source.brokers)?;
     let marks_c = watermarks(&c, &topics.conversation_events, nc)?;
     let marks_u = watermarks(&c, &topics.user_events, nu)?;
-    let resumed = !store.is_empty().await? && store.replay_status().await?.is_some();
-    let mut report = ReplayReport { resumed, ..Default::default() };
-    if !resumed && !store.is_empty().await? {
+    let status = store.replay_status().await?;
+    if !store.is_empty().await? && status.is_none() {
         return Err(Refused::ServiceState(opts.into.clone()).into());
     }
+    let resumed = status.as_ref().is_some_and(|s| s.seeded);
+    if status.is_some() && !resumed {
+        store.reset().await?; // died during its first checkpoint: start afresh
+    }
+    let mut report = ReplayReport { resumed, ..Default::default() };
     if !resumed && opts.from == StartPoint::Earliest {
         for (topic, marks) in [(&topics.conversation_events, &marks_c), (&topics.user_events, &marks_u)] {
             if let Some((p, (low, _))) = marks.iter().enumerate().find(|(_, (low, _))| *low > 0) {
@@ -401,7 +406,7 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
                 r.next_u[p as usize] = *o;
             }
         }
-        r.store.start_replay(&source.namespace, &opts.from.to_string()).await?;
+        r.store.start_replay(&source.namespace, &opts.from.to_string(), false).await?;
         info!(namespace = %opts.into, "resuming the namespace's replay from its checkpoint (--from applies only to a fresh namespace)");
     } else {
         match &opts.from {
@@ -433,8 +438,9 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
                 warn!(from = %text, "replay from a timestamp: state before it is unknown, counts are partial");
             }
         }
-        r.store.start_replay(&source.namespace, &opts.from.to_string()).await?;
+        r.store.start_replay(&source.namespace, &opts.from.to_string(), true).await?;
         r.checkpoint().await?;
+        r.store.mark_replay_seeded().await?;
     }
 
     let end_c: Vec<i64> = marks_c.iter().map(|m| m.1).collect();

@@ -59,6 +59,8 @@ pub struct ReplayStatus {
     pub finished_at: Option<String>,
     /// Records folded, over every run that finished.
     pub events: i64,
+    /// Whether its first checkpoint completed (otherwise it starts afresh).
+    pub seeded: bool,
 }
 
 /// Drops a checkpoint schema and everything in it (`unread drop`); nothing happens when it does not exist.
@@ -342,7 +344,7 @@ impl CheckpointStore {
     /// The replay that filled this schema, if any.
     pub async fn replay_status(&self) -> anyhow::Result<Option<ReplayStatus>> {
         let row = sqlx::query(
-            "SELECT source, from_spec, started_at::text, finished_at::text, events FROM replays WHERE id = 1",
+            "SELECT source, from_spec, started_at::text, finished_at::text, events, seeded FROM replays WHERE id = 1",
         )
         .fetch_optional(&self.pool)
         .await?;
@@ -352,19 +354,25 @@ impl CheckpointStore {
             started_at: r.get(2),
             finished_at: r.get(3),
             events: r.get(4),
+            seeded: r.get(5),
         }))
     }
 
-    /// Records that a replay from `source` (a namespace) starting at `from` fills this schema.
-    pub async fn start_replay(&self, source: &str, from: &str) -> anyhow::Result<()> {
-        sqlx::query(
-            "INSERT INTO replays (id, source, from_spec) VALUES (1, $1, $2) ON CONFLICT (id) DO UPDATE \
-             SET finished_at = NULL",
-        )
-        .bind(source)
-        .bind(from)
-        .execute(&self.pool)
-        .await?;
+    /// Records that a replay fills this schema: a fresh one from `source` (a namespace) starting at `from`, recorded
+    /// anew and not yet seeded; or, when not `fresh`, a resumed one, only marked unfinished again.
+    pub async fn start_replay(&self, source: &str, from: &str, fresh: bool) -> anyhow::Result<()> {
+        let query = if fresh {
+            sqlx::query(
+                "INSERT INTO replays (id, source, from_spec) VALUES (1, $1, $2) ON CONFLICT (id) DO UPDATE \
+                 SET source = EXCLUDED.source, from_spec = EXCLUDED.from_spec, started_at = now(), \
+                 finished_at = NULL, events = 0, seeded = false",
+            )
+            .bind(source)
+            .bind(from)
+        } else {
+            sqlx::query("UPDATE replays SET finished_at = NULL WHERE id = 1")
+        };
+        query.execute(&self.pool).await?;
         Ok(())
     }
 
@@ -374,6 +382,23 @@ impl CheckpointStore {
             .bind(events)
             .execute(&self.pool)
             .await?;
+        Ok(())
+    }
+
+    /// Records that the replay's first checkpoint is complete: from now on it resumes instead of starting afresh.
+    pub async fn mark_replay_seeded(&self) -> anyhow::Result<()> {
+        sqlx::query("UPDATE replays SET seeded = true WHERE id = 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Deletes every checkpointed state and offset of the schema (a replay restarting afresh). Leases stay.
+    pub async fn reset(&self) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for table in ["checkpoint_offsets", "fold_users", "fanout_conversations"] {
+            // Audited: the table names are the constants above.
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}"))).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 

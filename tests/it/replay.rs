@@ -199,6 +199,16 @@ fn replay_interrupted_twice_then_resumed_is_exact() {
     assert!(records > 0 && records < 3 * 16194, "resumed from a checkpoint, not from the start: {out}");
     println!("resumed replay took {:.2} s", started.elapsed().as_secs_f64());
 
+    // A replay that died during its first checkpoint (not seeded) starts afresh instead of resuming half a start.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let pool = sqlx::PgPool::connect(&stack.database_url).await.unwrap();
+        let sql = format!("UPDATE \"{}_ns_r3\".replays SET seeded = false", ns.name);
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+    });
+    let out = ns.ok(&["replay", "--into", "r3"]);
+    assert!(out.contains("replay into r3: 48582 records") && out.contains("complete"), "{out}");
+
     ns.ok(&["promote", "r3"]);
     let api = ns.start(&["--roles", "api"]);
     assert_matches(api.port, &expected);
