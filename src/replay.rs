@@ -15,7 +15,8 @@
 //!
 //! Where it starts:
 //! - `earliest`: empty state, every input partition from offset 0. Refused when a partition's log no longer starts
-//!   at 0 (retention deleted records): a replay from there would silently miss them.
+//!   at 0 (retention deleted records): a replay from there would silently miss them. The same check refuses a
+//!   checkpoint (the source's, or the namespace's own when resuming) older than what retention kept.
 //! - `checkpoint`: the source namespace's checkpoint (one consistent snapshot), from its offsets, plus the deltas the
 //!   source's fold had not yet read (its delta topic from the fold's offsets to the end), which the source's
 //!   fan-out produced before its checkpoint. Covers whatever retention deleted before the checkpoint.
@@ -87,12 +88,14 @@ impl std::fmt::Display for StartPoint {
 /// Why a replay refuses to start. Nothing was written to the namespace then.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
-    /// `--from earliest` on a log whose start was deleted by retention.
+    /// The replay would start below a partition's log start: `--from earliest` (offset 0) or a checkpoint older
+    /// than what retention kept.
     #[error(
-        "{topic} partition {partition} starts at offset {log_start}, not 0: retention deleted its first records, \
-         so a replay from earliest would miss them. Replay --from checkpoint instead (docs/operations.md § Retention)"
+        "{topic} partition {partition} starts at offset {log_start}, but the replay must read it from offset {from}: \
+         retention deleted records it needs, so it would miss them. Replay --from checkpoint instead, from a \
+         checkpoint newer than that (docs/operations.md § Retention)"
     )]
-    LogTruncated { topic: String, partition: i32, log_start: i64 },
+    LogTruncated { topic: String, partition: i32, log_start: i64, from: i64 },
     /// The target is the namespace the command runs in, or the one the read API serves.
     #[error("cannot replay into namespace {0:?}: it is the source or the live one; replay into a new namespace")]
     LiveTarget(String),
@@ -353,13 +356,6 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
         store.reset().await?; // died during its first checkpoint: start afresh
     }
     let mut report = ReplayReport { resumed, ..Default::default() };
-    if !resumed && opts.from == StartPoint::Earliest {
-        for (topic, marks) in [(&topics.conversation_events, &marks_c), (&topics.user_events, &marks_u)] {
-            if let Some((p, (low, _))) = marks.iter().enumerate().find(|(_, (low, _))| *low > 0) {
-                return Err(Refused::LogTruncated { topic: topic.clone(), partition: p as i32, log_start: *low }.into());
-            }
-        }
-    }
 
     let owner = format!("replay:{}", std::process::id());
     let mut gen_fanout = Vec::new();
@@ -381,8 +377,8 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
         nu,
         gen_fanout,
         gen_fold,
-        next_c: marks_c.iter().map(|m| m.0).collect(),
-        next_u: marks_u.iter().map(|m| m.0).collect(),
+        next_c: vec![0; nc as usize],
+        next_u: vec![0; nu as usize],
         dirty_users: HashSet::new(),
         dirty_convs: HashSet::new(),
         checkpoints: 0,
@@ -406,6 +402,7 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
                 r.next_u[p as usize] = *o;
             }
         }
+        check_retained(&r, &marks_c, &marks_u)?;
         r.store.start_replay(&source.namespace, &opts.from.to_string(), false).await?;
         info!(namespace = %opts.into, "resuming the namespace's replay from its checkpoint (--from applies only to a fresh namespace)");
     } else {
@@ -438,6 +435,7 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
                 warn!(from = %text, "replay from a timestamp: state before it is unknown, counts are partial");
             }
         }
+        check_retained(&r, &marks_c, &marks_u)?;
         r.store.start_replay(&source.namespace, &opts.from.to_string(), true).await?;
         r.checkpoint().await?;
         r.store.mark_replay_seeded().await?;
@@ -528,6 +526,25 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
     Ok(report)
 }
 
+/// Refuses (before anything is written) a start position below its partition's log start: retention deleted
+/// records the replay needs, and skipping them would give wrong counts with no sign of it.
+fn check_retained(r: &Replay, marks_c: &[(i64, i64)], marks_u: &[(i64, i64)]) -> anyhow::Result<()> {
+    for (topic, next, marks) in
+        [(&r.topics.conversation_events, &r.next_c, marks_c), (&r.topics.user_events, &r.next_u, marks_u)]
+    {
+        if let Some((p, (from, (low, _)))) = next.iter().zip(marks).enumerate().find(|(_, (n, (low, _)))| *n < low) {
+            return Err(Refused::LogTruncated {
+                topic: topic.clone(),
+                partition: p as i32,
+                log_start: *low,
+                from: *from,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// `--from checkpoint`: loads the source's checkpoint snapshot and offsets, then applies the deltas its fold had not
 /// read yet (source delta topic, from the fold's offsets to the current end). Returns the deltas applied.
 async fn seed_from_checkpoint(source: &Settings, r: &mut Replay, c: &StreamConsumer) -> anyhow::Result<u64> {
@@ -547,10 +564,7 @@ async fn seed_from_checkpoint(source: &Settings, r: &mut Replay, c: &StreamConsu
     for p in 0..r.nc {
         match snap.fanout_offsets.get(&(src_topics.conversation_events.clone(), p)) {
             Some(o) => r.next_c[p as usize] = *o,
-            None if r.next_c[p as usize] > 0 => {
-                warn!(partition = p, "the source never checkpointed this partition and its log start was deleted")
-            }
-            None => {}
+            None => {} // never checkpointed: from offset 0, which check_retained requires to be there
         }
     }
     for p in 0..r.nu {

@@ -245,7 +245,11 @@ fn replay_from_earliest_refuses_a_truncated_log_and_from_checkpoint_covers_it() 
         admin.delete_records(&tpl, &AdminOptions::new()).await.unwrap();
     });
     let (ok, out) = run(&ns, &["replay", "--from", "earliest", "--into", "r4"]);
-    assert!(!ok && out.contains("starts at offset 5, not 0") && out.contains("--from checkpoint"), "{out}");
+    assert!(
+        !ok && out.contains("starts at offset 5, but the replay must read it from offset 0")
+            && out.contains("--from checkpoint"),
+        "{out}"
+    );
     assert!(run(&ns, &["verify", "--namespace", "r4"]).1.contains("users checked: 0"), "a refusal writes nothing");
     let out = ns.ok(&["replay", "--from", "checkpoint", "--into", "r4"]);
     assert!(out.contains("replay into r4: 0 records") && out.contains("complete"), "{out}");
