@@ -562,9 +562,9 @@ async fn seed_from_checkpoint(source: &Settings, r: &mut Replay, c: &StreamConsu
     }
     let src_topics = source.topics();
     for p in 0..r.nc {
-        match snap.fanout_offsets.get(&(src_topics.conversation_events.clone(), p)) {
-            Some(o) => r.next_c[p as usize] = *o,
-            None => {} // never checkpointed: from offset 0, which check_retained requires to be there
+        // A partition never checkpointed starts at 0, which check_retained requires to be retained.
+        if let Some(o) = snap.fanout_offsets.get(&(src_topics.conversation_events.clone(), p)) {
+            r.next_c[p as usize] = *o;
         }
     }
     for p in 0..r.nu {
