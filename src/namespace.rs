@@ -84,10 +84,21 @@ impl LiveProjection {
     pub fn follow(self: &Arc<Self>) {
         let me = self.clone();
         tokio::spawn(async move {
+            let mut failing = false;
             loop {
                 tokio::time::sleep(FOLLOW_INTERVAL).await;
-                if let Err(e) = me.refresh().await {
-                    warn!(error = %format!("{e:#}"), "reading the live pointer failed; still serving the same namespace");
+                match me.refresh().await {
+                    // Logged once per outage, not every 200 ms.
+                    Err(e) if !failing => {
+                        failing = true;
+                        warn!(error = %format!("{e:#}"), "reading the live pointer failed; still serving the same namespace");
+                    }
+                    Err(_) => {}
+                    Ok(_) if failing => {
+                        failing = false;
+                        info!("reading the live pointer works again");
+                    }
+                    Ok(_) => {}
                 }
             }
         });
