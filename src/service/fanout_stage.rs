@@ -26,8 +26,20 @@ use crate::pipeline::MAX_BATCH;
 
 /// Runs the task of one partition until its input closes (then it checkpoints and returns).
 ///
-/// Errors: PostgreSQL or Kafka failing; the dispatcher restarts the task from its checkpoint.
-pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Result<()> {
+/// Errors: PostgreSQL or Kafka failing; the dispatcher restarts the task from its checkpoint. When a delivery
+/// failed, the shared producer is replaced first ([`super::ProducerSlot`]), so the restarted task gets a new one.
+pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> anyhow::Result<()> {
+    let (generation, producer) = shared.producer.get();
+    let result = run_with(&shared, input, &producer).await;
+    if let Err(e) = &result {
+        if e.chain().any(|c| matches!(c.downcast_ref::<KafkaError>(), Some(KafkaError::MessageProduction(_)))) {
+            shared.producer.replace(generation);
+        }
+    }
+    result
+}
+
+async fn run_with(shared: &Arc<Shared>, mut input: PartitionInput, producer: &FutureProducer) -> anyhow::Result<()> {
     let p = input.partition;
     let topic = shared.topics.conversation_events.clone();
     let mut next = shared.store.offset(Stage::FanOut, &topic, p).await?.unwrap_or(0);
@@ -44,7 +56,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
     let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
     loop {
         let Some(batch) = input.next_batch(MAX_BATCH, shared.flush.interval).await else {
-            let done = checkpoint(&shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await;
+            let done = checkpoint(shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await;
             shared.metrics.forget_lag("fanout", p);
             return done;
         };
@@ -59,7 +71,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
                 Ok(Event::User(_)) => unreachable!("records::event checks the stream"),
                 Err(e) => {
                     shared.metrics.dead_letter(e.kind());
-                    records::dead_letter(&shared.producer, &shared.topics.dead_letter, record, &e).await?;
+                    records::dead_letter(producer, &shared.topics.dead_letter, record, &e).await?;
                 }
             }
             next = record.offset() + 1;
@@ -72,10 +84,10 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
                 .await?;
             let (deltas, _) = fanout.process_batch(&events);
             dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
-            produce(&shared.producer, &shared.topics.user_deltas, &deltas, &mut in_flight).await?;
+            produce(producer, &shared.topics.user_deltas, &deltas, &mut in_flight).await?;
         }
         if pending >= shared.flush.events || (pending > 0 && last_checkpoint.elapsed() >= shared.flush.interval) {
-            checkpoint(&shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
+            checkpoint(shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
             (pending, last_checkpoint) = (0, Instant::now());
         }
     }
@@ -111,7 +123,7 @@ async fn acknowledged(in_flight: &mut Vec<DeliveryFuture>) -> anyhow::Result<()>
     for result in futures::future::join_all(in_flight.drain(..)).await {
         match result {
             Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => anyhow::bail!("producing a delta: {e}"),
+            Ok(Err((e, _))) => return Err(e).context("producing a delta"),
             Err(_) => anyhow::bail!("producing a delta: the producer dropped the delivery"),
         }
     }

@@ -77,7 +77,11 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Resu
             };
             if let Err(e) = outcome {
                 shared.metrics.dead_letter(e.kind());
-                records::dead_letter(&shared.producer, &shared.topics.dead_letter, record, &e).await?;
+                let (generation, producer) = shared.producer.get();
+                if let Err(e) = records::dead_letter(&producer, &shared.topics.dead_letter, record, &e).await {
+                    shared.producer.replace(generation);
+                    return Err(e);
+                }
             }
             next[i] = record.offset() + 1;
             pending += 1;

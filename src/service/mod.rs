@@ -122,7 +122,7 @@ pub struct Shared {
     pub topics: Topics,
     pub store: CheckpointStore,
     pub projection: RedisProjection,
-    pub producer: FutureProducer,
+    pub producer: ProducerSlot,
     pub flush: FlushPolicy,
     pub metrics: Arc<Metrics>,
     /// This process, as named in partition leases: `{hostname or "host"}:{pid}`.
@@ -145,6 +145,45 @@ pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
         .set("message.max.bytes", "16777216")
         .create()
         .context("creating the Kafka producer")
+}
+
+/// The service's producer, replaced as a whole when its deliveries fail: after a broker restart, librdkafka's
+/// idempotent producer can stay unable to deliver (every message times out) until it is recreated
+/// (confluentinc/librdkafka#3009; seen here in `service::kafka_broker_restarted_mid_flow_is_exact`).
+pub struct ProducerSlot {
+    brokers: String,
+    current: std::sync::Mutex<(u64, FutureProducer)>,
+}
+
+impl ProducerSlot {
+    /// A slot holding a new producer ([`producer`]).
+    ///
+    /// Errors: the client cannot be created.
+    pub fn new(brokers: &str) -> anyhow::Result<Self> {
+        Ok(Self { brokers: brokers.to_owned(), current: std::sync::Mutex::new((0, producer(brokers)?)) })
+    }
+
+    /// The current producer (a cheap handle) and its generation, to pass to [`ProducerSlot::replace`].
+    pub fn get(&self) -> (u64, FutureProducer) {
+        self.current.lock().expect("not poisoned").clone()
+    }
+
+    /// Replaces the producer of generation `failed` with a new one, unless another task already did. The old one is
+    /// dropped off the async threads (dropping waits up to 500 ms for its queue).
+    pub fn replace(&self, failed: u64) {
+        let mut current = self.current.lock().expect("not poisoned");
+        if current.0 != failed {
+            return;
+        }
+        match producer(&self.brokers) {
+            Ok(new) => {
+                let old = std::mem::replace(&mut *current, (failed + 1, new));
+                tracing::warn!(generation = failed + 1, "deliveries failed: replaced the Kafka producer");
+                tokio::task::spawn_blocking(move || drop(old));
+            }
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "could not create a new Kafka producer"),
+        }
+    }
 }
 
 /// Runs `op` until it succeeds, waiting 100 ms, then twice as long each time up to 2 s, for at most 60 s; each
@@ -217,7 +256,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         topics: topics.clone(),
         store,
         projection: projection.clone(),
-        producer: producer(&s.brokers)?,
+        producer: ProducerSlot::new(&s.brokers)?,
         flush: FlushPolicy { interval: Duration::from_millis(opts.flush_interval_ms), events: opts.flush_events },
         metrics: metrics.clone(),
         owner: format!(
@@ -282,4 +321,23 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_producer_is_replaced_once_per_failed_generation() {
+        let slot = ProducerSlot::new("127.0.0.1:1").unwrap(); // never contacted
+        let (g0, _) = slot.get();
+        slot.replace(g0);
+        let (g1, _) = slot.get();
+        assert_eq!(g1, g0 + 1);
+        slot.replace(g0); // another task that saw the same failure: nothing to do
+        assert_eq!(slot.get().0, g1);
+        assert!(parse_duration("500ms").unwrap() == Duration::from_millis(500));
+        assert!(parse_duration("2m").unwrap() == Duration::from_secs(120));
+        assert!(parse_duration("0s").is_err() && parse_duration("5").is_err() && parse_duration("s").is_err());
+    }
 }

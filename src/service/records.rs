@@ -116,6 +116,9 @@ pub async fn dead_letter(
     if let Some(v) = record.payload() {
         out = out.payload(v);
     }
-    producer.send(out, Duration::from_secs(30)).await.map_err(|(e, _)| anyhow::anyhow!("dead-letter write: {e}"))?;
+    producer
+        .send(out, Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| anyhow::Error::new(e).context("dead-letter write"))?;
     Ok(())
 }
