@@ -335,6 +335,14 @@ impl Fold {
         self.users.iter()
     }
 
+    /// One user's reader shape: the zero state (no conversations, zero totals) when nothing is kept for them.
+    pub fn view(&self, user_id: &str) -> UserView {
+        match self.users.get(user_id) {
+            Some(state) => state.view(user_id),
+            None => UserView { user_id: user_id.to_owned(), ..Default::default() },
+        }
+    }
+
     /// The reader shape of every user who is a member of at least one conversation, sorted by user id.
     pub fn views(&self) -> Vec<UserView> {
         let mut ids: Vec<&String> =

@@ -40,7 +40,7 @@ use tracing::{info, warn};
 
 use crate::checkpoint::{self, store::CheckpointStore, store::Stage};
 use crate::config::Settings;
-use crate::contract::{ConversationEvent, Event, Stream, UserEvent, UserView};
+use crate::contract::{ConversationEvent, Event, Stream, UserEvent};
 use crate::fanout::FanOut;
 use crate::fold::Fold;
 use crate::projection::redis::{RedisProjection, UserWrite};
@@ -180,12 +180,10 @@ impl Replay {
         let mut by_partition: HashMap<i32, Changes> = HashMap::new();
         for user in self.dirty_users.drain() {
             let p = partition_for_key(user.as_bytes(), self.nu);
-            let state = self.fold.user(&user);
-            let view =
-                state.map_or_else(|| UserView { user_id: user.clone(), ..Default::default() }, |s| s.view(&user));
             let version = fold_stage::version(self.gen_fold[p as usize], [self.next_u[p as usize], 0]);
-            writes.push(UserWrite::replace(view, version));
-            by_partition.entry(p).or_default().push((user, state.map(checkpoint::encode_user)));
+            writes.push(UserWrite::replace(self.fold.view(&user), version));
+            let state = self.fold.user(&user).map(checkpoint::encode_user);
+            by_partition.entry(p).or_default().push((user, state));
         }
         self.projection.write(&writes).await.context("writing the namespace's Redis projection")?;
         for p in 0..self.nu {

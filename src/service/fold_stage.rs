@@ -130,14 +130,11 @@ async fn flush(
     let mut changed = Vec::with_capacity(dirty.len());
     for (user, conversations) in dirty.iter() {
         let state = fold.user(user);
-        let view = state
-            .map(|s| s.view(user))
-            .unwrap_or_else(|| crate::contract::UserView { user_id: user.clone(), ..Default::default() });
         if !full || state.is_none() {
             writes.push(UserWrite {
                 user_id: user.clone(),
                 version: version.clone(),
-                view,
+                view: fold.view(user),
                 changed: conversations.iter().cloned().collect(),
                 replace: false,
             });
