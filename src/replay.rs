@@ -164,9 +164,8 @@ struct Replay {
     /// Lease generations per partition.
     gen_fanout: Vec<i64>,
     gen_fold: Vec<i64>,
-    /// Next offsets per partition.
-    next_c: Vec<i64>,
-    next_u: Vec<i64>,
+    /// Next offsets per partition: `next[CONV]` of conversation-events, `next[USER]` of user-events.
+    next: [Vec<i64>; 2],
     dirty_users: HashSet<String>,
     dirty_convs: HashSet<String>,
     checkpoints: u64,
@@ -180,7 +179,7 @@ impl Replay {
         let mut by_partition: HashMap<i32, Changes> = HashMap::new();
         for user in self.dirty_users.drain() {
             let p = partition_for_key(user.as_bytes(), self.nu);
-            let version = fold_stage::version(self.gen_fold[p as usize], [self.next_u[p as usize], 0]);
+            let version = fold_stage::version(self.gen_fold[p as usize], [self.next[USER][p as usize], 0]);
             writes.push(UserWrite::replace(self.fold.view(&user), version));
             let state = self.fold.user(&user).map(checkpoint::encode_user);
             by_partition.entry(p).or_default().push((user, state));
@@ -191,8 +190,10 @@ impl Replay {
         }
         for p in 0..self.nu {
             let changed = by_partition.remove(&p).unwrap_or_default();
-            let offsets =
-                [(self.topics.user_events.as_str(), self.next_u[p as usize]), (self.topics.user_deltas.as_str(), 0)];
+            let offsets = [
+                (self.topics.user_events.as_str(), self.next[USER][p as usize]),
+                (self.topics.user_deltas.as_str(), 0),
+            ];
             self.store.commit(Stage::Fold, p, self.gen_fold[p as usize], &changed, &offsets).await?;
         }
         let mut by_partition: HashMap<i32, Changes> = HashMap::new();
@@ -203,7 +204,7 @@ impl Replay {
         }
         for p in 0..self.nc {
             let changed = by_partition.remove(&p).unwrap_or_default();
-            let offsets = [(self.topics.conversation_events.as_str(), self.next_c[p as usize])];
+            let offsets = [(self.topics.conversation_events.as_str(), self.next[CONV][p as usize])];
             self.store.commit(Stage::FanOut, p, self.gen_fanout[p as usize], &changed, &offsets).await?;
         }
         self.checkpoints += 1;
@@ -222,11 +223,6 @@ impl Replay {
             self.dirty_users.insert(e.user_id().to_owned());
             self.fold.apply_user_event(e);
         }
-    }
-
-    fn remaining(&self, end_c: &[i64], end_u: &[i64]) -> i64 {
-        let r = |next: &[i64], end: &[i64]| next.iter().zip(end).map(|(n, e)| (e - n).max(0)).sum::<i64>();
-        r(&self.next_c, end_c) + r(&self.next_u, end_u)
     }
 }
 
@@ -249,6 +245,10 @@ fn consumer(brokers: &str) -> anyhow::Result<StreamConsumer> {
     consumer_config(brokers).create().context("creating the replay's Kafka consumer")
 }
 
+/// Index of conversation-events and of user-events in the per-topic arrays (`[_; 2]`) below.
+const CONV: usize = 0;
+const USER: usize = 1;
+
 /// Largest batch the reader hands over: 5,000 records.
 const READ_BATCH: u64 = 5000;
 
@@ -261,25 +261,35 @@ struct ReadBatch {
     records: u64,
     /// Records that fail the contract (skipped: the live service dead-lettered them).
     invalid: u64,
-    /// (user topic?, partition, next offset) of the partitions this batch advanced.
-    next: Vec<(bool, usize, i64)>,
+    /// (topic index, partition, next offset) of the partitions this batch advanced.
+    next: Vec<(usize, usize, i64)>,
 }
 
-/// Where the reader starts and stops: index 0 for conversation-events, 1 for user-events.
+/// Where a replay starts and stops, per partition of each input topic (indexed by [`CONV`] and [`USER`]).
 struct Positions {
-    user_topic: String,
     next: [Vec<i64>; 2],
     end: [Vec<i64>; 2],
+}
+
+impl Positions {
+    /// Records from each partition's next offset to its end, over every partition.
+    fn remaining(&self) -> i64 {
+        (0..2).map(|i| self.next[i].iter().zip(&self.end[i]).map(|(n, e)| (e - n).max(0)).sum::<i64>()).sum()
+    }
 }
 
 /// The reader thread: polls the assigned partitions, skips records outside [next, end), decodes the rest and sends
 /// them in batches of at most [`READ_BATCH`] (or what 50 ms brought). Ends when every partition reached its end,
 /// after a consumer error (sent on), or when the receiver is gone.
-fn read_input(c: BaseConsumer, mut pos: Positions, tx: tokio::sync::mpsc::Sender<anyhow::Result<ReadBatch>>) {
-    let remaining = |pos: &Positions| (0..2).any(|i| pos.next[i].iter().zip(&pos.end[i]).any(|(n, e)| n < e));
-    while remaining(&pos) {
+fn read_input(
+    c: BaseConsumer,
+    user_topic: String,
+    mut pos: Positions,
+    tx: tokio::sync::mpsc::Sender<anyhow::Result<ReadBatch>>,
+) {
+    while pos.remaining() > 0 {
         let mut batch = ReadBatch::default();
-        let mut touched: HashMap<(bool, usize), i64> = HashMap::new();
+        let mut touched: HashMap<(usize, usize), i64> = HashMap::new();
         let deadline = Instant::now() + Duration::from_millis(50);
         while batch.records < READ_BATCH && Instant::now() < deadline {
             let msg = match c.poll(Duration::from_millis(20)) {
@@ -290,22 +300,21 @@ fn read_input(c: BaseConsumer, mut pos: Positions, tx: tokio::sync::mpsc::Sender
                 }
                 Some(Ok(m)) => m,
             };
-            let (p, is_user) = (msg.partition() as usize, msg.topic() == pos.user_topic);
-            let i = usize::from(is_user);
+            let (p, i) = (msg.partition() as usize, if msg.topic() == user_topic { USER } else { CONV });
             if msg.offset() < pos.next[i][p] || msg.offset() >= pos.end[i][p] {
                 continue; // before the resume point, or after the end this replay aims at
             }
             pos.next[i][p] = msg.offset() + 1;
-            touched.insert((is_user, p), msg.offset() + 1);
+            touched.insert((i, p), msg.offset() + 1);
             batch.records += 1;
-            match records::event(&msg, if is_user { Stream::User } else { Stream::Conversation }) {
+            match records::event(&msg, if i == USER { Stream::User } else { Stream::Conversation }) {
                 Ok(Event::Conversation(e)) => batch.conv.push(e),
                 Ok(Event::User(e)) => batch.user.push(e),
                 Err(_) => batch.invalid += 1,
             }
         }
         if batch.records > 0 {
-            batch.next = touched.into_iter().map(|((u, p), n)| (u, p, n)).collect();
+            batch.next = touched.into_iter().map(|((i, p), n)| (i, p, n)).collect();
             if tx.blocking_send(Ok(batch)).is_err() {
                 return;
             }
@@ -343,8 +352,7 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
     let count = |t: &str| counts.get(t).copied().with_context(|| format!("topic {t} does not exist"));
     let (nc, nu) = (count(&topics.conversation_events)?, count(&topics.user_events)?);
     let c = consumer(&source.brokers)?;
-    let marks_c = watermarks(&c, &topics.conversation_events, nc)?;
-    let marks_u = watermarks(&c, &topics.user_events, nu)?;
+    let marks = [watermarks(&c, &topics.conversation_events, nc)?, watermarks(&c, &topics.user_events, nu)?];
     let status = store.replay_status().await?;
     if !store.is_empty().await? && status.is_none() {
         return Err(Refused::ServiceState(opts.into.clone()).into());
@@ -375,8 +383,7 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
         nu,
         gen_fanout,
         gen_fold,
-        next_c: vec![0; nc as usize],
-        next_u: vec![0; nu as usize],
+        next: [vec![0; nc as usize], vec![0; nu as usize]],
         dirty_users: HashSet::new(),
         dirty_convs: HashSet::new(),
         checkpoints: 0,
@@ -392,15 +399,15 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
         let fanout_offsets = r.store.offsets(Stage::FanOut).await?;
         for p in 0..nc {
             if let Some(o) = fanout_offsets.get(&(topics.conversation_events.clone(), p)) {
-                r.next_c[p as usize] = *o;
+                r.next[CONV][p as usize] = *o;
             }
         }
         for p in 0..nu {
             if let Some(o) = fold_offsets.get(&(topics.user_events.clone(), p)) {
-                r.next_u[p as usize] = *o;
+                r.next[USER][p as usize] = *o;
             }
         }
-        check_retained(&r, &marks_c, &marks_u)?;
+        check_retained(&r, &marks)?;
         r.store.start_replay(&source.namespace, &opts.from.to_string(), false).await?;
         info!(namespace = %opts.into, "resuming the namespace's replay from its checkpoint (--from applies only to a fresh namespace)");
     } else {
@@ -418,33 +425,26 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
                 }
                 let found = c.offsets_for_times(tpl, Duration::from_secs(10)).context("offsets for the timestamp")?;
                 for e in found.elements() {
-                    let (p, ends) =
-                        (e.partition() as usize, if e.topic() == topics.user_events { &marks_u } else { &marks_c });
-                    let at = match e.offset() {
+                    let (p, i) = (e.partition() as usize, if e.topic() == topics.user_events { USER } else { CONV });
+                    r.next[i][p] = match e.offset() {
                         Offset::Offset(o) => o,
-                        _ => ends[p].1, // no record at or after the time
+                        _ => marks[i][p].1, // no record at or after the time
                     };
-                    if e.topic() == topics.user_events {
-                        r.next_u[p] = at;
-                    } else {
-                        r.next_c[p] = at;
-                    }
                 }
                 warn!(from = %text, "replay from a timestamp: state before it is unknown, counts are partial");
             }
         }
-        check_retained(&r, &marks_c, &marks_u)?;
+        check_retained(&r, &marks)?;
         r.store.start_replay(&source.namespace, &opts.from.to_string(), true).await?;
         r.checkpoint().await?;
         r.store.mark_replay_seeded().await?;
     }
 
-    let end_c: Vec<i64> = marks_c.iter().map(|m| m.1).collect();
-    let end_u: Vec<i64> = marks_u.iter().map(|m| m.1).collect();
-    let total = r.remaining(&end_c, &end_u).max(0) as u64;
+    let positions = Positions { next: r.next.clone(), end: marks.map(|m| m.iter().map(|(_, high)| *high).collect()) };
+    let total = positions.remaining() as u64;
     let mut tpl = TopicPartitionList::new();
-    for (t, next, end) in [(&topics.conversation_events, &r.next_c, &end_c), (&topics.user_events, &r.next_u, &end_u)] {
-        for (p, (n, e)) in next.iter().zip(end).enumerate() {
+    for (i, t) in [(CONV, &topics.conversation_events), (USER, &topics.user_events)] {
+        for (p, (n, e)) in positions.next[i].iter().zip(&positions.end[i]).enumerate() {
             if n < e {
                 tpl.add_partition_offset(t, p as i32, Offset::Offset(*n))?;
             }
@@ -457,12 +457,8 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
         let reader: BaseConsumer =
             consumer_config(&source.brokers).create().context("creating the replay's consumer")?;
         reader.assign(&tpl).context("assigning the input partitions")?;
-        let positions = Positions {
-            user_topic: topics.user_events.clone(),
-            next: [r.next_c.clone(), r.next_u.clone()],
-            end: [end_c.clone(), end_u.clone()],
-        };
-        std::thread::spawn(move || read_input(reader, positions, tx));
+        let user_topic = topics.user_events.clone();
+        std::thread::spawn(move || read_input(reader, user_topic, positions, tx));
     } else {
         drop(tx);
     }
@@ -477,12 +473,8 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
             },
             _ = &mut stop => { report.interrupted = true; break; }
         };
-        for (is_user, p, next) in batch.next {
-            if is_user {
-                r.next_u[p] = next
-            } else {
-                r.next_c[p] = next
-            }
+        for (i, p, next) in batch.next {
+            r.next[i][p] = next;
         }
         let t = Instant::now();
         r.process(batch.conv, batch.user);
@@ -526,11 +518,10 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> anyhow::Result<R
 
 /// Refuses (before anything is written) a start position below its partition's log start: retention deleted
 /// records the replay needs, and skipping them would give wrong counts with no sign of it.
-fn check_retained(r: &Replay, marks_c: &[(i64, i64)], marks_u: &[(i64, i64)]) -> anyhow::Result<()> {
-    for (topic, next, marks) in
-        [(&r.topics.conversation_events, &r.next_c, marks_c), (&r.topics.user_events, &r.next_u, marks_u)]
-    {
-        if let Some((p, (from, (low, _)))) = next.iter().zip(marks).enumerate().find(|(_, (n, (low, _)))| *n < low) {
+fn check_retained(r: &Replay, marks: &[Vec<(i64, i64)>; 2]) -> anyhow::Result<()> {
+    for (i, topic) in [(CONV, &r.topics.conversation_events), (USER, &r.topics.user_events)] {
+        let deleted = r.next[i].iter().zip(&marks[i]).enumerate().find(|(_, (n, (low, _)))| *n < low);
+        if let Some((p, (from, (low, _)))) = deleted {
             return Err(Refused::LogTruncated {
                 topic: topic.clone(),
                 partition: p as i32,
@@ -562,12 +553,12 @@ async fn seed_from_checkpoint(source: &Settings, r: &mut Replay, c: &StreamConsu
     for p in 0..r.nc {
         // A partition never checkpointed starts at 0, which check_retained requires to be retained.
         if let Some(o) = snap.fanout_offsets.get(&(src_topics.conversation_events.clone(), p)) {
-            r.next_c[p as usize] = *o;
+            r.next[CONV][p as usize] = *o;
         }
     }
     for p in 0..r.nu {
         if let Some(o) = snap.fold_offsets.get(&(src_topics.user_events.clone(), p)) {
-            r.next_u[p as usize] = *o;
+            r.next[USER][p as usize] = *o;
         }
     }
     // The deltas in flight at the snapshot: produced by the source's fan-out (for events before its checkpoint, or
