@@ -297,10 +297,10 @@ pub async fn verify(
     let topics = settings.topics();
     let versions = CheckpointVersions::load(&topics, store).await?;
     let version = |p: i32| versions.of(p);
-    let mut rows = store.states(Stage::Fold, None).await?;
-    if let Some(n) = sample {
-        take_sample(&mut rows, n, |(id, _, _)| id);
-    }
+    let rows = match sample {
+        Some(n) => store.states_sample(Stage::Fold, n).await?,
+        None => store.states(Stage::Fold, None).await?,
+    };
     let mut report = VerifyReport::default();
     let mut repairs = Vec::new();
     for (id, p, bytes) in rows {
@@ -326,11 +326,11 @@ pub async fn verify(
     Ok(report)
 }
 
-/// Keeps `n` items chosen at random: ordered by a hash of the id salted with the clock.
-fn take_sample<T>(items: &mut Vec<T>, n: usize, id: impl Fn(&T) -> &String) {
+/// Keeps `n` ids chosen at random: ordered by a hash of the id salted with the clock.
+fn take_sample(ids: &mut Vec<String>, n: usize) {
     let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u32);
-    items.sort_by_cached_key(|x| crate::topology::murmur2(format!("{salt}{}", id(x)).as_bytes()));
-    items.truncate(n);
+    ids.sort_by_cached_key(|id| crate::topology::murmur2(format!("{salt}{id}").as_bytes()));
+    ids.truncate(n);
 }
 
 /// How many times `verify --against` compares a differing user before reporting it, and the pause between: a
@@ -359,12 +359,12 @@ pub async fn verify_against(
     if other_store.is_empty().await? {
         anyhow::bail!("namespace {:?} holds no state: nothing to verify against", other.namespace);
     }
-    let mut ids: Vec<String> = live_store.states(Stage::Fold, None).await?.into_iter().map(|r| r.0).collect();
-    ids.extend(other_store.states(Stage::Fold, None).await?.into_iter().map(|r| r.0));
+    let mut ids = live_store.ids(Stage::Fold).await?;
+    ids.extend(other_store.ids(Stage::Fold).await?);
     ids.sort_unstable();
     ids.dedup();
     if let Some(n) = sample {
-        take_sample(&mut ids, n, |id| id);
+        take_sample(&mut ids, n);
     }
     let a = RedisProjection::connect(&live.redis_url, &live.ns_redis_prefix()).await?;
     let b = a.with_prefix(&other.ns_redis_prefix());

@@ -232,6 +232,28 @@ impl CheckpointStore {
         Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
     }
 
+    /// The encoded states (id, partition, bytes) of `n` entities chosen at random (all when there are fewer); the
+    /// choice is made in PostgreSQL, so only the sample crosses the wire.
+    pub async fn states_sample(&self, stage: Stage, n: usize) -> anyhow::Result<Vec<(String, i32, Vec<u8>)>> {
+        let sql = match stage {
+            Stage::Fold => "SELECT user_id, partition, state FROM fold_users ORDER BY random() LIMIT $1",
+            Stage::FanOut => {
+                "SELECT conversation_id, partition, state FROM fanout_conversations ORDER BY random() LIMIT $1"
+            }
+        };
+        let rows = sqlx::query(sql).bind(n as i64).fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    }
+
+    /// The ids of every checkpointed entity of a stage (users or conversations), without their states.
+    pub async fn ids(&self, stage: Stage) -> anyhow::Result<Vec<String>> {
+        let sql = match stage {
+            Stage::Fold => "SELECT user_id FROM fold_users",
+            Stage::FanOut => "SELECT conversation_id FROM fanout_conversations",
+        };
+        Ok(sqlx::query_scalar(sql).fetch_all(&self.pool).await?)
+    }
+
     /// The encoded states (id, partition, bytes) of some entities by id.
     pub async fn states_of(&self, stage: Stage, ids: &[String]) -> anyhow::Result<Vec<(String, i32, Vec<u8>)>> {
         let sql = match stage {
