@@ -167,7 +167,8 @@ pub async fn promote(settings: &Settings, name: &str, drop_old: bool, force: boo
             );
         }
     }
-    let previous = live_namespace(settings).await?;
+    let base = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+    let previous = read_pointer(&base, &settings.live_pointer_key()).await?;
     let mut report = PromoteReport { previous: previous.clone(), writer_running: false, dropped: None };
     report.writer_running = !active_groups(&target).await?.is_empty();
     if previous == name {
@@ -183,8 +184,7 @@ pub async fn promote(settings: &Settings, name: &str, drop_old: bool, force: boo
             );
         }
     }
-    let projection = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
-    let mut conn = projection.connection();
+    let mut conn = base.connection();
     redis::cmd("SET").arg(settings.live_pointer_key()).arg(name).query_async::<()>(&mut conn).await?;
     info!(from = %previous, to = %name, "promoted");
     if drop_old {
@@ -209,7 +209,8 @@ pub struct DropReport {
 /// Errors: `name` is the live namespace; a service runs in it; a store unreachable.
 pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport> {
     check_namespace(name)?;
-    if live_namespace(settings).await? == name {
+    let base = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+    if read_pointer(&base, &settings.live_pointer_key()).await? == name {
         bail!("namespace {name:?} is the live one (the read API serves it): promote another first");
     }
     let ns = settings.in_namespace(name)?;
@@ -217,11 +218,10 @@ pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport>
     if !active.is_empty() {
         bail!("a service runs in namespace {name:?} (groups {active:?} have members): stop it first");
     }
-    let projection = RedisProjection::connect(&ns.redis_url, &ns.ns_redis_prefix()).await?;
     let prefix = ns.ns_redis_prefix();
     let mut redis_keys = 0;
     for pattern in [format!("{prefix}u:*"), format!("{prefix}partition:*")] {
-        redis_keys += delete_matching(&projection, &pattern).await?;
+        redis_keys += delete_matching(&base, &pattern).await?;
     }
     let schema = ns.ns_db_schema();
     crate::checkpoint::store::drop_schema(&ns.database_url, &schema).await?;
