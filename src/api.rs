@@ -14,7 +14,7 @@
 //! Ids are percent-encoded path segments, decoded as UTF-8 and checked against the contract's id rule, so every
 //! valid id is reachable (`/` as `%2F`, `%` as `%25`, spaces, braces, 256 bytes). Errors are JSON:
 //! `{"error": {"code": "...", "message": "..."}}` — 400 `invalid_path` / `invalid_id`, 404 `not_found`,
-//! 503 `unavailable` (Redis down).
+//! 503 `unavailable` (Redis down: retry later), 500 `malformed` (a stored hash does not decode: a bug to report).
 
 use std::sync::Arc;
 
@@ -27,8 +27,10 @@ use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::contract::validate_id;
+use crate::checkpoint::Stage;
+use crate::core::contract::validate_id;
 use crate::namespace::LiveProjection;
+use crate::projection::ProjectionError;
 use crate::service::group::Assignment;
 use crate::service::metrics::Metrics;
 
@@ -38,7 +40,8 @@ pub struct ApiState {
     /// The live namespace's projection, following the live pointer.
     pub live: Arc<LiveProjection>,
     /// The running stages' assignments (empty when this process runs the API alone).
-    pub assignments: Vec<(&'static str, Arc<Assignment>)>,
+    pub assignments: Vec<(Stage, Arc<Assignment>)>,
+    /// The service's metrics, rendered at `/metrics`.
     pub metrics: Arc<Metrics>,
 }
 
@@ -71,9 +74,17 @@ impl From<PathRejection> for ApiError {
     }
 }
 
-impl From<anyhow::Error> for ApiError {
-    fn from(e: anyhow::Error) -> Self {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"))
+impl From<ProjectionError> for ApiError {
+    fn from(e: ProjectionError) -> Self {
+        match &e {
+            ProjectionError::Redis { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
+            }
+            ProjectionError::Malformed(_) => {
+                tracing::error!(error = %e, "the projection holds a malformed hash");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "malformed", e.to_string())
+            }
+        }
     }
 }
 
@@ -104,7 +115,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/users/{user_id}/conversations/{conversation_id}/unread", get(conversation_unread))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(|State(s): State<ApiState>| async move { s.metrics.render() }))
+        .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(axum::middleware::from_fn(reject_bad_escapes))
         .with_state(state)
@@ -150,10 +161,14 @@ async fn conversation_unread(
     Ok(([(NAMESPACE_HEADER, namespace)], Json(answer)).into_response())
 }
 
+async fn metrics(State(s): State<ApiState>) -> Response {
+    ([(axum::http::header::CONTENT_TYPE, crate::service::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
+}
+
 async fn readyz(State(s): State<ApiState>) -> Response {
     let (namespace, projection) = s.live.current();
     let redis = projection.ping().await.map_err(|e| e.to_string());
-    let stages: Vec<_> = s.assignments.iter().map(|(name, a)| (*name, a.partitions().len())).collect();
+    let stages: Vec<_> = s.assignments.iter().map(|(stage, a)| (stage.as_str(), a.partitions().len())).collect();
     let ready = redis.is_ok() && stages.iter().all(|(_, n)| *n > 0);
     let body = json!({
         "ready": ready,

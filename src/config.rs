@@ -7,9 +7,12 @@
 //! base namespace, named exactly by the base settings; `unread replay --into NAME` fills another, and
 //! `unread promote NAME` makes the read API serve it (docs/operations.md § Replay).
 
+use std::time::Duration;
+
 use anyhow::bail;
 use clap::Args;
 
+use crate::checkpoint::Stage;
 use crate::topology::Topics;
 
 /// The name of the base namespace.
@@ -57,6 +60,37 @@ pub fn check_namespace(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Parses a duration in humantime's style (`200ms`, `30s`, `5m`, `1h 30m`); must be more than zero.
+///
+/// Errors: another shape, or zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (e.g. 200ms, 30s, 5m)"))?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be more than zero"));
+    }
+    Ok(d)
+}
+
+/// [`parse_duration`], where a bare number is milliseconds (the old `--flush-interval-ms 200` spelling).
+///
+/// Errors: as [`parse_duration`].
+pub fn parse_duration_or_ms(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(ms) => parse_duration(&format!("{ms}ms")),
+        Err(_) => parse_duration(s),
+    }
+}
+
+/// [`parse_duration`], where a bare number is seconds (the old `lag --wait 120` spelling).
+///
+/// Errors: as [`parse_duration`].
+pub fn parse_duration_or_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(secs) => parse_duration(&format!("{secs}s")),
+        Err(_) => parse_duration(s),
+    }
+}
+
 impl Settings {
     /// The same settings in another namespace.
     ///
@@ -97,6 +131,11 @@ impl Settings {
         }
     }
 
+    /// The consumer group of one stage of the namespace: `{group}.fanout` or `{group}.fold`.
+    pub fn stage_group(&self, stage: Stage) -> String {
+        format!("{}.{stage}", self.ns_group_id())
+    }
+
     /// The namespace's topics: the shared input and dead-letter topics, and its own delta topic
     /// (`unread.user-deltas`, or `unread.user-deltas.{name}`).
     pub fn topics(&self) -> Topics {
@@ -129,6 +168,19 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         s: Settings,
+    }
+
+    #[test]
+    fn durations_are_humantime_and_bare_numbers_keep_their_old_unit() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("0s").is_err() && parse_duration("5").is_err() && parse_duration("s").is_err());
+        assert_eq!(parse_duration_or_ms("200").unwrap(), Duration::from_millis(200));
+        assert_eq!(parse_duration_or_ms("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration_or_secs("120").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration_or_secs("5m").unwrap(), Duration::from_secs(300));
+        assert!(parse_duration_or_ms("0").is_err());
     }
 
     #[test]

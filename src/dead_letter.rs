@@ -5,25 +5,48 @@
 //! `unread.source.topic`, `unread.source.partition`, `unread.source.offset`, `unread.error.kind` and
 //! `unread.error.reason` (written by [`crate::service::records::dead_letter`]).
 
+use std::fmt;
 use std::time::Duration;
 
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::kafka::{self, headers};
 
 /// One dead-lettered record.
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
     /// Its offset in the dead-letter topic (partition, offset).
     pub position: (i32, i64),
+    /// The topic it was read from.
     pub source_topic: String,
+    /// Its partition there.
     pub source_partition: String,
+    /// Its offset there.
     pub source_offset: String,
+    /// The error's stable kind.
     pub kind: String,
+    /// The error's readable reason.
     pub reason: String,
+    /// The record as dead-lettered (key, value, headers).
     pub record: OwnedMessage,
+}
+
+impl fmt::Display for DeadLetter {
+    /// `partition:offset from topic[partition]@offset kind: reason`, then the key and a value preview indented.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (p, o) = self.position;
+        writeln!(
+            f,
+            "{p}:{o} from {}[{}]@{} {}: {}",
+            self.source_topic, self.source_partition, self.source_offset, self.kind, self.reason
+        )?;
+        writeln!(f, "    key {}", preview(self.record.key()))?;
+        write!(f, "    value {}", preview(self.record.payload()))
+    }
 }
 
 fn header(m: &OwnedMessage, name: &str) -> String {
@@ -37,20 +60,13 @@ fn header(m: &OwnedMessage, name: &str) -> String {
 ///
 /// Errors: Kafka unreachable or the topic missing.
 pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "unread-dead-letter-reader")
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let md = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .with_context(|| format!("metadata of {topic}"))?;
-    let partitions: Vec<i32> =
-        md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let consumer: BaseConsumer =
+        kafka::reader(brokers, "unread-dead-letter-reader").create().context("creating the dead-letter reader")?;
+    let n = kafka::partition_count(&consumer, topic)?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = std::collections::HashMap::new();
-    for p in partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+    for (p, (low, high)) in kafka::watermarks(&consumer, topic, n)?.into_iter().enumerate() {
+        let p = p as i32;
         if high > low {
             tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
             ends.insert(p, high);
@@ -60,7 +76,7 @@ pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
     if ends.is_empty() {
         return Ok(out);
     }
-    consumer.assign(&tpl)?;
+    consumer.assign(&tpl).context("assigning the dead-letter topic")?;
     while !ends.is_empty() {
         match consumer.poll(Duration::from_secs(10)) {
             None => anyhow::bail!("no dead-letter record within 10 s while {} partitions are unread", ends.len()),
@@ -72,11 +88,11 @@ pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
                 }
                 out.push(DeadLetter {
                     position: (m.partition(), m.offset()),
-                    source_topic: header(&m, "unread.source.topic"),
-                    source_partition: header(&m, "unread.source.partition"),
-                    source_offset: header(&m, "unread.source.offset"),
-                    kind: header(&m, "unread.error.kind"),
-                    reason: header(&m, "unread.error.reason"),
+                    source_topic: header(&m, headers::SOURCE_TOPIC),
+                    source_partition: header(&m, headers::SOURCE_PARTITION),
+                    source_offset: header(&m, headers::SOURCE_OFFSET),
+                    kind: header(&m, headers::ERROR_KIND),
+                    reason: header(&m, headers::ERROR_REASON),
                     record: m,
                 });
             }
@@ -91,28 +107,23 @@ pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
 ///
 /// Errors: a record has no source topic, or a send fails.
 pub async fn replay(brokers: &str, records: &[DeadLetter]) -> anyhow::Result<usize> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .set("partitioner", "murmur2_random")
-        .set("message.max.bytes", "16777216")
-        .create()?;
+    let producer: FutureProducer = kafka::producer_config(brokers).create().context("creating the Kafka producer")?;
     for d in records {
         anyhow::ensure!(!d.source_topic.is_empty(), "dead-letter record {:?} has no source topic", d.position);
-        let mut headers = OwnedHeaders::new();
+        let mut kept = OwnedHeaders::new();
         if let Some(h) = d.record.headers() {
-            for h in h.iter().filter(|h| !h.key.starts_with("unread.")) {
-                headers = headers.insert(Header { key: h.key, value: h.value });
+            for h in h.iter().filter(|h| !h.key.starts_with(headers::PREFIX)) {
+                kept = kept.insert(Header { key: h.key, value: h.value });
             }
         }
-        let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&d.source_topic).headers(headers);
+        let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&d.source_topic).headers(kept);
         if let Some(k) = d.record.key() {
             out = out.key(k);
         }
         if let Some(v) = d.record.payload() {
             out = out.payload(v);
         }
-        producer.send(out, Duration::from_secs(30)).await.map_err(|(e, _)| anyhow::anyhow!("replaying: {e}"))?;
+        producer.send(out, Duration::from_secs(30)).await.map_err(|(e, _)| e).context("re-publishing a dead letter")?;
     }
     Ok(records.len())
 }

@@ -6,34 +6,33 @@
 //!                                          (per user partition) ──► Redis projection (reads) + PostgreSQL checkpoint
 //! ```
 //!
-//! The crate is a functional core and an imperative shell:
-//! - [`contract`]: the event types of `CONTRACT.md`, their decoder, and the reader shape;
-//! - [`fanout`]: per conversation, events → per-recipient [`delta::Delta`]s (pure);
-//! - [`fold`]: per user, deltas and the user's own events → unread state (pure);
-//! - [`seqset`]: the range set both are built on;
-//! - [`checkpoint`]: the bytes of state checkpointed to PostgreSQL;
-//! - [`projection`]: the Redis hash layout readers are served from;
-//! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
+//! The crate is a functional core and an imperative shell (`docs/architecture.md` walks one event through both):
+//! - [`core`]: the pure core: the [`core::contract`], [`core::fanout`], [`core::fold`], [`core::delta`] and
+//!   [`core::seqset`]; no I/O;
+//! - [`checkpoint`]: the bytes of state checkpointed to PostgreSQL, and the transactional store;
+//! - [`projection`]: the Redis hash layout readers are served from, its version, and its guarded writer;
+//! - [`kafka`]: every Kafka client's configuration, the broker queries, the partitioner, header names;
 //! - [`service`]: `unread run`, the consumer-group stages around the core; [`api`]: the read API;
+//! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
 //! - [`replay`]: `unread replay`, the log folded into another namespace; [`namespace`]: promote and drop;
-//! - [`produce`], [`ops`], [`topology`], [`config`]: the other subcommands and their settings;
-//! - [`cli`]: the `unread` command line.
+//! - [`ops`]: `lag`, `verify`, `inspect`, `projection rebuild`; [`produce`], [`dead_letter`], [`topology`];
+//! - [`config`]: settings and namespaces; [`cli`]: the `unread` command line.
+
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 pub mod api;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
-pub mod contract;
+pub mod core;
 pub mod dead_letter;
-pub mod delta;
-pub mod fanout;
-pub mod fold;
+pub mod kafka;
 pub mod namespace;
 pub mod ops;
 pub mod pipeline;
 pub mod produce;
 pub mod projection;
 pub mod replay;
-pub mod seqset;
 pub mod service;
 pub mod topology;

@@ -7,18 +7,18 @@
 //! they started on, later ones read the new one, and both stay complete throughout, so none fails. Writers are not
 //! redirected: the stages of `unread run --namespace NAME` write the namespace they were started with.
 
+use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::ClientConfig;
+use rdkafka::consumer::Consumer;
 use tracing::{info, warn};
 
 use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::Stage;
 use crate::config::{check_namespace, Settings, DEFAULT_NAMESPACE};
+use crate::kafka;
 use crate::projection::redis::RedisProjection;
 
 /// How often an API instance re-reads the live pointer: 200 ms.
@@ -38,7 +38,8 @@ pub async fn live_namespace(settings: &Settings) -> anyhow::Result<String> {
 
 async fn read_pointer(projection: &RedisProjection, key: &str) -> anyhow::Result<String> {
     let mut conn = projection.connection();
-    let live: Option<String> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
+    let live: Option<String> =
+        redis::cmd("GET").arg(key).query_async(&mut conn).await.context("reading the live pointer")?;
     Ok(live.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()))
 }
 
@@ -107,8 +108,7 @@ impl LiveProjection {
 
 /// The consumer groups of a namespace's stages.
 fn groups(ns: &Settings) -> [String; 2] {
-    let g = ns.ns_group_id();
-    [format!("{g}.fanout"), format!("{g}.fold")]
+    Stage::ALL.map(|stage| ns.stage_group(stage))
 }
 
 /// The namespace's consumer groups that have members now (a service is running in it).
@@ -118,10 +118,10 @@ pub async fn active_groups(ns: &Settings) -> anyhow::Result<Vec<String>> {
     let brokers = ns.brokers.clone();
     let names = groups(ns);
     tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &brokers).create()?;
+        let c = kafka::metadata_client(&brokers)?;
         let mut active = Vec::new();
         for g in names {
-            let list = c.fetch_group_list(Some(&g), Duration::from_secs(10)).with_context(|| format!("group {g}"))?;
+            let list = c.fetch_group_list(Some(&g), kafka::QUERY_TIMEOUT).with_context(|| format!("group {g}"))?;
             if list.groups().iter().any(|x| !x.members().is_empty()) {
                 active.push(g);
             }
@@ -134,12 +134,37 @@ pub async fn active_groups(ns: &Settings) -> anyhow::Result<Vec<String>> {
 /// What `unread promote` did.
 #[derive(Debug)]
 pub struct PromoteReport {
+    /// The namespace promoted.
+    pub namespace: String,
     /// The namespace served before.
     pub previous: String,
     /// Whether a service writes the promoted namespace (its consumer groups have members).
     pub writer_running: bool,
     /// What `--drop-old` deleted.
     pub dropped: Option<DropReport>,
+}
+
+impl fmt::Display for PromoteReport {
+    /// What happened, one line each: the switch, a warning when no service writes the namespace, the drop.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, previous) = (&self.namespace, &self.previous);
+        if previous == name {
+            write!(f, "namespace {name} is already live")?;
+        } else {
+            write!(f, "promoted {name} (was {previous}): read API instances switch within 0.2 s")?;
+        }
+        if !self.writer_running {
+            write!(
+                f,
+                "\nwarning: no service runs in namespace {name}: readers see its state as of its last write; \
+                 start `unread run --namespace {name}`"
+            )?;
+        }
+        if let Some(d) = &self.dropped {
+            write!(f, "\n{d}")?;
+        }
+        Ok(())
+    }
 }
 
 /// `unread promote NAME`: makes `name` the namespace every read API instance serves, atomically (one `SET` of the
@@ -150,6 +175,43 @@ pub struct PromoteReport {
 /// previous namespace (checked before switching, so nothing changes then); a store unreachable.
 pub async fn promote(settings: &Settings, name: &str, drop_old: bool, force: bool) -> anyhow::Result<PromoteReport> {
     let target = settings.in_namespace(name)?;
+    check_promotable(&target, force).await?;
+    let base = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+    let previous = read_pointer(&base, &settings.live_pointer_key()).await?;
+    let mut report =
+        PromoteReport { namespace: name.to_owned(), previous: previous.clone(), writer_running: false, dropped: None };
+    report.writer_running = !active_groups(&target).await?.is_empty();
+    if previous == name {
+        return Ok(report);
+    }
+    let old = settings.in_namespace(&previous)?;
+    if drop_old {
+        let active = active_groups(&old).await?;
+        if !active.is_empty() {
+            bail!(
+                "a service still runs in namespace {previous:?} (groups {active:?} have members): stop it, or promote \
+                 without --drop-old and drop it later with `unread drop {previous}`"
+            );
+        }
+    }
+    let mut conn = base.connection();
+    redis::cmd("SET")
+        .arg(settings.live_pointer_key())
+        .arg(name)
+        .query_async::<()>(&mut conn)
+        .await
+        .context("setting the live pointer")?;
+    info!(from = %previous, to = %name, "promoted");
+    if drop_old {
+        tokio::time::sleep(SWITCH_GRACE).await;
+        report.dropped = Some(drop(settings, &previous).await?);
+    }
+    Ok(report)
+}
+
+/// Refuses a namespace with no state, an unfinished replay, or (unless `force`) a replay from a timestamp.
+async fn check_promotable(target: &Settings, force: bool) -> anyhow::Result<()> {
+    let name = &target.namespace;
     let store = CheckpointStore::connect(&target.database_url, &target.ns_db_schema(), 2).await?;
     store.migrate().await?;
     if store.is_empty().await? {
@@ -167,40 +229,32 @@ pub async fn promote(settings: &Settings, name: &str, drop_old: bool, force: boo
             );
         }
     }
-    let base = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
-    let previous = read_pointer(&base, &settings.live_pointer_key()).await?;
-    let mut report = PromoteReport { previous: previous.clone(), writer_running: false, dropped: None };
-    report.writer_running = !active_groups(&target).await?.is_empty();
-    if previous == name {
-        return Ok(report);
-    }
-    let old = settings.in_namespace(&previous)?;
-    if drop_old {
-        let active = active_groups(&old).await?;
-        if !active.is_empty() {
-            bail!(
-                "a service still runs in namespace {previous:?} (groups {active:?} have members): stop it, or promote \
-                 without --drop-old and drop it later with `unread drop {previous}`"
-            );
-        }
-    }
-    let mut conn = base.connection();
-    redis::cmd("SET").arg(settings.live_pointer_key()).arg(name).query_async::<()>(&mut conn).await?;
-    info!(from = %previous, to = %name, "promoted");
-    if drop_old {
-        tokio::time::sleep(SWITCH_GRACE).await;
-        report.dropped = Some(drop(settings, &previous).await?);
-    }
-    Ok(report)
+    Ok(())
 }
 
 /// What `unread drop` deleted.
 #[derive(Debug)]
 pub struct DropReport {
+    /// The namespace dropped.
+    pub namespace: String,
+    /// Redis keys deleted.
     pub redis_keys: usize,
+    /// The PostgreSQL schema dropped.
     pub schema: String,
+    /// The consumer groups deleted.
     pub groups: Vec<String>,
+    /// The delta topic deleted.
     pub delta_topic: String,
+}
+
+impl fmt::Display for DropReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self { namespace, redis_keys, schema, groups, delta_topic } = self;
+        write!(
+            f,
+            "dropped {namespace}: {redis_keys} Redis keys, schema {schema}, groups {groups:?}, topic {delta_topic}"
+        )
+    }
 }
 
 /// `unread drop NAME`: deletes a namespace: its Redis keys, its PostgreSQL schema, its consumer groups and its delta
@@ -225,15 +279,14 @@ pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport>
     }
     let schema = ns.ns_db_schema();
     crate::checkpoint::store::drop_schema(&ns.database_url, &schema).await?;
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &ns.brokers).create()?;
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let admin = kafka::admin(&ns.brokers)?;
+    let opts = kafka::admin_options();
     let group_names = groups(&ns);
     let refs: Vec<&str> = group_names.iter().map(String::as_str).collect();
     let _ = admin.delete_groups(&refs, &opts).await; // a group that never existed is fine
     let delta_topic = ns.topics().user_deltas;
     let _ = admin.delete_topics(&[&delta_topic], &opts).await;
-    Ok(DropReport { redis_keys, schema, groups: group_names.to_vec(), delta_topic })
+    Ok(DropReport { namespace: name.to_owned(), redis_keys, schema, groups: group_names.to_vec(), delta_topic })
 }
 
 /// Deletes the keys matching `pattern` (SCAN and UNLINK in batches of 1,000, so Redis is never blocked long).
@@ -249,10 +302,11 @@ async fn delete_matching(projection: &RedisProjection, pattern: &str) -> anyhow:
             .arg("COUNT")
             .arg(1000)
             .query_async(&mut conn)
-            .await?;
+            .await
+            .context("scanning Redis keys")?;
         if !keys.is_empty() {
             n += keys.len();
-            redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await?;
+            redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await.context("deleting Redis keys")?;
         }
         if next == 0 {
             return Ok(n);

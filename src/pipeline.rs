@@ -10,9 +10,9 @@ use std::io::{self, BufRead, BufReader, Write};
 
 use anyhow::Context;
 
-use crate::contract::{decode, DecodeError, Event, UserView};
-use crate::fanout::FanOut;
-use crate::fold::Fold;
+use crate::core::contract::{decode, DecodeError, Event, UserView};
+use crate::core::fanout::FanOut;
+use crate::core::fold::Fold;
 
 /// Largest batch `unread fold` hands to the fan-out: 1,000 events, about what one Kafka poll returns.
 pub const MAX_BATCH: usize = 1000;

@@ -1,6 +1,7 @@
 //! `unread produce FILE`: validate JSON Lines of events against the contract and publish each to its topic, keyed
 //! as the contract says, with an idempotent producer and Kafka's murmur2 partitioner.
 
+use std::fmt;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,9 +11,10 @@ use anyhow::Context;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientConfig, ClientContext};
+use rdkafka::ClientContext;
 
-use crate::contract::{decode, Stream};
+use crate::core::contract::{decode, Stream};
+use crate::kafka;
 use crate::pipeline::open_input;
 use crate::topology::Topics;
 
@@ -43,11 +45,35 @@ impl ProducerContext for Ctx {
 /// What a produce run did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProduceReport {
+    /// Events sent to `unread.conversation-events`.
     pub conversation_events: u64,
+    /// Events sent to `unread.user-events`.
     pub user_events: u64,
+    /// Invalid lines, not sent.
     pub invalid: u64,
+    /// Deliveries the broker did not acknowledge.
     pub failed: u64,
+    /// Wall time, seconds.
     pub seconds: f64,
+}
+
+impl fmt::Display for ProduceReport {
+    /// One line: events sent per topic, invalid, failed, time and events/s.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self;
+        let sent = r.conversation_events + r.user_events;
+        write!(
+            f,
+            "unread produce: {sent} events sent ({} conversation, {} user), {} invalid not sent, {} failed, \
+             {:.2} s, {:.0} events/s",
+            r.conversation_events,
+            r.user_events,
+            r.invalid,
+            r.failed,
+            r.seconds,
+            sent as f64 / r.seconds.max(1e-9)
+        )
+    }
 }
 
 /// Publishes every valid line of `path` (JSON Lines, `.gz`, or `-`); invalid lines are reported on stderr with
@@ -58,13 +84,7 @@ pub struct ProduceReport {
 pub fn produce(brokers: &str, topic_prefix: &str, path: &str) -> anyhow::Result<ProduceReport> {
     let topics = Topics::new(topic_prefix);
     let deliveries = Arc::new(Deliveries::default());
-    let producer: ThreadedProducer<Ctx> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "10")
-        .set("batch.num.messages", "10000")
-        .set("queue.buffering.max.messages", "1000000")
+    let producer: ThreadedProducer<Ctx> = kafka::bulk_producer_config(brokers)
         .create_with_context(Ctx(deliveries.clone()))
         .context("creating the Kafka producer")?;
     let started = Instant::now();

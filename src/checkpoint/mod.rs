@@ -1,5 +1,5 @@
 //! Checkpoint encoding: the bytes stored in PostgreSQL for one user's fold state or one conversation's fan-out
-//! state (tables in `migrations/`; the transactional store arrives with the service).
+//! state (tables in `migrations/`), the [`Stage`] a checkpoint belongs to, and the transactional [`store`].
 //!
 //! Format: one version byte ([`FORMAT_VERSION`]) followed by the state in postcard (serde, varint integers).
 //! Range sets make a user's state small whatever the unread count: a dev-set user averages tens of bytes.
@@ -8,8 +8,38 @@
 
 pub mod store;
 
-use crate::fanout::ConversationState;
-use crate::fold::UserState;
+use std::fmt;
+
+use crate::core::fanout::ConversationState;
+use crate::core::fold::UserState;
+
+/// A stage of the pipeline: which checkpoint tables, leases, consumer group and metrics a partition task uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    /// The fan-out: partitions of `unread.conversation-events`, conversations' state.
+    FanOut,
+    /// The fold: partitions of `unread.user-events` and `unread.user-deltas`, users' state.
+    Fold,
+}
+
+impl Stage {
+    /// Both stages, fan-out first.
+    pub const ALL: [Stage; 2] = [Stage::FanOut, Stage::Fold];
+
+    /// The stage's name in tables, group ids, metrics labels and logs: `fanout` or `fold`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::FanOut => "fanout",
+            Stage::Fold => "fold",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The version byte of the current encoding.
 pub const FORMAT_VERSION: u8 = 1;
@@ -82,9 +112,9 @@ pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, Checkpoint
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::{ConversationEvent, MemberJoined, MessageSent, ReadAck, UserEvent};
-    use crate::fanout::FanOut;
-    use crate::fold::{ConvState, Fold, Totals};
+    use crate::core::contract::{ConversationEvent, MemberJoined, MessageSent, ReadAck, UserEvent};
+    use crate::core::fanout::FanOut;
+    use crate::core::fold::{ConvState, Fold, Totals};
     use std::collections::BTreeMap;
 
     fn sample() -> (FanOut, Fold) {

@@ -1,38 +1,70 @@
 //! The checkpoint store in PostgreSQL: per-partition input offsets and the state of the entities changed since
 //! the last checkpoint, written in one transaction (tables in `migrations/`).
+//!
+//! Every method returns a [`StoreError`]: [`StoreError::Fenced`] when a partition's lease moved (the caller stops),
+//! [`StoreError::Db`] when PostgreSQL failed (transient: the caller may retry), [`StoreError::Malformed`] for a
+//! schema name or row that cannot be used.
 
 use std::collections::HashMap;
 use std::str::FromStr;
 
-use anyhow::{bail, Context};
+use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{AssertSqlSafe, FromRow, PgPool};
 
-/// Which stage a checkpoint belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    FanOut,
-    Fold,
-}
-
-impl Stage {
-    fn as_str(self) -> &'static str {
-        match self {
-            Stage::FanOut => "fanout",
-            Stage::Fold => "fold",
-        }
-    }
-}
+pub use super::Stage;
 
 /// A checkpoint refused because another task took the partition's lease since this one started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("fenced: {stage} partition {partition} lease is at generation {current}, this task holds {ours}")]
 pub struct Fenced {
-    pub stage: &'static str,
+    /// The stage of the partition.
+    pub stage: Stage,
+    /// The partition number.
     pub partition: i32,
+    /// The generation the refused task holds.
     pub ours: i64,
+    /// The lease's generation now.
     pub current: i64,
 }
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another task took the partition's lease: stop, never retry.
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
+    /// PostgreSQL unreachable or a statement failed; `doing` says what the store was doing. Transient.
+    #[error("PostgreSQL, {doing}: {source}")]
+    Db {
+        /// What the store was doing, e.g. `committing a checkpoint`.
+        doing: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A migration failed or was changed after being applied.
+    #[error("applying migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A name or URL that cannot be used (a schema name other than letters, digits and `_`, a bad URL).
+    #[error("{0}")]
+    Malformed(String),
+}
+
+impl StoreError {
+    /// Whether retrying may help (PostgreSQL failed), as opposed to a fencing or malformed input.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Db { .. })
+    }
+}
+
+/// The `map_err` of every query: the driver's error with what the store was doing.
+fn db(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Db { doing, source }
+}
+
+/// A result of the store.
+pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The whole checkpoint at one moment ([`CheckpointStore::snapshot`]).
 #[derive(Debug, Default)]
@@ -41,38 +73,84 @@ pub struct Snapshot {
     pub fanout_offsets: HashMap<(String, i32), i64>,
     /// (topic, partition) → next offset of the fold stage.
     pub fold_offsets: HashMap<(String, i32), i64>,
-    /// (conversation id, encoded state).
-    pub conversations: Vec<(String, Vec<u8>)>,
-    /// (user id, encoded state).
-    pub users: Vec<(String, Vec<u8>)>,
+    /// Every conversation's encoded state.
+    pub conversations: Vec<StateRow>,
+    /// Every user's encoded state.
+    pub users: Vec<StateRow>,
+}
+
+/// One checkpointed entity (a user of the fold, a conversation of the fan-out).
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct StateRow {
+    /// The user or conversation id.
+    pub id: String,
+    /// The partition whose task owns it.
+    pub partition: i32,
+    /// Its encoded state ([`crate::checkpoint::encode_user`], [`crate::checkpoint::encode_conversation`]).
+    pub state: Vec<u8>,
+}
+
+/// One checkpointed entity with the time of the checkpoint that wrote it ([`CheckpointStore::state_row`]).
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct TimedStateRow {
+    /// The entity.
+    #[sqlx(flatten)]
+    pub row: StateRow,
+    /// When the checkpoint that wrote it committed.
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(FromRow)]
+struct OffsetRow {
+    stage: String,
+    topic: String,
+    partition: i32,
+    next_offset: i64,
 }
 
 /// The row of the `replays` table: which replay filled a namespace's schema and whether it finished.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
 pub struct ReplayStatus {
     /// The namespace replayed from (its checkpoint, with `--from checkpoint`).
     pub source: String,
     /// `earliest`, `checkpoint` or the RFC 3339 timestamp.
+    #[sqlx(rename = "from_spec")]
     pub from: String,
-    pub started_at: String,
+    /// When the replay started (its latest fresh start).
+    pub started_at: DateTime<Utc>,
     /// Set when the replay reached the log end it aimed at.
-    pub finished_at: Option<String>,
+    pub finished_at: Option<DateTime<Utc>>,
     /// Records folded, over every run that finished.
     pub events: i64,
     /// Whether its first checkpoint completed (otherwise it starts afresh).
     pub seeded: bool,
 }
 
+/// Checks a schema name: letters, digits and `_` only, as it is spliced into SQL.
+fn check_schema(schema: &str) -> StoreResult<()> {
+    if schema.is_empty() || !schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(StoreError::Malformed(format!("database schema {schema:?} must be letters, digits and _")));
+    }
+    Ok(())
+}
+
+/// The table and id column of a stage's entities.
+fn table(stage: Stage) -> (&'static str, &'static str) {
+    match stage {
+        Stage::Fold => ("fold_users", "user_id"),
+        Stage::FanOut => ("fanout_conversations", "conversation_id"),
+    }
+}
+
 /// Drops a checkpoint schema and everything in it (`unread drop`); nothing happens when it does not exist.
 ///
-/// Errors: a schema name other than letters, digits and `_`; PostgreSQL unreachable.
-pub async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
-    if schema.is_empty() || !schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        bail!("database schema {schema:?} must be letters, digits and _");
-    }
-    let pool = PgPoolOptions::new().max_connections(1).connect(url).await.context("connecting to PostgreSQL")?;
+/// Errors: [`StoreError::Malformed`] for a schema name other than letters, digits and `_`; [`StoreError::Db`].
+pub async fn drop_schema(url: &str, schema: &str) -> StoreResult<()> {
+    check_schema(schema)?;
+    let pool = PgPoolOptions::new().max_connections(1).connect(url).await.map_err(db("connecting"))?;
     // Audited: the schema name was checked above to be letters, digits and _ only.
-    sqlx::query(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))).execute(&pool).await?;
+    let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+    sqlx::query(AssertSqlSafe(sql)).execute(&pool).await.map_err(db("dropping a schema"))?;
     pool.close().await;
     Ok(())
 }
@@ -86,35 +164,36 @@ pub struct CheckpointStore {
 /// The embedded migrations of `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// Creates `schema` if missing. Two processes creating it at once: the loser's error is ignored when the schema
+/// exists.
+async fn create_schema(base: &PgConnectOptions, schema: &str) -> StoreResult<()> {
+    let admin = PgPoolOptions::new().max_connections(1).connect_with(base.clone()).await.map_err(db("connecting"))?;
+    // Audited: the schema name was checked by the caller to be letters, digits and _ only.
+    let created = sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))).execute(&admin).await;
+    if let Err(e) = created {
+        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+            .bind(schema)
+            .fetch_one(&admin)
+            .await
+            .map_err(db("looking up a schema"))?;
+        if !exists {
+            return Err(db("creating a schema")(e));
+        }
+    }
+    admin.close().await;
+    Ok(())
+}
+
 impl CheckpointStore {
     /// Connects to `url` with `schema` as the search path, creating the schema when missing.
     ///
-    /// Errors: a schema name other than letters, digits and `_`; PostgreSQL unreachable.
-    pub async fn connect(url: &str, schema: &str, max_connections: u32) -> anyhow::Result<Self> {
-        if schema.is_empty() || !schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            bail!("database schema {schema:?} must be letters, digits and _");
-        }
-        let base = PgConnectOptions::from_str(url).with_context(|| format!("database URL {url}"))?;
-        let admin = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(base.clone())
-            .await
-            .context("connecting to PostgreSQL")?;
-        // Audited: the schema name was checked above to be letters, digits and _ only.
-        // Two processes creating the schema at once: the loser gets a unique violation although the schema exists.
-        let created =
-            sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))).execute(&admin).await;
-        if let Err(e) = created {
-            let exists: bool = sqlx::query("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-                .bind(schema)
-                .fetch_one(&admin)
-                .await?
-                .get(0);
-            if !exists {
-                return Err(e).context("creating schema");
-            }
-        }
-        admin.close().await;
+    /// Errors: [`StoreError::Malformed`] for a bad schema name or URL; [`StoreError::Db`] when PostgreSQL is
+    /// unreachable.
+    pub async fn connect(url: &str, schema: &str, max_connections: u32) -> StoreResult<Self> {
+        check_schema(schema)?;
+        let base =
+            PgConnectOptions::from_str(url).map_err(|e| StoreError::Malformed(format!("database URL {url}: {e}")))?;
+        create_schema(&base, schema).await?;
         let opts = base.options([("search_path", schema)]);
         // A short acquire timeout makes an outage an error that the caller logs, counts and retries, rather
         // than every query silently hanging for the default 30 s.
@@ -123,21 +202,23 @@ impl CheckpointStore {
             .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(opts)
             .await
-            .context("connecting to PostgreSQL")?;
+            .map_err(db("connecting"))?;
         Ok(Self { pool })
     }
 
     /// Applies the migrations (idempotent).
     ///
-    /// Errors: a migration fails or was changed after being applied.
-    pub async fn migrate(&self) -> anyhow::Result<()> {
-        MIGRATOR.run(&self.pool).await.context("applying migrations")
+    /// Errors: [`StoreError::Migrate`] when a migration fails or was changed after being applied.
+    pub async fn migrate(&self) -> StoreResult<()> {
+        Ok(MIGRATOR.run(&self.pool).await?)
     }
 
     /// Takes the lease of one partition: bumps and returns its generation. Every later [`CheckpointStore::commit`]
     /// with an older generation fails with [`Fenced`].
-    pub async fn acquire(&self, stage: Stage, partition: i32, owner: &str) -> anyhow::Result<i64> {
-        let row = sqlx::query(
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn acquire(&self, stage: Stage, partition: i32, owner: &str) -> StoreResult<i64> {
+        sqlx::query_scalar(
             "INSERT INTO partition_leases (stage, partition, generation, owner) VALUES ($1, $2, 1, $3) \
              ON CONFLICT (stage, partition) DO UPDATE SET generation = partition_leases.generation + 1, \
              owner = EXCLUDED.owner, acquired_at = now() RETURNING generation",
@@ -146,131 +227,137 @@ impl CheckpointStore {
         .bind(partition)
         .bind(owner)
         .fetch_one(&self.pool)
-        .await?;
-        Ok(row.get(0))
+        .await
+        .map_err(db("taking a lease"))
     }
 
     /// The current generation of a partition's lease (0 if never taken).
-    pub async fn generation(&self, stage: Stage, partition: i32) -> anyhow::Result<i64> {
-        let row = sqlx::query("SELECT generation FROM partition_leases WHERE stage = $1 AND partition = $2")
-            .bind(stage.as_str())
-            .bind(partition)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map_or(0, |r| r.get(0)))
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn generation(&self, stage: Stage, partition: i32) -> StoreResult<i64> {
+        let g: Option<i64> =
+            sqlx::query_scalar("SELECT generation FROM partition_leases WHERE stage = $1 AND partition = $2")
+                .bind(stage.as_str())
+                .bind(partition)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db("reading a lease"))?;
+        Ok(g.unwrap_or(0))
     }
 
-    /// One entity's checkpoint row: (partition, encoded state, time of the checkpoint that wrote it, RFC 3339).
-    pub async fn state_row(&self, stage: Stage, id: &str) -> anyhow::Result<Option<(i32, Vec<u8>, String)>> {
-        let sql = match stage {
-            Stage::Fold => {
-                "SELECT partition, state, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
-                 FROM fold_users WHERE user_id = $1"
-            }
-            Stage::FanOut => {
-                "SELECT partition, state, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
-                 FROM fanout_conversations WHERE conversation_id = $1"
-            }
-        };
-        let row = sqlx::query(sql).bind(id).fetch_optional(&self.pool).await?;
-        Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+    /// One entity's checkpoint row with the time of the checkpoint that wrote it.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn state_row(&self, stage: Stage, id: &str) -> StoreResult<Option<TimedStateRow>> {
+        let (table, column) = table(stage);
+        // Audited: `table` and `column` are constants of `table()`.
+        let sql = format!("SELECT {column} AS id, partition, state, updated_at FROM {table} WHERE {column} = $1");
+        sqlx::query_as(AssertSqlSafe(sql)).bind(id).fetch_optional(&self.pool).await.map_err(db("reading a state"))
     }
 
     /// Every partition's lease generation of a stage.
-    pub async fn generations(&self, stage: Stage) -> anyhow::Result<HashMap<i32, i64>> {
-        let rows = sqlx::query("SELECT partition, generation FROM partition_leases WHERE stage = $1")
-            .bind(stage.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn generations(&self, stage: Stage) -> StoreResult<HashMap<i32, i64>> {
+        let rows: Vec<(i32, i64)> =
+            sqlx::query_as("SELECT partition, generation FROM partition_leases WHERE stage = $1")
+                .bind(stage.as_str())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db("reading leases"))?;
+        Ok(rows.into_iter().collect())
     }
 
     /// Fails with [`Fenced`] unless the lease is still at `generation`.
-    pub async fn check_lease(&self, stage: Stage, partition: i32, generation: i64) -> anyhow::Result<()> {
+    ///
+    /// Errors: [`StoreError::Fenced`]; [`StoreError::Db`].
+    pub async fn check_lease(&self, stage: Stage, partition: i32, generation: i64) -> StoreResult<()> {
         let current = self.generation(stage, partition).await?;
         if current != generation {
-            return Err(Fenced { stage: stage.as_str(), partition, ours: generation, current }.into());
+            return Err(Fenced { stage, partition, ours: generation, current }.into());
         }
         Ok(())
     }
 
     /// The next offset to process of one input partition, if checkpointed.
-    pub async fn offset(&self, stage: Stage, topic: &str, partition: i32) -> anyhow::Result<Option<i64>> {
-        let row = sqlx::query(
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn offset(&self, stage: Stage, topic: &str, partition: i32) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(
             "SELECT next_offset FROM checkpoint_offsets WHERE stage = $1 AND topic = $2 AND partition = $3",
         )
         .bind(stage.as_str())
         .bind(topic)
         .bind(partition)
         .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| r.get(0)))
+        .await
+        .map_err(db("reading an offset"))
     }
 
     /// Every checkpointed offset of a stage: (topic, partition) → next offset.
-    pub async fn offsets(&self, stage: Stage) -> anyhow::Result<HashMap<(String, i32), i64>> {
-        let rows = sqlx::query("SELECT topic, partition, next_offset FROM checkpoint_offsets WHERE stage = $1")
-            .bind(stage.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(|r| ((r.get(0), r.get(1)), r.get(2))).collect())
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn offsets(&self, stage: Stage) -> StoreResult<HashMap<(String, i32), i64>> {
+        let rows: Vec<OffsetRow> =
+            sqlx::query_as("SELECT stage, topic, partition, next_offset FROM checkpoint_offsets WHERE stage = $1")
+                .bind(stage.as_str())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db("reading offsets"))?;
+        Ok(rows.into_iter().map(|r| ((r.topic, r.partition), r.next_offset)).collect())
+    }
+
+    /// The rows of a stage's entities chosen by `filter` (SQL after `FROM table`, with `$1` bound to `arg`).
+    async fn rows<'q, A>(&self, stage: Stage, filter: &str, arg: A) -> StoreResult<Vec<StateRow>>
+    where
+        A: 'q + Send + sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        let (table, column) = table(stage);
+        // Audited: `table` and `column` are constants of `table()`, `filter` a constant of the callers below.
+        let sql = format!("SELECT {column} AS id, partition, state FROM {table} {filter}");
+        sqlx::query_as(AssertSqlSafe(sql)).bind(arg).fetch_all(&self.pool).await.map_err(db("reading states"))
     }
 
     /// The encoded states of one partition's entities: users for [`Stage::Fold`], conversations for
-    /// [`Stage::FanOut`], or all partitions' when `partition` is `None`.
-    /// The encoded states (id, partition, bytes) of one partition's entities: users for [`Stage::Fold`],
-    /// conversations for [`Stage::FanOut`], or every partition's when `partition` is `None`.
-    pub async fn states(&self, stage: Stage, partition: Option<i32>) -> anyhow::Result<Vec<(String, i32, Vec<u8>)>> {
-        let sql = match stage {
-            Stage::Fold => "SELECT user_id, partition, state FROM fold_users WHERE $1::int IS NULL OR partition = $1",
-            Stage::FanOut => {
-                "SELECT conversation_id, partition, state FROM fanout_conversations \
-                 WHERE $1::int IS NULL OR partition = $1"
-            }
-        };
-        let rows = sqlx::query(sql).bind(partition).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    /// [`Stage::FanOut`], or every partition's when `partition` is `None`.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn states(&self, stage: Stage, partition: Option<i32>) -> StoreResult<Vec<StateRow>> {
+        self.rows(stage, "WHERE $1::int IS NULL OR partition = $1", partition).await
     }
 
-    /// The encoded states (id, partition, bytes) of `n` entities chosen at random (all when there are fewer); the
-    /// choice is made in PostgreSQL, so only the sample crosses the wire.
-    pub async fn states_sample(&self, stage: Stage, n: usize) -> anyhow::Result<Vec<(String, i32, Vec<u8>)>> {
-        let sql = match stage {
-            Stage::Fold => "SELECT user_id, partition, state FROM fold_users ORDER BY random() LIMIT $1",
-            Stage::FanOut => {
-                "SELECT conversation_id, partition, state FROM fanout_conversations ORDER BY random() LIMIT $1"
-            }
-        };
-        let rows = sqlx::query(sql).bind(n as i64).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    /// The encoded states of `n` entities chosen at random (all when there are fewer); the choice is made in
+    /// PostgreSQL, so only the sample crosses the wire.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn states_sample(&self, stage: Stage, n: usize) -> StoreResult<Vec<StateRow>> {
+        self.rows(stage, "ORDER BY random() LIMIT $1", n as i64).await
+    }
+
+    /// The encoded states of some entities by id.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn states_of(&self, stage: Stage, ids: &[String]) -> StoreResult<Vec<StateRow>> {
+        let (_, column) = table(stage);
+        self.rows(stage, &format!("WHERE {column} = ANY($1)"), ids.to_vec()).await
     }
 
     /// The ids of every checkpointed entity of a stage (users or conversations), without their states.
-    pub async fn ids(&self, stage: Stage) -> anyhow::Result<Vec<String>> {
-        let sql = match stage {
-            Stage::Fold => "SELECT user_id FROM fold_users",
-            Stage::FanOut => "SELECT conversation_id FROM fanout_conversations",
-        };
-        Ok(sqlx::query_scalar(sql).fetch_all(&self.pool).await?)
-    }
-
-    /// The encoded states (id, partition, bytes) of some entities by id.
-    pub async fn states_of(&self, stage: Stage, ids: &[String]) -> anyhow::Result<Vec<(String, i32, Vec<u8>)>> {
-        let sql = match stage {
-            Stage::Fold => "SELECT user_id, partition, state FROM fold_users WHERE user_id = ANY($1)",
-            Stage::FanOut => {
-                "SELECT conversation_id, partition, state FROM fanout_conversations WHERE conversation_id = ANY($1)"
-            }
-        };
-        let rows = sqlx::query(sql).bind(ids).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn ids(&self, stage: Stage) -> StoreResult<Vec<String>> {
+        let (table, column) = table(stage);
+        // Audited: constants of `table()`.
+        let sql = format!("SELECT {column} FROM {table}");
+        sqlx::query_scalar(AssertSqlSafe(sql)).fetch_all(&self.pool).await.map_err(db("reading ids"))
     }
 
     /// Writes one checkpoint in one transaction: the changed entities of `partition` (`None` state = delete) and
     /// the next offsets of the partition's input topics, provided the partition's lease is still at `generation`
     /// (the row is locked for the transaction).
     ///
-    /// Errors: [`Fenced`] when another task took the lease; any statement failing. Nothing is written then.
+    /// Errors: [`StoreError::Fenced`] when another task took the lease; [`StoreError::Db`] when a statement
+    /// fails. Nothing is written then.
     pub async fn commit(
         &self,
         stage: Stage,
@@ -278,111 +365,72 @@ impl CheckpointStore {
         generation: i64,
         changed: &[(String, Option<Vec<u8>>)],
         offsets: &[(&str, i64)],
-    ) -> anyhow::Result<()> {
-        let (table, id) = match stage {
-            Stage::Fold => ("fold_users", "user_id"),
-            Stage::FanOut => ("fanout_conversations", "conversation_id"),
-        };
-        let mut tx = self.pool.begin().await?;
-        let current: Option<i64> =
-            sqlx::query("SELECT generation FROM partition_leases WHERE stage = $1 AND partition = $2 FOR UPDATE")
-                .bind(stage.as_str())
-                .bind(partition)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.get(0));
+    ) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await.map_err(db("starting a checkpoint"))?;
+        let current: Option<i64> = sqlx::query_scalar(
+            "SELECT generation FROM partition_leases WHERE stage = $1 AND partition = $2 FOR UPDATE",
+        )
+        .bind(stage.as_str())
+        .bind(partition)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db("locking a lease"))?;
         if current != Some(generation) {
-            let current = current.unwrap_or(0);
-            return Err(Fenced { stage: stage.as_str(), partition, ours: generation, current }.into());
+            return Err(Fenced { stage, partition, ours: generation, current: current.unwrap_or(0) }.into());
         }
-        let (upserts, deletes): (Vec<_>, Vec<_>) = changed.iter().partition(|(_, s)| s.is_some());
-        if !upserts.is_empty() {
-            let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
-            let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
-            // Audited: `table` and `id` come from the match above, never from input.
-            sqlx::query(AssertSqlSafe(format!(
-                "INSERT INTO {table} ({id}, partition, state, updated_at) \
-                 SELECT i, $3, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
-                 ON CONFLICT ({id}) DO UPDATE SET state = EXCLUDED.state, partition = EXCLUDED.partition, \
-                 updated_at = now()"
-            )))
-            .bind(&ids)
-            .bind(&states)
-            .bind(partition)
-            .execute(&mut *tx)
-            .await?;
-        }
-        if !deletes.is_empty() {
-            let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
-            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE {id} = ANY($1)")))
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (topic, next) in offsets {
-            sqlx::query(
-                "INSERT INTO checkpoint_offsets (stage, topic, partition, next_offset, updated_at) \
-                 VALUES ($1, $2, $3, $4, now()) ON CONFLICT (stage, topic, partition) \
-                 DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()",
-            )
-            .bind(stage.as_str())
-            .bind(topic)
-            .bind(partition)
-            .bind(next)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        write_states(&mut tx, stage, partition, changed).await?;
+        write_offsets(&mut tx, stage, partition, offsets).await?;
+        tx.commit().await.map_err(db("committing a checkpoint"))
     }
 
     /// A consistent snapshot of the whole checkpoint, read in one `REPEATABLE READ` transaction: every partition's
     /// state and offsets as one set of committed checkpoints (each partition's state matches its offsets).
     ///
-    /// Errors: PostgreSQL unreachable or failing.
-    pub async fn snapshot(&self) -> anyhow::Result<Snapshot> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *tx).await?;
-        let offsets = sqlx::query("SELECT stage, topic, partition, next_offset FROM checkpoint_offsets")
-            .fetch_all(&mut *tx)
-            .await?;
+    /// Errors: [`StoreError::Db`].
+    pub async fn snapshot(&self) -> StoreResult<Snapshot> {
+        let doing = "reading a snapshot";
+        let mut tx = self.pool.begin().await.map_err(db(doing))?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        let offsets: Vec<OffsetRow> =
+            sqlx::query_as("SELECT stage, topic, partition, next_offset FROM checkpoint_offsets")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db(doing))?;
         let mut snap = Snapshot::default();
         for r in offsets {
-            let stage: String = r.get(0);
-            let map = if stage == "fold" { &mut snap.fold_offsets } else { &mut snap.fanout_offsets };
-            map.insert((r.get(1), r.get(2)), r.get(3));
+            let map = if r.stage == Stage::Fold.as_str() { &mut snap.fold_offsets } else { &mut snap.fanout_offsets };
+            map.insert((r.topic, r.partition), r.next_offset);
         }
-        let rows = |sql: &'static str| sqlx::query(sql);
-        for r in rows("SELECT conversation_id, state FROM fanout_conversations").fetch_all(&mut *tx).await? {
-            snap.conversations.push((r.get(0), r.get(1)));
-        }
-        for r in rows("SELECT user_id, state FROM fold_users").fetch_all(&mut *tx).await? {
-            snap.users.push((r.get(0), r.get(1)));
-        }
-        tx.commit().await?;
+        snap.conversations = sqlx::query_as("SELECT conversation_id AS id, partition, state FROM fanout_conversations")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        snap.users = sqlx::query_as("SELECT user_id AS id, partition, state FROM fold_users")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        tx.commit().await.map_err(db(doing))?;
         Ok(snap)
     }
 
     /// The replay that filled this schema, if any.
-    pub async fn replay_status(&self) -> anyhow::Result<Option<ReplayStatus>> {
-        let row = sqlx::query(
-            "SELECT source, from_spec, started_at::text, finished_at::text, events, seeded FROM replays WHERE id = 1",
-        )
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| ReplayStatus {
-            source: r.get(0),
-            from: r.get(1),
-            started_at: r.get(2),
-            finished_at: r.get(3),
-            events: r.get(4),
-            seeded: r.get(5),
-        }))
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn replay_status(&self) -> StoreResult<Option<ReplayStatus>> {
+        sqlx::query_as("SELECT source, from_spec, started_at, finished_at, events, seeded FROM replays WHERE id = 1")
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db("reading the replay status"))
     }
 
     /// Records that a replay fills this schema: a fresh one from `source` (a namespace) starting at `from`, recorded
     /// anew and not yet seeded; or, when not `fresh`, a resumed one, only marked unfinished again.
-    pub async fn start_replay(&self, source: &str, from: &str, fresh: bool) -> anyhow::Result<()> {
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn start_replay(&self, source: &str, from: &str, fresh: bool) -> StoreResult<()> {
         let query = if fresh {
             sqlx::query(
                 "INSERT INTO replays (id, source, from_spec) VALUES (1, $1, $2) ON CONFLICT (id) DO UPDATE \
@@ -394,51 +442,130 @@ impl CheckpointStore {
         } else {
             sqlx::query("UPDATE replays SET finished_at = NULL WHERE id = 1")
         };
-        query.execute(&self.pool).await?;
+        query.execute(&self.pool).await.map_err(db("recording a replay"))?;
         Ok(())
     }
 
     /// Records that the replay reached the end it aimed at, having folded `events` records in all its runs.
-    pub async fn finish_replay(&self, events: i64) -> anyhow::Result<()> {
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn finish_replay(&self, events: i64) -> StoreResult<()> {
         sqlx::query("UPDATE replays SET finished_at = now(), events = events + $1 WHERE id = 1")
             .bind(events)
             .execute(&self.pool)
-            .await?;
+            .await
+            .map_err(db("finishing a replay"))?;
         Ok(())
     }
 
     /// Records that the replay's first checkpoint is complete: from now on it resumes instead of starting afresh.
-    pub async fn mark_replay_seeded(&self) -> anyhow::Result<()> {
-        sqlx::query("UPDATE replays SET seeded = true WHERE id = 1").execute(&self.pool).await?;
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn mark_replay_seeded(&self) -> StoreResult<()> {
+        sqlx::query("UPDATE replays SET seeded = true WHERE id = 1")
+            .execute(&self.pool)
+            .await
+            .map_err(db("marking a replay seeded"))?;
         Ok(())
     }
 
     /// Deletes every checkpointed state and offset of the schema (a replay restarting afresh). Leases stay.
-    pub async fn reset(&self) -> anyhow::Result<()> {
-        let mut tx = self.pool.begin().await?;
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn reset(&self) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await.map_err(db("resetting"))?;
         for table in ["checkpoint_offsets", "fold_users", "fanout_conversations"] {
             // Audited: the table names are the constants above.
-            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}"))).execute(&mut *tx).await?;
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}")))
+                .execute(&mut *tx)
+                .await
+                .map_err(db("resetting"))?;
         }
-        tx.commit().await?;
-        Ok(())
+        tx.commit().await.map_err(db("resetting"))
     }
 
     /// Whether the schema holds any checkpoint at all.
-    pub async fn is_empty(&self) -> anyhow::Result<bool> {
-        let row = sqlx::query("SELECT NOT EXISTS (SELECT 1 FROM checkpoint_offsets)").fetch_one(&self.pool).await?;
-        Ok(row.get(0))
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn is_empty(&self) -> StoreResult<bool> {
+        sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM checkpoint_offsets)")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db("reading offsets"))
     }
 
     /// Size of the checkpoint: (rows, bytes of encoded state) over both state tables.
-    pub async fn size(&self) -> anyhow::Result<(i64, i64)> {
-        let row = sqlx::query(
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn size(&self) -> StoreResult<(i64, i64)> {
+        sqlx::query_as(
             "SELECT (SELECT count(*) FROM fold_users) + (SELECT count(*) FROM fanout_conversations), \
              COALESCE((SELECT sum(length(state)) FROM fold_users), 0)::bigint + \
              COALESCE((SELECT sum(length(state)) FROM fanout_conversations), 0)::bigint",
         )
         .fetch_one(&self.pool)
-        .await?;
-        Ok((row.get(0), row.get(1)))
+        .await
+        .map_err(db("measuring the checkpoint"))
     }
+}
+
+/// Upserts the changed entities with a state and deletes those without, in `tx`.
+async fn write_states(
+    tx: &mut sqlx::PgConnection,
+    stage: Stage,
+    partition: i32,
+    changed: &[(String, Option<Vec<u8>>)],
+) -> StoreResult<()> {
+    let (table, column) = table(stage);
+    let (upserts, deletes): (Vec<_>, Vec<_>) = changed.iter().partition(|(_, s)| s.is_some());
+    if !upserts.is_empty() {
+        let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
+        let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
+        // Audited: `table` and `column` are constants of `table()`, never input.
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {table} ({column}, partition, state, updated_at) \
+             SELECT i, $3, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
+             ON CONFLICT ({column}) DO UPDATE SET state = EXCLUDED.state, partition = EXCLUDED.partition, \
+             updated_at = now()"
+        )))
+        .bind(&ids)
+        .bind(&states)
+        .bind(partition)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("writing states"))?;
+    }
+    if !deletes.is_empty() {
+        let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
+        sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE {column} = ANY($1)")))
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("deleting states"))?;
+    }
+    Ok(())
+}
+
+/// Upserts the next offsets of a partition's input topics, in `tx`.
+async fn write_offsets(
+    tx: &mut sqlx::PgConnection,
+    stage: Stage,
+    partition: i32,
+    offsets: &[(&str, i64)],
+) -> StoreResult<()> {
+    for (topic, next) in offsets {
+        sqlx::query(
+            "INSERT INTO checkpoint_offsets (stage, topic, partition, next_offset, updated_at) \
+             VALUES ($1, $2, $3, $4, now()) ON CONFLICT (stage, topic, partition) \
+             DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()",
+        )
+        .bind(stage.as_str())
+        .bind(topic)
+        .bind(partition)
+        .bind(next)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("writing offsets"))?;
+    }
+    Ok(())
 }

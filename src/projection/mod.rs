@@ -1,5 +1,5 @@
-//! The Redis projection's layout: how a user's counts map onto one Redis hash (the writes and the version guard
-//! arrive with the service; this module is the pure mapping both sides share).
+//! The Redis projection: how a user's counts map onto one Redis hash (this module, pure), the version each hash
+//! carries ([`version`]) and the version-guarded writer and reader ([`redis`]).
 //!
 //! Key: `{prefix}u:{user_id}` — the id is the whole rest of the key, taken byte for byte, so every id the contract
 //! allows (spaces, braces, colons, slashes, percent signs) maps to exactly one key. One key per user means every
@@ -9,18 +9,22 @@
 //! - [`TOTALS_FIELD`] → `"{total_unread} {total_mentions} {unread_conversations}"`;
 //! - [`CONVERSATION_PREFIX`]`{conversation_id}` → `"{unread} {mentions} {muted as 0|1}"`, one per member
 //!   conversation (a conversation left is deleted from the hash);
-//! - [`VERSION_FIELD`] → `"{a} {b}"`, the fold task's position (next offsets of its user-events and user-deltas
-//!   partitions) the state reflects; a write whose position the stored one dominates is refused, so an older write
-//!   never overwrites a newer one (see [`redis::WRITE_SCRIPT`]).
+//! - [`VERSION_FIELD`] → a [`ProjectionVersion`], `"{g} {a} {b}"`: the writing fold task's lease generation and
+//!   the position (next offsets of its user-events and user-deltas partitions) the state reflects; a write whose
+//!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
+//!   [`redis::WRITE_SCRIPT`]).
 //!
 //! Readers get totals and conversations from one `HGETALL`, which Redis answers atomically, and writers replace
 //! a user's changed fields and totals in one script, so totals always agree with the conversations.
 
 pub mod redis;
+pub mod version;
+
+pub use version::ProjectionVersion;
 
 use std::collections::BTreeMap;
 
-use crate::contract::{ConversationView, UserView};
+use crate::core::contract::{ConversationView, UserView};
 
 /// The field holding the user's totals.
 pub const TOTALS_FIELD: &str = "_totals";
@@ -32,10 +36,37 @@ pub const CONVERSATION_PREFIX: &str = "c:";
 /// A hash that does not decode into a user's counts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("projection of user {user_id:?}: field {field:?} {reason}")]
-pub struct ProjectionError {
+pub struct MalformedHash {
+    /// The user whose hash it is.
     pub user_id: String,
+    /// The offending field.
     pub field: String,
+    /// What is wrong with it.
     pub reason: String,
+}
+
+/// Why reading or writing the projection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    /// Redis unreachable or a command failed; `doing` says what the projection was doing. Transient.
+    #[error("Redis, {doing}: {source}")]
+    Redis {
+        /// What the projection was doing, e.g. `writing users`.
+        doing: &'static str,
+        /// The client's error.
+        #[source]
+        source: ::redis::RedisError,
+    },
+    /// A stored hash does not decode: a bug or a foreign writer, not an outage.
+    #[error(transparent)]
+    Malformed(#[from] MalformedHash),
+}
+
+impl ProjectionError {
+    /// Whether retrying may help (Redis failed), as opposed to a malformed hash.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ProjectionError::Redis { .. })
+    }
 }
 
 /// The Redis key of a user's hash.
@@ -69,11 +100,11 @@ pub fn encode_view(view: &UserView) -> Vec<(String, String)> {
 /// contract's zero state; unknown fields (such as the version) are ignored.
 ///
 /// Errors: a totals or conversation value that is not the numbers described above.
-pub fn decode_view<I>(user_id: &str, fields: I) -> Result<UserView, ProjectionError>
+pub fn decode_view<I>(user_id: &str, fields: I) -> Result<UserView, MalformedHash>
 where
     I: IntoIterator<Item = (String, String)>,
 {
-    let bad = |field: &str, value: &str| ProjectionError {
+    let bad = |field: &str, value: &str| MalformedHash {
         user_id: user_id.to_owned(),
         field: field.to_owned(),
         reason: format!("has malformed value {value:?}"),

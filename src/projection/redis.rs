@@ -4,12 +4,19 @@
 //! `_version` field and applies the totals, the changed conversation fields and the deleted ones only when the
 //! write is not older, all atomically. A flush pipelines the writes of many users in one round trip.
 
-use anyhow::Context;
 use redis::aio::ConnectionManager;
 use redis::RedisError;
 
-use super::{decode_view, user_key, CONVERSATION_PREFIX, VERSION_FIELD};
-use crate::contract::{ConversationView, UserView};
+use super::{decode_view, user_key, ProjectionError, ProjectionVersion, CONVERSATION_PREFIX, VERSION_FIELD};
+use crate::core::contract::{ConversationView, UserView};
+
+/// The `map_err` of every command: the client's error with what the projection was doing.
+fn redis_err(doing: &'static str) -> impl FnOnce(RedisError) -> ProjectionError {
+    move |source| ProjectionError::Redis { doing, source }
+}
+
+/// A result of the projection.
+pub type ProjectionResult<T> = Result<T, ProjectionError>;
 
 /// The write script. KEYS[1]: the user's hash. ARGV[1]: the version, `"{g} {a} {b}"` (the writing task's lease
 /// generation and its two next offsets);
@@ -49,9 +56,10 @@ return 1
 /// One user's write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserWrite {
+    /// The user whose hash is written.
     pub user_id: String,
-    /// `"{g} {a} {b}"`: the writing task's lease generation and the position this state reflects.
-    pub version: String,
+    /// The writing task's lease generation and the position this state reflects.
+    pub version: ProjectionVersion,
     /// The user's full counts after the change.
     pub view: UserView,
     /// Conversations whose fields changed: set when the user is a member (present in `view`), deleted otherwise.
@@ -62,7 +70,7 @@ pub struct UserWrite {
 
 impl UserWrite {
     /// A write that replaces the user's whole hash with `view` at `version`.
-    pub fn replace(view: UserView, version: String) -> Self {
+    pub fn replace(view: UserView, version: ProjectionVersion) -> Self {
         let changed = view.conversations.keys().cloned().collect();
         Self { user_id: view.user_id.clone(), version, view, changed, replace: true }
     }
@@ -77,12 +85,12 @@ pub struct RedisProjection {
 }
 
 impl RedisProjection {
-    /// Connects (reconnecting on failure from then on) and loads the write script.
+    /// Connects (reconnecting on failure from then on); the write script is loaded on first use.
     ///
-    /// Errors: Redis unreachable.
-    pub async fn connect(url: &str, prefix: &str) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url).with_context(|| format!("Redis URL {url}"))?;
-        let conn = ConnectionManager::new(client).await.with_context(|| format!("connecting to Redis at {url}"))?;
+    /// Errors: [`ProjectionError::Redis`] for a malformed URL or Redis unreachable.
+    pub async fn connect(url: &str, prefix: &str) -> ProjectionResult<Self> {
+        let client = redis::Client::open(url).map_err(redis_err("parsing the URL"))?;
+        let conn = ConnectionManager::new(client).await.map_err(redis_err("connecting"))?;
         let sha = redis::Script::new(WRITE_SCRIPT).get_hash().to_owned();
         Ok(Self { conn, prefix: prefix.to_owned(), sha })
     }
@@ -98,17 +106,23 @@ impl RedisProjection {
     }
 
     /// Round trip to Redis.
-    pub async fn ping(&self) -> Result<(), RedisError> {
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn ping(&self) -> ProjectionResult<()> {
         let mut conn = self.conn.clone();
-        redis::cmd("PING").query_async::<()>(&mut conn).await
+        redis::cmd("PING").query_async::<()>(&mut conn).await.map_err(redis_err("pinging"))
     }
 
     /// Applies the writes, each user atomically, in pipelines of up to 500 users. Returns how many were written
     /// and how many refused by the version guard.
     ///
-    /// Errors: Redis unreachable or failing; some writes may then be applied and others not (each user's is
-    /// all-or-nothing), and the caller retries the whole flush.
-    pub async fn write(&self, writes: &[UserWrite]) -> Result<(usize, usize), RedisError> {
+    /// Errors: [`ProjectionError::Redis`] when Redis is unreachable or failing; some writes may then be applied
+    /// and others not (each user's is all-or-nothing), and the caller retries the whole flush.
+    pub async fn write(&self, writes: &[UserWrite]) -> ProjectionResult<(usize, usize)> {
+        self.write_chunks(writes).await.map_err(redis_err("writing users"))
+    }
+
+    async fn write_chunks(&self, writes: &[UserWrite]) -> Result<(usize, usize), RedisError> {
         let (mut written, mut refused) = (0, 0);
         for chunk in writes.chunks(500) {
             let results = match self.eval_pipeline(chunk).await {
@@ -134,7 +148,11 @@ impl RedisProjection {
         let mut pipe = redis::pipe();
         for w in writes {
             let cmd = pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(user_key(&self.prefix, &w.user_id));
-            cmd.arg(&w.version).arg(super::totals_value(&w.view)).arg(if w.replace { "replace" } else { "patch" });
+            cmd.arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(if w.replace {
+                "replace"
+            } else {
+                "patch"
+            });
             let (set, delete): (Vec<&String>, Vec<&String>) =
                 w.changed.iter().partition(|c| w.view.conversations.contains_key(*c));
             cmd.arg(set.len());
@@ -151,36 +169,51 @@ impl RedisProjection {
 
     /// A user's counts; the zero state when the user has no hash.
     ///
-    /// Errors: Redis unreachable, or a malformed hash.
-    pub async fn read(&self, user_id: &str) -> anyhow::Result<UserView> {
+    /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed hash.
+    pub async fn read(&self, user_id: &str) -> ProjectionResult<UserView> {
         let mut conn = self.conn.clone();
-        let fields: Vec<(String, String)> =
-            redis::cmd("HGETALL").arg(user_key(&self.prefix, user_id)).query_async(&mut conn).await?;
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(user_key(&self.prefix, user_id))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("reading a user"))?;
         Ok(decode_view(user_id, fields)?)
     }
 
     /// One conversation's counts for a user; `None` when the user is not a member.
     ///
-    /// Errors: Redis unreachable, or a malformed field.
+    /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed field.
     pub async fn read_conversation(
         &self,
         user_id: &str,
         conversation_id: &str,
-    ) -> anyhow::Result<Option<ConversationView>> {
+    ) -> ProjectionResult<Option<ConversationView>> {
         let mut conn = self.conn.clone();
         let field = format!("{CONVERSATION_PREFIX}{conversation_id}");
-        let value: Option<String> =
-            redis::cmd("HGET").arg(user_key(&self.prefix, user_id)).arg(&field).query_async(&mut conn).await?;
+        let value: Option<String> = redis::cmd("HGET")
+            .arg(user_key(&self.prefix, user_id))
+            .arg(&field)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("reading a conversation"))?;
         match value {
             None => Ok(None),
             Some(v) => Ok(decode_view(user_id, [(field, v)])?.conversations.into_values().next()),
         }
     }
 
-    /// The stored version of a user's hash.
-    pub async fn version(&self, user_id: &str) -> Result<Option<String>, RedisError> {
+    /// The stored version of a user's hash; `None` when the hash has none (or an unreadable one).
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn version(&self, user_id: &str) -> ProjectionResult<Option<ProjectionVersion>> {
         let mut conn = self.conn.clone();
-        redis::cmd("HGET").arg(user_key(&self.prefix, user_id)).arg(VERSION_FIELD).query_async(&mut conn).await
+        let v: Option<String> = redis::cmd("HGET")
+            .arg(user_key(&self.prefix, user_id))
+            .arg(VERSION_FIELD)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("reading a version"))?;
+        Ok(v.and_then(|v| v.parse().ok()))
     }
 
     /// The key marking that fold partition `partition`'s users are all in Redis.
@@ -190,15 +223,21 @@ impl RedisProjection {
 
     /// Whether the marker of a fold partition is present. A missing marker means Redis lost the projection
     /// (restarted empty, flushed) or never had it: the partition's owner must rewrite all its users.
-    pub async fn has_marker(&self, partition: i32) -> Result<bool, RedisError> {
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn has_marker(&self, partition: i32) -> ProjectionResult<bool> {
         let mut conn = self.conn.clone();
-        redis::cmd("EXISTS").arg(self.marker_key(partition)).query_async(&mut conn).await
+        let key = self.marker_key(partition);
+        redis::cmd("EXISTS").arg(key).query_async(&mut conn).await.map_err(redis_err("reading a marker"))
     }
 
     /// Sets the marker of a fold partition (after all its users were written).
-    pub async fn set_marker(&self, partition: i32) -> Result<(), RedisError> {
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn set_marker(&self, partition: i32) -> ProjectionResult<()> {
         let mut conn = self.conn.clone();
-        redis::cmd("SET").arg(self.marker_key(partition)).arg(1).query_async(&mut conn).await
+        let key = self.marker_key(partition);
+        redis::cmd("SET").arg(key).arg(1).query_async(&mut conn).await.map_err(redis_err("setting a marker"))
     }
 
     /// Raw command access for tools and tests.

@@ -11,58 +11,86 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
-use super::{records, Shared};
-use crate::checkpoint::{self, store::Stage};
-use crate::contract::{Event, Stream};
-use crate::fanout::FanOut;
+use super::{records, retry, Shared, TaskError};
+use crate::checkpoint::{self, Stage};
+use crate::core::contract::{ConversationEvent, Event, Stream};
+use crate::core::fanout::FanOut;
 use crate::pipeline::MAX_BATCH;
+
+/// One fan-out partition task's state.
+struct FanOutTask {
+    shared: Arc<Shared>,
+    input: PartitionInput,
+    producer: FutureProducer,
+    generation: i64,
+    fanout: FanOut,
+    next: i64,
+    dirty: HashSet<String>,
+    in_flight: Vec<DeliveryFuture>,
+}
 
 /// Runs the task of one partition until its input closes (then it checkpoints and returns).
 ///
-/// Errors: PostgreSQL or Kafka failing; the dispatcher restarts the task from its checkpoint. When a delivery
-/// failed, the shared producer is replaced first ([`super::ProducerSlot`]), so the restarted task gets a new one.
-pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> anyhow::Result<()> {
+/// Errors: PostgreSQL or Kafka failing (after retries), a corrupt checkpoint, or a fencing; the dispatcher restarts
+/// the task from its checkpoint. When a delivery failed, the shared producer is replaced first
+/// ([`crate::kafka::ProducerSlot`]), so the restarted task gets a new one.
+pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> Result<(), TaskError> {
     let (generation, producer) = shared.producer.get();
-    let result = run_with(&shared, input, &producer).await;
-    if let Err(e) = &result {
-        if e.chain().any(|c| matches!(c.downcast_ref::<KafkaError>(), Some(KafkaError::MessageProduction(_)))) {
-            shared.producer.replace(generation);
-        }
+    let result = run_with(shared.clone(), input, producer).await;
+    if result.as_ref().is_err_and(TaskError::is_delivery_failure) {
+        shared.producer.replace(generation);
     }
     result
 }
 
-async fn run_with(shared: &Arc<Shared>, mut input: PartitionInput, producer: &FutureProducer) -> anyhow::Result<()> {
-    let p = input.partition;
-    let topic = shared.topics.conversation_events.clone();
-    let mut next = shared.store.offset(Stage::FanOut, &topic, p).await?.unwrap_or(0);
-    let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
-    let mut fanout = FanOut::new();
-    for (id, _, bytes) in shared.store.states(Stage::FanOut, Some(p)).await? {
-        let state = checkpoint::decode_conversation(&bytes).with_context(|| format!("conversation {id:?}"))?;
-        fanout.restore(id, state);
-    }
-    info!(partition = p, generation, next, "fan-out task started");
-    input.rewind(&topic, next).await;
-    let mut dirty: HashSet<String> = HashSet::new();
-    let mut in_flight: Vec<DeliveryFuture> = Vec::new();
+async fn run_with(shared: Arc<Shared>, input: PartitionInput, producer: FutureProducer) -> Result<(), TaskError> {
+    let mut task = FanOutTask::load(shared, input, producer).await?;
+    let flush = task.shared.flush;
     let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
     loop {
-        let Some(batch) = input.next_batch(MAX_BATCH, shared.flush.interval).await else {
-            let done = checkpoint(shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await;
-            shared.metrics.forget_lag("fanout", p);
+        let Some(batch) = task.input.next_batch(MAX_BATCH, flush.interval).await else {
+            let done = task.checkpoint().await;
+            task.shared.metrics.forget_lag(Stage::FanOut, task.input.partition);
             return done;
         };
-        let mut events = Vec::with_capacity(batch.len());
-        for record in &batch {
-            match input.accept(record, next) {
+        pending += task.process(&batch).await?;
+        if pending >= flush.events || (pending > 0 && last_checkpoint.elapsed() >= flush.interval) {
+            task.checkpoint().await?;
+            (pending, last_checkpoint) = (0, Instant::now());
+        }
+    }
+}
+
+impl FanOutTask {
+    /// Takes the partition's lease and loads its conversations and next offset from the checkpoint.
+    async fn load(shared: Arc<Shared>, mut input: PartitionInput, producer: FutureProducer) -> Result<Self, TaskError> {
+        let (p, topic) = (input.partition, &shared.topics.conversation_events);
+        let next = shared.store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
+        let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
+        let mut fanout = FanOut::new();
+        for row in shared.store.states(Stage::FanOut, Some(p)).await? {
+            let state = checkpoint::decode_conversation(&row.state)
+                .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
+            fanout.restore(row.id, state);
+        }
+        info!(partition = p, generation, next, "fan-out task started");
+        input.rewind(topic, next).await;
+        Ok(Self { shared, input, producer, generation, fanout, next, dirty: HashSet::new(), in_flight: Vec::new() })
+    }
+
+    /// Decodes a batch (bad records go to the dead-letter topic), fans it out and enqueues the deltas. Returns how
+    /// many records it moved past.
+    async fn process(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
+        let mut events: Vec<ConversationEvent> = Vec::with_capacity(batch.len());
+        let mut pending = 0;
+        for record in batch {
+            match self.input.accept(record, self.next) {
                 Verdict::Skip | Verdict::Gap => continue,
                 Verdict::Process => {}
             }
@@ -70,26 +98,52 @@ async fn run_with(shared: &Arc<Shared>, mut input: PartitionInput, producer: &Fu
                 Ok(Event::Conversation(e)) => events.push(e),
                 Ok(Event::User(_)) => unreachable!("records::event checks the stream"),
                 Err(e) => {
-                    shared.metrics.dead_letter(e.kind());
-                    records::dead_letter(producer, &shared.topics.dead_letter, record, &e).await?;
+                    self.shared.metrics.dead_letter(e.kind());
+                    records::dead_letter(&self.producer, &self.shared.topics.dead_letter, record, &e).await?;
                 }
             }
-            next = record.offset() + 1;
+            self.next = record.offset() + 1;
             pending += 1;
         }
-        shared.metrics.processed(&topic, events.len());
+        self.shared.metrics.processed(&self.shared.topics.conversation_events, events.len());
         if !events.is_empty() {
+            let (sh, p) = (&*self.shared, self.input.partition);
             // A task whose partition moved must not add deltas to the stream of its successor.
-            super::retry(&shared.metrics, "postgres", || shared.store.check_lease(Stage::FanOut, p, generation))
-                .await?;
-            let (deltas, _) = fanout.process_batch(&events);
-            dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
-            produce(producer, &shared.topics.user_deltas, &deltas, &mut in_flight).await?;
+            retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, self.generation)).await?;
+            let (deltas, _) = self.fanout.process_batch(&events);
+            self.dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
+            produce(&self.producer, &sh.topics.user_deltas, &deltas, &mut self.in_flight).await?;
         }
-        if pending >= shared.flush.events || (pending > 0 && last_checkpoint.elapsed() >= shared.flush.interval) {
-            checkpoint(shared, &mut input, generation, &fanout, &mut dirty, &mut in_flight, next).await?;
-            (pending, last_checkpoint) = (0, Instant::now());
+        Ok(pending)
+    }
+
+    /// Waits for every outstanding delta acknowledgement, then commits the changed conversations with the next
+    /// offset in one transaction.
+    async fn checkpoint(&mut self) -> Result<(), TaskError> {
+        let started = Instant::now();
+        acknowledged(&mut self.in_flight).await?;
+        let (sh, p, next) = (&*self.shared, self.input.partition, self.next);
+        let fanout = &self.fanout;
+        let changed: Vec<(String, Option<Vec<u8>>)> = self
+            .dirty
+            .iter()
+            .filter_map(|id| fanout.conversation(id).map(|c| (id.clone(), Some(checkpoint::encode_conversation(c)))))
+            .collect();
+        let offsets = [(sh.topics.conversation_events.as_str(), next)];
+        let commit_started = Instant::now();
+        retry(&sh.metrics, "postgres", || sh.store.commit(Stage::FanOut, p, self.generation, &changed, &offsets))
+            .await?;
+        sh.metrics.flush_latency(Stage::FanOut, started.elapsed(), commit_started.elapsed());
+        if let Some(lag) = self.input.lag(offsets[0].0, next) {
+            sh.metrics.lag(Stage::FanOut, offsets[0].0, p, lag);
         }
+        let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
+        sh.metrics.checkpoint_rows(changed.len(), bytes);
+        self.dirty.clear();
+        self.input.store_offsets(&offsets);
+        sh.metrics.checkpoint(started.elapsed());
+        debug!(partition = p, next, conversations = changed.len(), "fan-out checkpoint");
+        Ok(())
     }
 }
 
@@ -98,9 +152,9 @@ async fn run_with(shared: &Arc<Shared>, mut input: PartitionInput, producer: &Fu
 async fn produce(
     producer: &FutureProducer,
     topic: &str,
-    deltas: &[crate::delta::Delta],
+    deltas: &[crate::core::delta::Delta],
     in_flight: &mut Vec<DeliveryFuture>,
-) -> anyhow::Result<()> {
+) -> Result<(), TaskError> {
     for d in deltas {
         let payload = serde_json::to_vec(d).expect("deltas serialize");
         let mut record = FutureRecord::to(topic).key(d.user_id.as_bytes()).payload(&payload);
@@ -111,7 +165,7 @@ async fn produce(
                     record = r;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => return Err(e).context("producing a delta"),
+                Err((e, _)) => return Err(TaskError::kafka("producing a delta")(e)),
             }
         }
     }
@@ -119,48 +173,14 @@ async fn produce(
 }
 
 /// Waits for every outstanding delta acknowledgement.
-async fn acknowledged(in_flight: &mut Vec<DeliveryFuture>) -> anyhow::Result<()> {
+async fn acknowledged(in_flight: &mut Vec<DeliveryFuture>) -> Result<(), TaskError> {
     for result in futures::future::join_all(in_flight.drain(..)).await {
         match result {
             Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => return Err(e).context("producing a delta"),
-            Err(_) => anyhow::bail!("producing a delta: the producer dropped the delivery"),
+            Ok(Err((e, _))) => return Err(TaskError::kafka("producing a delta")(e)),
+            // The producer dropped the delivery.
+            Err(_) => return Err(TaskError::kafka("producing a delta")(KafkaError::Canceled)),
         }
     }
-    Ok(())
-}
-
-async fn checkpoint(
-    shared: &Shared,
-    input: &mut PartitionInput,
-    generation: i64,
-    fanout: &FanOut,
-    dirty: &mut HashSet<String>,
-    in_flight: &mut Vec<DeliveryFuture>,
-    next: i64,
-) -> anyhow::Result<()> {
-    let started = Instant::now();
-    acknowledged(in_flight).await?;
-    let changed: Vec<(String, Option<Vec<u8>>)> = dirty
-        .iter()
-        .filter_map(|id| fanout.conversation(id).map(|c| (id.clone(), Some(checkpoint::encode_conversation(c)))))
-        .collect();
-    let topic = shared.topics.conversation_events.as_str();
-    let offsets = [(topic, next)];
-    let commit_started = Instant::now();
-    super::retry(&shared.metrics, "postgres", || {
-        shared.store.commit(Stage::FanOut, input.partition, generation, &changed, &offsets)
-    })
-    .await?;
-    shared.metrics.flush_latency("fanout", started.elapsed(), commit_started.elapsed());
-    if let Some(lag) = input.lag(topic, next) {
-        shared.metrics.lag("fanout", topic, input.partition, lag);
-    }
-    let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
-    shared.metrics.checkpoint_rows(changed.len(), bytes);
-    dirty.clear();
-    input.store_offsets(&[(topic, next)]);
-    shared.metrics.checkpoint(started.elapsed());
-    debug!(partition = input.partition, next, conversations = changed.len(), "fan-out checkpoint");
     Ok(())
 }

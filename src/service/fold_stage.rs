@@ -12,161 +12,220 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
-use rdkafka::message::Message;
+use rdkafka::message::{Message, OwnedMessage};
 use tracing::{debug, info, warn};
 
 use super::group::{PartitionInput, Verdict};
-use super::{records, Shared};
-use crate::checkpoint::{self, store::Stage};
-use crate::contract::{Event, Stream};
-use crate::fold::Fold;
+use super::{records, retry, Shared, TaskError};
+use crate::checkpoint::{self, Stage};
+use crate::core::contract::{Event, Stream};
+use crate::core::fold::Fold;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::UserWrite;
+use crate::projection::ProjectionVersion;
+
+/// The next offsets of a fold task's two input partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Next {
+    /// Of `unread.user-events`.
+    pub user_events: i64,
+    /// Of `unread.user-deltas`.
+    pub user_deltas: i64,
+}
+
+/// The projection version of a fold task's state: its lease generation and both next offsets.
+pub fn version(generation: i64, next: Next) -> ProjectionVersion {
+    ProjectionVersion { generation, user_events: next.user_events, user_deltas: next.user_deltas }
+}
+
+/// One fold partition task's state.
+struct FoldTask {
+    shared: Arc<Shared>,
+    input: PartitionInput,
+    generation: i64,
+    fold: Fold,
+    next: Next,
+    /// user → conversations changed since the last flush
+    dirty: HashMap<String, BTreeSet<String>>,
+}
 
 /// Runs the task of one partition number until its input closes (then it flushes and returns).
 ///
-/// Errors: PostgreSQL, Redis or Kafka failing; the dispatcher restarts the task from its checkpoint.
-pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> anyhow::Result<()> {
-    let p = input.partition;
-    let (ue, ud) = (shared.topics.user_events.clone(), shared.topics.user_deltas.clone());
-    let mut next = [
-        shared.store.offset(Stage::Fold, &ue, p).await?.unwrap_or(0),
-        shared.store.offset(Stage::Fold, &ud, p).await?.unwrap_or(0),
-    ];
-    let generation = shared.store.acquire(Stage::Fold, p, &shared.owner).await?;
-    let mut fold = Fold::new();
-    for (id, _, bytes) in shared.store.states(Stage::Fold, Some(p)).await? {
-        fold.restore(id.clone(), checkpoint::decode_user(&bytes).with_context(|| format!("user {id:?}"))?);
-    }
-    info!(partition = p, generation, user_events = next[0], user_deltas = next[1], "fold task started");
-    input.rewind(&ue, next[0]).await;
-    input.rewind(&ud, next[1]).await;
-    // user → conversations changed since the last flush
-    let mut dirty: HashMap<String, BTreeSet<String>> = HashMap::new();
+/// Errors: PostgreSQL, Redis or Kafka failing (after retries), a corrupt checkpoint, or a fencing; the dispatcher
+/// restarts the task from its checkpoint.
+pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> Result<(), TaskError> {
+    let mut task = FoldTask::load(shared, input).await?;
     let (mut pending, mut last_flush) = (0usize, Instant::now());
+    let flush = task.shared.flush;
     loop {
-        let Some(batch) = input.next_batch(MAX_BATCH * 4, shared.flush.interval).await else {
-            let done = flush(&shared, &mut input, generation, &fold, &mut dirty, next).await;
-            shared.metrics.forget_lag("fold", p);
+        let Some(batch) = task.input.next_batch(MAX_BATCH * 4, flush.interval).await else {
+            let done = task.flush().await;
+            task.shared.metrics.forget_lag(Stage::Fold, task.input.partition);
             return done;
         };
-        let (mut n_events, mut n_deltas) = (0, 0);
-        let increments_before = fold.stats().increments;
-        for record in &batch {
-            let i = if record.topic() == ue { 0 } else { 1 };
-            match input.accept(record, next[i]) {
-                Verdict::Skip | Verdict::Gap => continue,
-                Verdict::Process => {}
-            }
-            let outcome = if i == 0 {
-                records::event(record, Stream::User).map(|e| match e {
-                    Event::User(e) => {
-                        dirty.entry(e.user_id().to_owned()).or_default().insert(e.conversation_id().to_owned());
-                        fold.apply_user_event(&e);
-                        n_events += 1;
-                    }
-                    Event::Conversation(_) => unreachable!("records::event checks the stream"),
-                })
-            } else {
-                records::delta(record).map(|d| {
-                    dirty.entry(d.user_id.clone()).or_default().insert(d.conversation_id.clone());
-                    fold.apply_delta(&d);
-                    n_deltas += 1;
-                })
-            };
-            if let Err(e) = outcome {
-                shared.metrics.dead_letter(e.kind());
-                let (generation, producer) = shared.producer.get();
-                if let Err(e) = records::dead_letter(&producer, &shared.topics.dead_letter, record, &e).await {
-                    shared.producer.replace(generation);
-                    return Err(e);
-                }
-            }
-            next[i] = record.offset() + 1;
-            pending += 1;
-        }
-        shared.metrics.increments(fold.stats().increments - increments_before);
-        shared.metrics.processed(&ue, n_events);
-        shared.metrics.processed(&ud, n_deltas);
-        if pending >= shared.flush.events || (pending > 0 && last_flush.elapsed() >= shared.flush.interval) {
-            flush(&shared, &mut input, generation, &fold, &mut dirty, next).await?;
+        pending += task.apply(&batch).await?;
+        if pending >= flush.events || (pending > 0 && last_flush.elapsed() >= flush.interval) {
+            task.flush().await?;
             (pending, last_flush) = (0, Instant::now());
         }
     }
 }
 
-/// The projection version of a fold task's state: its lease generation and both next offsets.
-pub fn version(generation: i64, next: [i64; 2]) -> String {
-    format!("{generation} {} {}", next[0], next[1])
-}
-
-async fn flush(
-    shared: &Shared,
-    input: &mut PartitionInput,
-    generation: i64,
-    fold: &Fold,
-    dirty: &mut HashMap<String, BTreeSet<String>>,
-    next: [i64; 2],
-) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let (p, store, projection, metrics) = (input.partition, &shared.store, &shared.projection, &*shared.metrics);
-    // A task whose partition moved stops here rather than write Redis (the script would refuse most of it anyway).
-    super::retry(metrics, "postgres", || store.check_lease(Stage::Fold, p, generation)).await?;
-    let version = version(generation, next);
-    // Redis lost the projection (restarted empty, flushed): rewrite every user of the partition from memory.
-    let full = !super::retry(metrics, "redis", || async { Ok(projection.has_marker(p).await?) }).await?;
-    let mut writes = Vec::with_capacity(dirty.len());
-    if full {
-        warn!(
+impl FoldTask {
+    /// Takes the partition's lease and loads its users and both next offsets from the checkpoint.
+    async fn load(shared: Arc<Shared>, mut input: PartitionInput) -> Result<Self, TaskError> {
+        let p = input.partition;
+        let (ue, ud) = (&shared.topics.user_events, &shared.topics.user_deltas);
+        let next = Next {
+            user_events: shared.store.offset(Stage::Fold, ue, p).await?.unwrap_or(0),
+            user_deltas: shared.store.offset(Stage::Fold, ud, p).await?.unwrap_or(0),
+        };
+        let generation = shared.store.acquire(Stage::Fold, p, &shared.owner).await?;
+        let mut fold = Fold::new();
+        for row in shared.store.states(Stage::Fold, Some(p)).await? {
+            let state = checkpoint::decode_user(&row.state)
+                .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
+            fold.restore(row.id, state);
+        }
+        info!(
             partition = p,
-            users = fold.users().count(),
-            "Redis lacks this partition's projection: rewriting all its users"
+            generation,
+            user_events = next.user_events,
+            user_deltas = next.user_deltas,
+            "fold task started"
         );
-        for (user, state) in fold.users() {
-            writes.push(UserWrite::replace(state.view(user), version.clone()));
+        input.rewind(ue, next.user_events).await;
+        input.rewind(ud, next.user_deltas).await;
+        Ok(Self { shared, input, generation, fold, next, dirty: HashMap::new() })
+    }
+
+    /// Applies a batch of records of both topics; bad ones go to the dead-letter topic. Returns how many records
+    /// it moved past.
+    async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
+        let (mut n_events, mut n_deltas, mut pending) = (0, 0, 0);
+        let increments_before = self.fold.stats().increments;
+        for record in batch {
+            let is_event = record.topic() == self.shared.topics.user_events;
+            let next = if is_event { &mut self.next.user_events } else { &mut self.next.user_deltas };
+            match self.input.accept(record, *next) {
+                Verdict::Skip | Verdict::Gap => continue,
+                Verdict::Process => *next = record.offset() + 1,
+            }
+            pending += 1;
+            let outcome = if is_event { self.apply_event(record) } else { self.apply_delta(record) };
+            match outcome {
+                Ok(()) if is_event => n_events += 1,
+                Ok(()) => n_deltas += 1,
+                Err(e) => self.dead_letter(record, &e).await?,
+            }
+        }
+        let metrics = &self.shared.metrics;
+        metrics.increments(self.fold.stats().increments - increments_before);
+        metrics.processed(&self.shared.topics.user_events, n_events);
+        metrics.processed(&self.shared.topics.user_deltas, n_deltas);
+        Ok(pending)
+    }
+
+    fn apply_event(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
+        match records::event(record, Stream::User)? {
+            Event::User(e) => {
+                self.dirty.entry(e.user_id().to_owned()).or_default().insert(e.conversation_id().to_owned());
+                self.fold.apply_user_event(&e);
+                Ok(())
+            }
+            Event::Conversation(_) => unreachable!("records::event checks the stream"),
         }
     }
-    let mut changed = Vec::with_capacity(dirty.len());
-    for (user, conversations) in dirty.iter() {
-        let state = fold.user(user);
-        if !full || state.is_none() {
-            writes.push(UserWrite {
-                user_id: user.clone(),
-                version: version.clone(),
-                view: fold.view(user),
-                changed: conversations.iter().cloned().collect(),
-                replace: false,
-            });
-        }
-        changed.push((user.clone(), state.map(checkpoint::encode_user)));
+
+    fn apply_delta(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
+        let d = records::delta(record)?;
+        self.dirty.entry(d.user_id.clone()).or_default().insert(d.conversation_id.clone());
+        self.fold.apply_delta(&d);
+        Ok(())
     }
-    let (written, refused) = super::retry(metrics, "redis", || async {
-        let r = projection.write(&writes).await?;
+
+    /// Sends a record that failed to the dead-letter topic; a failed delivery replaces the shared producer.
+    async fn dead_letter(&self, record: &OwnedMessage, e: &records::RecordError) -> Result<(), TaskError> {
+        self.shared.metrics.dead_letter(e.kind());
+        let (generation, producer) = self.shared.producer.get();
+        let sent = records::dead_letter(&producer, &self.shared.topics.dead_letter, record, e).await;
+        if sent.is_err() {
+            self.shared.producer.replace(generation);
+        }
+        sent
+    }
+
+    /// The Redis writes of a flush: every changed user's changed conversations, or, when Redis lost the
+    /// partition's projection (`full`), every user of the partition whole.
+    fn writes(&self, full: bool) -> Vec<UserWrite> {
+        let version = version(self.generation, self.next);
+        let mut writes = Vec::with_capacity(self.dirty.len());
         if full {
-            projection.set_marker(p).await?;
+            let users = self.fold.users().count();
+            warn!(
+                partition = self.input.partition,
+                users, "Redis lacks this partition's projection: rewriting all its users"
+            );
+            writes.extend(self.fold.users().map(|(user, state)| UserWrite::replace(state.view(user), version)));
         }
-        Ok(r)
-    })
-    .await?;
-    if refused > 0 {
-        warn!(partition = p, refused, "projection refused older writes (another task is ahead)");
-    }
-    shared.metrics.redis_writes(written);
-    let offsets = [(shared.topics.user_events.as_str(), next[0]), (shared.topics.user_deltas.as_str(), next[1])];
-    let commit_started = Instant::now();
-    super::retry(metrics, "postgres", || store.commit(Stage::Fold, p, generation, &changed, &offsets)).await?;
-    metrics.flush_latency("fold", started.elapsed(), commit_started.elapsed());
-    for (topic, next) in offsets {
-        if let Some(lag) = input.lag(topic, next) {
-            metrics.lag("fold", topic, p, lag);
+        for (user, conversations) in &self.dirty {
+            if !full || self.fold.user(user).is_none() {
+                let changed = conversations.iter().cloned().collect();
+                let view = self.fold.view(user);
+                writes.push(UserWrite { user_id: user.clone(), version, view, changed, replace: false });
+            }
         }
+        writes
     }
-    let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
-    shared.metrics.checkpoint_rows(changed.len(), bytes);
-    input.store_offsets(&offsets);
-    dirty.clear();
-    shared.metrics.checkpoint(started.elapsed());
-    debug!(partition = input.partition, users = changed.len(), "fold flush");
-    Ok(())
+
+    /// Writes Redis (all changed users, version-guarded), then checkpoints the changed users' states with both
+    /// offsets in one PostgreSQL transaction.
+    async fn flush(&mut self) -> Result<(), TaskError> {
+        let started = Instant::now();
+        let (sh, p) = (&*self.shared, self.input.partition);
+        let metrics = &*sh.metrics;
+        // A task whose partition moved stops here rather than write Redis (the script would refuse most of it).
+        retry(metrics, "postgres", || sh.store.check_lease(Stage::Fold, p, self.generation)).await?;
+        // Redis lost the projection (restarted empty, flushed): rewrite every user of the partition from memory.
+        let full = !retry(metrics, "redis", || sh.projection.has_marker(p)).await?;
+        let writes = self.writes(full);
+        let (written, refused) = retry(metrics, "redis", || async {
+            let r = sh.projection.write(&writes).await?;
+            if full {
+                sh.projection.set_marker(p).await?;
+            }
+            Ok::<_, crate::projection::ProjectionError>(r)
+        })
+        .await?;
+        if refused > 0 {
+            warn!(partition = p, refused, "projection refused older writes (another task is ahead)");
+        }
+        metrics.redis_writes(written);
+        let changed: Vec<(String, Option<Vec<u8>>)> =
+            self.dirty.keys().map(|u| (u.clone(), self.fold.user(u).map(checkpoint::encode_user))).collect();
+        self.checkpoint(&changed, started).await?;
+        self.dirty.clear();
+        debug!(partition = p, users = changed.len(), "fold flush");
+        Ok(())
+    }
+
+    /// Commits the changed users' states with both offsets, then updates the metrics and Kafka's offset hint.
+    async fn checkpoint(&mut self, changed: &[(String, Option<Vec<u8>>)], started: Instant) -> Result<(), TaskError> {
+        let (sh, p, next) = (&*self.shared, self.input.partition, self.next);
+        let offsets =
+            [(sh.topics.user_events.as_str(), next.user_events), (sh.topics.user_deltas.as_str(), next.user_deltas)];
+        let commit_started = Instant::now();
+        retry(&sh.metrics, "postgres", || sh.store.commit(Stage::Fold, p, self.generation, changed, &offsets)).await?;
+        sh.metrics.flush_latency(Stage::Fold, started.elapsed(), commit_started.elapsed());
+        for (topic, next) in offsets {
+            if let Some(lag) = self.input.lag(topic, next) {
+                sh.metrics.lag(Stage::Fold, topic, p, lag);
+            }
+        }
+        let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
+        sh.metrics.checkpoint_rows(changed.len(), bytes);
+        self.input.store_offsets(&offsets);
+        sh.metrics.checkpoint(started.elapsed());
+        Ok(())
+    }
 }

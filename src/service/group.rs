@@ -18,10 +18,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+
+use super::TaskError;
+use crate::checkpoint::Stage;
 
 /// What the rebalance callbacks report to the dispatcher.
 #[derive(Debug)]
@@ -60,8 +63,11 @@ pub type GroupConsumer = StreamConsumer<GroupContext>;
 
 /// What a partition task gets: its records in order, and the consumer.
 pub struct PartitionInput {
+    /// The partition number (of every topic the stage reads).
     pub partition: i32,
+    /// Its records, in order.
     pub records: mpsc::Receiver<OwnedMessage>,
+    /// The group member's consumer (seeks, watermarks, offset hints).
     pub consumer: Arc<GroupConsumer>,
     last_seek: HashMap<String, Instant>,
     last_lag_probe: HashMap<String, Instant>,
@@ -184,6 +190,7 @@ impl PartitionInput {
 #[derive(Debug, Default)]
 pub struct Assignment {
     partitions: Mutex<HashSet<i32>>,
+    /// Rebalance events seen (assignments and revocations).
     pub rebalances: AtomicUsize,
 }
 
@@ -195,41 +202,123 @@ impl Assignment {
 }
 
 /// Starts the task of one partition number: given its input, returns its handle.
-pub type SpawnTask = Arc<dyn Fn(PartitionInput) -> JoinHandle<anyhow::Result<()>> + Send + Sync>;
+pub type SpawnTask = Arc<dyn Fn(PartitionInput) -> JoinHandle<Result<(), TaskError>> + Send + Sync>;
 
-/// Creates a group member subscribed to `topics`.
+/// Creates a member of `group` ([`crate::kafka::group_member`]) subscribed to `topics`, and its dispatcher.
 ///
 /// Errors: the client cannot be created or the subscription fails.
-pub fn consumer(brokers: &str, group: &str, topics: &[&str]) -> anyhow::Result<(Arc<GroupConsumer>, Dispatcher)> {
+pub fn consumer(brokers: &str, group: &str, topics: &[&str]) -> anyhow::Result<Dispatcher> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let consumer: GroupConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "true")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "range")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
-        .set("fetch.wait.max.ms", "50")
-        .set("queued.max.messages.kbytes", "65536")
+    let consumer: GroupConsumer = crate::kafka::group_member(brokers, group)
         .create_with_context(GroupContext { events: tx })
         .with_context(|| format!("creating consumer of group {group}"))?;
     consumer.subscribe(topics).with_context(|| format!("subscribing to {topics:?}"))?;
-    let consumer = Arc::new(consumer);
-    Ok((consumer.clone(), Dispatcher { consumer, events: rx, assignment: Arc::new(Assignment::default()) }))
+    Ok(Dispatcher { consumer: Arc::new(consumer), events: rx, assignment: Arc::new(Assignment::default()) })
 }
 
 /// The loop that polls the consumer and feeds the partition tasks.
 pub struct Dispatcher {
     consumer: Arc<GroupConsumer>,
     events: mpsc::UnboundedReceiver<RebalanceEvent>,
+    /// What the member holds now.
     pub assignment: Arc<Assignment>,
 }
 
 struct Running {
     records: mpsc::Sender<OwnedMessage>,
-    handle: JoinHandle<anyhow::Result<()>>,
+    handle: JoinHandle<Result<(), TaskError>>,
+}
+
+/// The running partition tasks of one stage and how to start one.
+struct Tasks {
+    stage: Stage,
+    spawn: SpawnTask,
+    consumer: Arc<GroupConsumer>,
+    running: HashMap<i32, Running>,
+}
+
+impl Tasks {
+    /// Starts partition `p`'s task; `restarted` after its previous task failed (it seeks back to its checkpoint).
+    fn start(&mut self, p: i32, restarted: bool) {
+        let (tx, rx) = mpsc::channel(20_000);
+        let input = PartitionInput {
+            partition: p,
+            records: rx,
+            consumer: self.consumer.clone(),
+            last_seek: HashMap::new(),
+            last_lag_probe: HashMap::new(),
+            restarted,
+        };
+        self.running.insert(p, Running { records: tx, handle: (self.spawn)(input) });
+    }
+
+    /// Stops the tasks of revoked partitions. Their input is closed rather than the tasks aborted: an aborted task
+    /// could drop a checkpoint transaction half-way. Each finishes its step, flushes and ends; if a successor took
+    /// the partition's lease meanwhile, that last flush is fenced.
+    fn revoke(&mut self, partitions: &HashSet<i32>) {
+        for p in partitions {
+            if let Some(t) = self.running.remove(p) {
+                info!(stage = %self.stage, partition = p, "partition revoked; stopping its task");
+                drop(t.records);
+                drop(t.handle);
+            }
+        }
+    }
+
+    /// Starts the tasks of newly assigned partitions.
+    fn assign(&mut self, partitions: &HashSet<i32>) {
+        info!(stage = %self.stage, partitions = ?partitions, "partitions assigned");
+        for p in partitions {
+            if !self.running.contains_key(p) {
+                self.start(*p, false);
+            }
+        }
+    }
+
+    /// Starts again, after 1 s, every task that ended (failed, panicked or fenced) though its partition is still
+    /// assigned; it resumes from its checkpoint.
+    async fn restart_ended(&mut self) {
+        let ended: Vec<i32> = self.running.iter().filter(|(_, t)| t.handle.is_finished()).map(|(p, _)| *p).collect();
+        for p in ended {
+            let t = self.running.remove(&p).expect("listed");
+            let stage = self.stage;
+            match t.handle.await {
+                Ok(Ok(())) => warn!(%stage, partition = p, "task ended; starting it again"),
+                Ok(Err(_)) => info!(%stage, partition = p, "starting the failed task again from its checkpoint"),
+                Err(e) => warn!(%stage, partition = p, error = %e, "task panicked; starting it again"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.start(p, true);
+        }
+    }
+
+    /// Hands a record to its partition's task (starting it if needed), waiting while the task's queue is full.
+    async fn dispatch(&mut self, m: OwnedMessage) {
+        let p = m.partition();
+        if !self.running.contains_key(&p) {
+            self.start(p, false);
+        }
+        if self.running[&p].records.send(m).await.is_err() {
+            // The task ended; restart_ended starts it again and it seeks back to its checkpoint.
+            tracing::debug!(stage = %self.stage, partition = p, "task input closed");
+        }
+    }
+
+    /// Closes every task's input (each flushes and checkpoints) and waits for them, up to 30 s.
+    async fn stop_all(self) {
+        info!(stage = %self.stage, "stopping: flushing partition tasks");
+        let handles: Vec<_> = self
+            .running
+            .into_values()
+            .map(|t| {
+                drop(t.records);
+                t.handle
+            })
+            .collect();
+        if tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(handles)).await.is_err() {
+            warn!(stage = %self.stage, "tasks did not stop within 30 s");
+        }
+    }
 }
 
 impl Dispatcher {
@@ -239,95 +328,38 @@ impl Dispatcher {
     /// Errors: never for a task's failure; only if the consumer itself breaks.
     pub async fn run(
         mut self,
-        name: &'static str,
+        stage: Stage,
         spawn: SpawnTask,
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let mut tasks: HashMap<i32, Running> = HashMap::new();
-        let start = |p: i32, tasks: &mut HashMap<i32, Running>, restarted: bool| {
-            let (tx, rx) = mpsc::channel(20_000);
-            let input = PartitionInput {
-                partition: p,
-                records: rx,
-                consumer: self.consumer.clone(),
-                last_seek: HashMap::new(),
-                last_lag_probe: HashMap::new(),
-                restarted,
-            };
-            tasks.insert(p, Running { records: tx, handle: spawn(input) });
-        };
+        let mut tasks = Tasks { stage, spawn, consumer: self.consumer.clone(), running: HashMap::new() };
         let mut health = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => if *shutdown.borrow() { break },
-                Some(event) = self.events.recv() => match event {
-                    RebalanceEvent::Revoked(ps) => {
-                        self.assignment.rebalances.fetch_add(1, Ordering::Relaxed);
-                        for p in &ps {
-                            if let Some(t) = tasks.remove(p) {
-                                // Close its input rather than abort it: an aborted task could drop a checkpoint
-                                // transaction half-way. It finishes its step, flushes and ends; if a successor
-                                // took the partition's lease meanwhile, that last flush is fenced.
-                                info!(stage = name, partition = p, "partition revoked; stopping its task");
-                                drop(t.records);
-                                drop(t.handle);
-                            }
+                Some(event) = self.events.recv() => {
+                    self.assignment.rebalances.fetch_add(1, Ordering::Relaxed);
+                    let mut held = self.assignment.partitions.lock().expect("not poisoned");
+                    match event {
+                        RebalanceEvent::Revoked(ps) => {
+                            tasks.revoke(&ps);
+                            held.retain(|p| !ps.contains(p));
                         }
-                        self.assignment.partitions.lock().expect("not poisoned").retain(|p| !ps.contains(p));
-                    }
-                    RebalanceEvent::Assigned(ps) => {
-                        self.assignment.rebalances.fetch_add(1, Ordering::Relaxed);
-                        info!(stage = name, partitions = ?ps, "partitions assigned");
-                        for p in &ps {
-                            if !tasks.contains_key(p) {
-                                start(*p, &mut tasks, false);
-                            }
+                        RebalanceEvent::Assigned(ps) => {
+                            tasks.assign(&ps);
+                            held.extend(ps);
                         }
-                        self.assignment.partitions.lock().expect("not poisoned").extend(ps);
-                    }
-                },
-                _ = health.tick() => {
-                    let failed: Vec<i32> = tasks.iter().filter(|(_, t)| t.handle.is_finished()).map(|(p, _)| *p).collect();
-                    for p in failed {
-                        let t = tasks.remove(&p).expect("listed");
-                        match t.handle.await {
-                            Ok(Ok(())) => warn!(stage = name, partition = p, "task ended; starting it again"),
-                            Ok(Err(_)) => info!(stage = name, partition = p, "starting the failed task again from its checkpoint"),
-                            Err(e) => warn!(stage = name, partition = p, error = %e, "task panicked; starting it again"),
-                        }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        start(p, &mut tasks, true);
                     }
                 }
+                _ = health.tick() => tasks.restart_ended().await,
                 msg = self.consumer.recv() => match msg {
-                    Ok(m) => {
-                        let p = m.partition();
-                        let m = m.detach();
-                        if !tasks.contains_key(&p) {
-                            start(p, &mut tasks, false);
-                        }
-                        if tasks[&p].records.send(m).await.is_err() {
-                            // The task ended; the health check restarts it and it seeks back to its checkpoint.
-                            tracing::debug!(stage = name, partition = p, "task input closed");
-                        }
-                    }
-                    Err(e) => warn!(stage = name, error = %e, "consumer error"),
+                    Ok(m) => tasks.dispatch(m.detach()).await,
+                    Err(e) => warn!(%stage, error = %e, "consumer error"),
                 }
             }
         }
-        info!(stage = name, "stopping: flushing partition tasks");
-        let handles: Vec<_> = tasks
-            .into_values()
-            .map(|t| {
-                drop(t.records);
-                t.handle
-            })
-            .collect();
-        let all = futures::future::join_all(handles);
-        if tokio::time::timeout(Duration::from_secs(30), all).await.is_err() {
-            warn!(stage = name, "tasks did not stop within 30 s");
-        }
+        tasks.stop_all().await;
         Ok(())
     }
 }

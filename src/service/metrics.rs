@@ -1,216 +1,300 @@
-//! Counters of the running service, served at `GET /metrics` in Prometheus text format.
+//! The running service's metrics, served at `GET /metrics` in the OpenMetrics text format (which Prometheus
+//! scrapes) by `prometheus-client`, every family with its `# HELP` line.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
 use super::group::Assignment;
+use crate::checkpoint::Stage;
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the latency histograms' buckets, in seconds.
 const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 
-/// A latency histogram in Prometheus' shape (cumulative buckets, sum, count).
-#[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
-impl Histogram {
-    fn observe(&mut self, secs: f64) {
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                self.counts[i] += 1;
-            }
-        }
-        self.sum += secs;
-        self.count += 1;
-    }
-
-    fn render(&self, out: &mut String, name: &str, stage: &str) {
-        for (bound, n) in BUCKETS.iter().zip(self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{stage=\"{stage}\",le=\"{bound}\"}} {n}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{stage=\"{stage}\",le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{stage=\"{stage}\"}} {:.6}", self.sum);
-        let _ = writeln!(out, "{name}_count{{stage=\"{stage}\"}} {}", self.count);
-    }
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StageLabel {
+    stage: &'static str,
 }
 
-/// The service's counters. Cheap to update from every task.
-#[derive(Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TopicLabel {
+    topic: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StoreLabel {
+    store: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct LagLabels {
+    stage: &'static str,
+    topic: String,
+    partition: i32,
+}
+
+type LatencyFamily = Family<StageLabel, Histogram, fn() -> Histogram>;
+
+/// The service's metrics. Cheap to update from every task.
 pub struct Metrics {
-    /// stage → latency of one whole flush (fold: Redis + PostgreSQL; fan-out: acknowledgements + PostgreSQL)
-    flush_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
-    /// stage → latency of the PostgreSQL checkpoint transaction alone
-    checkpoint_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
-    /// (stage, topic, partition) → records behind the partition's end
-    lag: Mutex<BTreeMap<(&'static str, String, i32), i64>>,
-    processed: Mutex<BTreeMap<String, u64>>,
-    dead_letters: Mutex<BTreeMap<&'static str, u64>>,
-    errors: Mutex<BTreeMap<&'static str, u64>>,
-    redis_writes: AtomicU64,
-    increments: AtomicU64,
-    checkpoint_rows: AtomicU64,
-    checkpoint_bytes: AtomicU64,
-    checkpoints: AtomicU64,
-    fenced: AtomicU64,
-    checkpoint_micros: AtomicU64,
-    assignments: Mutex<Vec<(&'static str, Arc<Assignment>)>>,
-    /// The last background verify (`run --verify-every`): (checked, differing, ahead, unix time s); runs; failures.
-    verify_last: Mutex<Option<(usize, usize, usize, u64)>>,
-    verify_runs: AtomicU64,
-    verify_failures: AtomicU64,
+    registry: Registry,
+    processed: Family<TopicLabel, Counter>,
+    dead_letters: Family<KindLabel, Counter>,
+    errors: Family<StoreLabel, Counter>,
+    redis_writes: Counter,
+    increments: Counter,
+    checkpoint_rows: Counter,
+    checkpoint_bytes: Counter,
+    checkpoints: Counter,
+    checkpoint_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    fenced: Counter,
+    flush_latency: LatencyFamily,
+    transaction_latency: LatencyFamily,
+    lag: Family<LagLabels, Gauge>,
+    lag_labels: Mutex<HashSet<LagLabels>>,
+    assigned: Family<StageLabel, Gauge>,
+    rebalances: Family<StageLabel, Counter>,
+    assignments: Mutex<Vec<(Stage, Arc<Assignment>)>>,
+    verify_runs: Counter,
+    verify_failures: Counter,
+    verify_checked: Gauge,
+    verify_differing: Gauge,
+    verify_ahead: Gauge,
+    verify_last_run: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("unread"),
+            processed: Family::default(),
+            dead_letters: Family::default(),
+            errors: Family::default(),
+            redis_writes: Counter::default(),
+            increments: Counter::default(),
+            checkpoint_rows: Counter::default(),
+            checkpoint_bytes: Counter::default(),
+            checkpoints: Counter::default(),
+            checkpoint_seconds: Counter::default(),
+            fenced: Counter::default(),
+            flush_latency: Family::new_with_constructor(latency_histogram),
+            transaction_latency: Family::new_with_constructor(latency_histogram),
+            lag: Family::default(),
+            lag_labels: Mutex::new(HashSet::new()),
+            assigned: Family::default(),
+            rebalances: Family::default(),
+            assignments: Mutex::new(Vec::new()),
+            verify_runs: Counter::default(),
+            verify_failures: Counter::default(),
+            verify_checked: Gauge::default(),
+            verify_differing: Gauge::default(),
+            verify_ahead: Gauge::default(),
+            verify_last_run: Gauge::default(),
+        };
+        m.register();
+        m
+    }
 }
 
 impl Metrics {
+    /// Registers every family under the `unread_` prefix with its help text.
+    fn register(&mut self) {
+        let r = &mut self.registry;
+        r.register("events_processed", "Input records processed, by topic", self.processed.clone());
+        r.register(
+            "dead_letter_records",
+            "Records sent to the dead-letter topic, by error kind",
+            self.dead_letters.clone(),
+        );
+        r.register("errors", "Failed attempts at a store operation (retried), by store", self.errors.clone());
+        r.register("redis_user_writes", "Users written to the Redis projection", self.redis_writes.clone());
+        r.register(
+            "increments",
+            "Per-recipient increments: seqs that became unread for some user",
+            self.increments.clone(),
+        );
+        r.register("checkpoint_rows", "Entity rows written by checkpoints", self.checkpoint_rows.clone());
+        r.register("checkpoint_bytes", "Bytes of encoded state written by checkpoints", self.checkpoint_bytes.clone());
+        r.register(
+            "checkpoints",
+            "Checkpoints (fold flushes and fan-out checkpoints) completed",
+            self.checkpoints.clone(),
+        );
+        r.register("checkpoint_seconds", "Seconds spent in checkpoints, in all", self.checkpoint_seconds.clone());
+        r.register("fenced_tasks", "Partition tasks fenced because another task took their lease", self.fenced.clone());
+        r.register("flush_seconds", "Latency of one whole flush, by stage", self.flush_latency.clone());
+        let tx = self.transaction_latency.clone();
+        r.register("checkpoint_transaction_seconds", "Latency of the PostgreSQL checkpoint transaction, by stage", tx);
+        r.register(
+            "partition_lag",
+            "Records behind the end of an input partition, as its task last saw",
+            self.lag.clone(),
+        );
+        r.register("assigned_partitions", "Partitions assigned to this instance, by stage", self.assigned.clone());
+        r.register("rebalances", "Rebalance events seen, by stage", self.rebalances.clone());
+        r.register("verify_runs", "Background verifies completed", self.verify_runs.clone());
+        r.register("verify_failures", "Background verifies that could not run", self.verify_failures.clone());
+        r.register("verify_checked_users", "Users the last background verify compared", self.verify_checked.clone());
+        r.register(
+            "verify_differing_users",
+            "Users that differed in the last background verify",
+            self.verify_differing.clone(),
+        );
+        r.register(
+            "verify_ahead_users",
+            "Users newer in Redis in the last background verify",
+            self.verify_ahead.clone(),
+        );
+        let last = self.verify_last_run.clone();
+        r.register("verify_last_run_timestamp_seconds", "Unix time of the last background verify", last);
+    }
+
     /// `n` records of `topic` processed.
     pub fn processed(&self, topic: &str, n: usize) {
         if n > 0 {
-            *self.processed.lock().expect("not poisoned").entry(topic.to_owned()).or_default() += n as u64;
+            self.processed.get_or_create(&TopicLabel { topic: topic.to_owned() }).inc_by(n as u64);
         }
     }
 
     /// One record sent to the dead-letter topic.
     pub fn dead_letter(&self, kind: &'static str) {
-        *self.dead_letters.lock().expect("not poisoned").entry(kind).or_default() += 1;
+        self.dead_letters.get_or_create(&KindLabel { kind }).inc();
     }
 
     /// One failed attempt at `what` (`redis`, `postgres`, …), to be retried.
     pub fn error(&self, what: &'static str) {
-        *self.errors.lock().expect("not poisoned").entry(what).or_default() += 1;
+        self.errors.get_or_create(&StoreLabel { store: what }).inc();
     }
 
     /// `n` users written to Redis.
     pub fn redis_writes(&self, n: usize) {
-        self.redis_writes.fetch_add(n as u64, Ordering::Relaxed);
+        self.redis_writes.inc_by(n as u64);
     }
 
     /// `n` per-recipient increments (seqs that became unread for some user).
     pub fn increments(&self, n: u64) {
-        self.increments.fetch_add(n, Ordering::Relaxed);
+        self.increments.inc_by(n);
     }
 
     /// A checkpoint wrote `rows` entity rows of `bytes` encoded state in total.
     pub fn checkpoint_rows(&self, rows: usize, bytes: usize) {
-        self.checkpoint_rows.fetch_add(rows as u64, Ordering::Relaxed);
-        self.checkpoint_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.checkpoint_rows.inc_by(rows as u64);
+        self.checkpoint_bytes.inc_by(bytes as u64);
     }
 
     /// A partition task was fenced (its lease was taken by another task).
     pub fn fenced(&self) {
-        self.fenced.fetch_add(1, Ordering::Relaxed);
+        self.fenced.inc();
     }
 
     /// One checkpoint (or flush) that took `took`.
     pub fn checkpoint(&self, took: Duration) {
-        self.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.checkpoint_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.checkpoints.inc();
+        self.checkpoint_seconds.inc_by(took.as_secs_f64());
     }
 
     /// A flush of `stage` took `flush` in all, of which `checkpoint` in the PostgreSQL transaction.
-    pub fn flush_latency(&self, stage: &'static str, flush: Duration, checkpoint: Duration) {
-        self.flush_seconds.lock().expect("not poisoned").entry(stage).or_default().observe(flush.as_secs_f64());
-        let mut c = self.checkpoint_seconds.lock().expect("not poisoned");
-        c.entry(stage).or_default().observe(checkpoint.as_secs_f64());
+    pub fn flush_latency(&self, stage: Stage, flush: Duration, checkpoint: Duration) {
+        let label = StageLabel { stage: stage.as_str() };
+        self.flush_latency.get_or_create(&label).observe(flush.as_secs_f64());
+        self.transaction_latency.get_or_create(&label).observe(checkpoint.as_secs_f64());
     }
 
     /// The lag of one input partition as its task last saw it (end offset minus its next offset).
-    pub fn lag(&self, stage: &'static str, topic: &str, partition: i32, lag: i64) {
-        self.lag.lock().expect("not poisoned").insert((stage, topic.to_owned(), partition), lag.max(0));
+    pub fn lag(&self, stage: Stage, topic: &str, partition: i32, lag: i64) {
+        let labels = LagLabels { stage: stage.as_str(), topic: topic.to_owned(), partition };
+        self.lag.get_or_create(&labels).set(lag.max(0));
+        self.lag_labels.lock().expect("not poisoned").insert(labels);
     }
 
     /// Forgets the lag of a partition no longer owned.
-    pub fn forget_lag(&self, stage: &'static str, partition: i32) {
-        self.lag.lock().expect("not poisoned").retain(|(s, _, p), _| !(*s == stage && *p == partition));
+    pub fn forget_lag(&self, stage: Stage, partition: i32) {
+        // A family cannot be iterated: the labels set are kept beside it.
+        let mut set = self.lag_labels.lock().expect("not poisoned");
+        set.retain(|l| {
+            let keep = !(l.stage == stage.as_str() && l.partition == partition);
+            if !keep {
+                self.lag.remove(l);
+            }
+            keep
+        });
     }
 
     /// The stages' assignments, for the partition gauges.
-    pub fn set_assignments(&self, a: Vec<(&'static str, Arc<Assignment>)>) {
+    pub fn set_assignments(&self, a: Vec<(Stage, Arc<Assignment>)>) {
         *self.assignments.lock().expect("not poisoned") = a;
     }
 
     /// A background verify compared `checked` users: `differing` differed, `ahead` were newer in Redis.
     pub fn verified(&self, checked: usize, differing: usize, ahead: usize) {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        *self.verify_last.lock().expect("not poisoned") = Some((checked, differing, ahead, now));
-        self.verify_runs.fetch_add(1, Ordering::Relaxed);
+        self.verify_checked.set(checked as i64);
+        self.verify_differing.set(differing as i64);
+        self.verify_ahead.set(ahead as i64);
+        self.verify_last_run.set(now as i64);
+        self.verify_runs.inc();
     }
 
     /// A background verify could not run (a store unreachable).
     pub fn verify_failed(&self) {
-        self.verify_failures.fetch_add(1, Ordering::Relaxed);
+        self.verify_failures.inc();
     }
 
-    /// Prometheus text exposition of everything above.
+    /// The OpenMetrics text of everything above ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        out.push_str("# TYPE unread_events_processed_total counter\n");
-        for (topic, n) in self.processed.lock().expect("not poisoned").iter() {
-            let _ = writeln!(out, "unread_events_processed_total{{topic=\"{topic}\"}} {n}");
-        }
-        out.push_str("# TYPE unread_dead_letter_records_total counter\n");
-        for (kind, n) in self.dead_letters.lock().expect("not poisoned").iter() {
-            let _ = writeln!(out, "unread_dead_letter_records_total{{kind=\"{kind}\"}} {n}");
-        }
-        out.push_str("# TYPE unread_errors_total counter\n");
-        for (what, n) in self.errors.lock().expect("not poisoned").iter() {
-            let _ = writeln!(out, "unread_errors_total{{store=\"{what}\"}} {n}");
-        }
-        let _ = writeln!(out, "# TYPE unread_redis_user_writes_total counter");
-        let _ = writeln!(out, "unread_redis_user_writes_total {}", self.redis_writes.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# TYPE unread_increments_total counter");
-        let _ = writeln!(out, "unread_increments_total {}", self.increments.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# TYPE unread_checkpoint_rows_total counter");
-        let _ = writeln!(out, "unread_checkpoint_rows_total {}", self.checkpoint_rows.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# TYPE unread_checkpoint_bytes_total counter");
-        let _ = writeln!(out, "unread_checkpoint_bytes_total {}", self.checkpoint_bytes.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# TYPE unread_fenced_tasks_total counter");
-        let _ = writeln!(out, "unread_fenced_tasks_total {}", self.fenced.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# TYPE unread_checkpoints_total counter");
-        let _ = writeln!(out, "unread_checkpoints_total {}", self.checkpoints.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# TYPE unread_checkpoint_seconds_total counter");
-        let _ = writeln!(
-            out,
-            "unread_checkpoint_seconds_total {:.6}",
-            self.checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        out.push_str("# TYPE unread_flush_seconds histogram\n");
-        for (stage, h) in self.flush_seconds.lock().expect("not poisoned").iter() {
-            h.render(&mut out, "unread_flush_seconds", stage);
-        }
-        out.push_str("# TYPE unread_checkpoint_transaction_seconds histogram\n");
-        for (stage, h) in self.checkpoint_seconds.lock().expect("not poisoned").iter() {
-            h.render(&mut out, "unread_checkpoint_transaction_seconds", stage);
-        }
-        out.push_str("# TYPE unread_partition_lag gauge\n");
-        for ((stage, topic, p), lag) in self.lag.lock().expect("not poisoned").iter() {
-            let _ =
-                writeln!(out, "unread_partition_lag{{stage=\"{stage}\",topic=\"{topic}\",partition=\"{p}\"}} {lag}");
-        }
-        out.push_str("# TYPE unread_assigned_partitions gauge\n# TYPE unread_rebalances_total counter\n");
         for (stage, a) in self.assignments.lock().expect("not poisoned").iter() {
-            let _ = writeln!(out, "unread_assigned_partitions{{stage=\"{stage}\"}} {}", a.partitions().len());
-            let _ =
-                writeln!(out, "unread_rebalances_total{{stage=\"{stage}\"}} {}", a.rebalances.load(Ordering::Relaxed));
+            let label = StageLabel { stage: stage.as_str() };
+            self.assigned.get_or_create(&label).set(a.partitions().len() as i64);
+            let seen = a.rebalances.load(Ordering::Relaxed) as u64;
+            let counter = self.rebalances.get_or_create(&label);
+            counter.inc_by(seen.saturating_sub(counter.get()));
         }
-        let _ = writeln!(out, "# TYPE unread_verify_runs_total counter");
-        let _ = writeln!(out, "unread_verify_runs_total {}", self.verify_runs.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# TYPE unread_verify_failures_total counter");
-        let _ = writeln!(out, "unread_verify_failures_total {}", self.verify_failures.load(Ordering::Relaxed));
-        if let Some((checked, differing, ahead, at)) = *self.verify_last.lock().expect("not poisoned") {
-            out.push_str("# TYPE unread_verify_checked_users gauge\n# TYPE unread_verify_differing_users gauge\n");
-            out.push_str(
-                "# TYPE unread_verify_ahead_users gauge\n# TYPE unread_verify_last_run_timestamp_seconds gauge\n",
-            );
-            let _ = writeln!(out, "unread_verify_checked_users {checked}");
-            let _ = writeln!(out, "unread_verify_differing_users {differing}");
-            let _ = writeln!(out, "unread_verify_ahead_users {ahead}");
-            let _ = writeln!(out, "unread_verify_last_run_timestamp_seconds {at}");
-        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_help_and_forgets_lag() {
+        let m = Metrics::default();
+        m.processed("t", 3);
+        m.flush_latency(Stage::Fold, Duration::from_millis(3), Duration::from_millis(1));
+        m.lag(Stage::Fold, "a", 1, 5);
+        m.lag(Stage::Fold, "b", 1, 6);
+        m.lag(Stage::FanOut, "c", 1, 7);
+        let text = m.render();
+        assert!(text.contains("# HELP unread_events_processed Input records processed"), "{text}");
+        assert!(text.contains("unread_events_processed_total{topic=\"t\"} 3"), "{text}");
+        assert!(text.contains("unread_flush_seconds_bucket{stage=\"fold\",le=\"+Inf\"} 1"), "{text}");
+        assert!(text.contains("unread_partition_lag{stage=\"fold\",topic=\"b\",partition=\"1\"} 6"), "{text}");
+        m.forget_lag(Stage::Fold, 1);
+        let text = m.render();
+        assert!(!text.contains("topic=\"a\"") && !text.contains("topic=\"b\""), "{text}");
+        assert!(text.contains("topic=\"c\""), "the other stage's lag stays: {text}");
     }
 }

@@ -15,15 +15,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
 use clap::Args;
-use rdkafka::producer::FutureProducer;
-use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::checkpoint::store::CheckpointStore;
-use crate::config::Settings;
+use crate::checkpoint::store::{CheckpointStore, StoreError};
+use crate::checkpoint::Stage;
+use crate::config::{parse_duration, parse_duration_or_ms, Settings};
+use crate::kafka::ProducerSlot;
 use crate::projection::redis::RedisProjection;
+use crate::projection::ProjectionError;
 use crate::topology::Topics;
 use metrics::Metrics;
 
@@ -31,7 +34,9 @@ use metrics::Metrics;
 /// anything pending, or as soon as `events` records are pending.
 #[derive(Debug, Clone, Copy)]
 pub struct FlushPolicy {
+    /// Flush at least this often (also the read staleness bound).
     pub interval: Duration,
+    /// Flush as soon as this many records are pending.
     pub events: usize,
 }
 
@@ -39,6 +44,7 @@ pub struct FlushPolicy {
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
     #[command(flatten)]
+    #[allow(missing_docs)]
     pub settings: Settings,
     /// Which parts to run, comma-separated: fanout, fold, api.
     #[arg(long, env = "UNREAD_ROLES", value_delimiter = ',', default_value = "fanout,fold,api")]
@@ -46,9 +52,11 @@ pub struct RunOptions {
     /// Address of the read API.
     #[arg(long, env = "UNREAD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// Flush a partition task's changes at least this often, in ms (also the read staleness bound).
-    #[arg(long, env = "UNREAD_FLUSH_INTERVAL_MS", default_value_t = 200)]
-    pub flush_interval_ms: u64,
+    /// Flush a partition task's changes at least this often, e.g. `200ms` (also the read staleness bound); a bare
+    /// number is milliseconds (the old `--flush-interval-ms` spelling, still accepted).
+    #[arg(long, alias = "flush-interval-ms", env = "UNREAD_FLUSH_INTERVAL", default_value = "200ms",
+          value_parser = parse_duration_or_ms)]
+    pub flush_interval: Duration,
     /// Flush a partition task as soon as this many records are pending.
     #[arg(long, env = "UNREAD_FLUSH_EVENTS", default_value_t = 20_000)]
     pub flush_events: usize,
@@ -61,39 +69,13 @@ pub struct RunOptions {
     pub verify_sample: usize,
 }
 
-/// Parses a duration such as `500ms`, `30s`, `5m` or `1h`.
-///
-/// Errors: another shape, or zero.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| format!("{s:?}: expected a number and a unit (ms, s, m, h)"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => return Err(format!("{s:?}: unit must be ms, s, m or h")),
-    };
-    if d.is_zero() {
-        return Err(format!("{s:?}: must be more than zero"));
-    }
-    Ok(d)
-}
-
 /// Runs a sampled verify of the namespace every `every` for as long as the process runs, into the metrics.
-fn spawn_verifier(
-    settings: Settings,
-    store: CheckpointStore,
-    projection: RedisProjection,
-    metrics: Arc<Metrics>,
-    every: Duration,
-    sample: usize,
-) {
+fn spawn_verifier(settings: Settings, shared: &Shared, every: Duration, sample: usize) {
+    let (store, projection, metrics) = (shared.store.clone(), shared.projection.clone(), shared.metrics.clone());
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
-            match crate::ops::verify(&settings, &store, &projection, Some(sample), false).await {
+            match crate::ops::verify::verify(&settings, &store, &projection, Some(sample), false).await {
                 Ok(r) => {
                     metrics.verified(r.checked, r.differing.len(), r.ahead);
                     if !r.differing.is_empty() {
@@ -112,113 +94,128 @@ fn spawn_verifier(
 /// A part of `unread run`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Role {
+    /// The fan-out stage.
     Fanout,
+    /// The fold stage.
     Fold,
+    /// The read API.
     Api,
 }
 
 /// What every partition task shares.
 pub struct Shared {
+    /// The namespace's topics.
     pub topics: Topics,
+    /// The namespace's checkpoint store.
     pub store: CheckpointStore,
+    /// The namespace's projection.
     pub projection: RedisProjection,
+    /// The producer of deltas and dead letters.
     pub producer: ProducerSlot,
+    /// When tasks flush.
     pub flush: FlushPolicy,
+    /// The service's metrics.
     pub metrics: Arc<Metrics>,
     /// This process, as named in partition leases: `{hostname or "host"}:{pid}`.
     pub owner: String,
 }
 
-/// An idempotent producer with the Java-compatible partitioner (murmur2), as the contract's producers use.
+/// Why a partition task stopped. The dispatcher starts it again from its checkpoint, except after a fencing,
+/// when another task owns the partition.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// The checkpoint store failed (still after retries) or fenced the task.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Redis failed (still after retries), or holds a malformed hash.
+    #[error(transparent)]
+    Projection(#[from] ProjectionError),
+    /// A Kafka call failed; `doing` says which.
+    #[error("{doing}: {source}")]
+    Kafka {
+        /// What the task was doing, e.g. `producing a delta`.
+        doing: &'static str,
+        /// The client's error.
+        #[source]
+        source: KafkaError,
+    },
+    /// A checkpointed state does not decode.
+    #[error("checkpoint of {id:?}: {source}")]
+    Corrupt {
+        /// The user or conversation.
+        id: String,
+        /// Why it does not decode.
+        #[source]
+        source: crate::checkpoint::CheckpointError,
+    },
+}
+
+impl TaskError {
+    /// The `map_err` of a Kafka call.
+    pub fn kafka(doing: &'static str) -> impl FnOnce(KafkaError) -> TaskError {
+        move |source| TaskError::Kafka { doing, source }
+    }
+
+    /// Whether another task took the partition's lease.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, TaskError::Store(StoreError::Fenced(_)))
+    }
+
+    /// Whether a delivery failed (the shared producer is then replaced, [`ProducerSlot::replace`]).
+    pub fn is_delivery_failure(&self) -> bool {
+        matches!(self, TaskError::Kafka { source: KafkaError::MessageProduction(_) | KafkaError::Canceled, .. })
+    }
+}
+
+/// An error that may go away when the operation is tried again.
+pub trait Transient: std::fmt::Display {
+    /// Whether retrying may help.
+    fn is_transient(&self) -> bool;
+}
+
+impl Transient for StoreError {
+    fn is_transient(&self) -> bool {
+        StoreError::is_transient(self)
+    }
+}
+
+impl Transient for ProjectionError {
+    fn is_transient(&self) -> bool {
+        ProjectionError::is_transient(self)
+    }
+}
+
+/// Runs `op` until it succeeds or fails for good: a transient failure ([`Transient`]) is logged, counted under
+/// `what` and retried after 100 ms, then exponentially longer up to 2 s, with jitter, for at most 60 s of waiting
+/// in all; any other failure (a fencing, a malformed row) is returned at once.
 ///
-/// Errors: the client cannot be created.
-pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "5")
-        // A delivery that cannot complete fails the task (which restarts from its checkpoint) after 30 s, rather
-        // than stalling it for librdkafka's default 5 minutes, e.g. after a broker crash with records in flight.
-        .set("message.timeout.ms", "30000")
-        .set("queue.buffering.max.messages", "500000")
-        .set("message.max.bytes", "16777216")
-        .create()
-        .context("creating the Kafka producer")
-}
-
-/// The service's producer, replaced as a whole when its deliveries fail: after a broker restart, librdkafka's
-/// idempotent producer can stay unable to deliver (every message times out) until it is recreated
-/// (confluentinc/librdkafka#3009; seen here in `service::kafka_broker_restarted_mid_flow_is_exact`).
-pub struct ProducerSlot {
-    brokers: String,
-    current: std::sync::Mutex<(u64, FutureProducer)>,
-}
-
-impl ProducerSlot {
-    /// A slot holding a new producer ([`producer`]).
-    ///
-    /// Errors: the client cannot be created.
-    pub fn new(brokers: &str) -> anyhow::Result<Self> {
-        Ok(Self { brokers: brokers.to_owned(), current: std::sync::Mutex::new((0, producer(brokers)?)) })
-    }
-
-    /// The current producer (a cheap handle) and its generation, to pass to [`ProducerSlot::replace`].
-    pub fn get(&self) -> (u64, FutureProducer) {
-        self.current.lock().expect("not poisoned").clone()
-    }
-
-    /// Replaces the producer of generation `failed` with a new one, unless another task already did. The old one is
-    /// dropped off the async threads (dropping waits up to 500 ms for its queue).
-    pub fn replace(&self, failed: u64) {
-        let mut current = self.current.lock().expect("not poisoned");
-        if current.0 != failed {
-            return;
-        }
-        match producer(&self.brokers) {
-            Ok(new) => {
-                let old = std::mem::replace(&mut *current, (failed + 1, new));
-                tracing::warn!(generation = failed + 1, "deliveries failed: replaced the Kafka producer");
-                tokio::task::spawn_blocking(move || drop(old));
-            }
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "could not create a new Kafka producer"),
-        }
-    }
-}
-
-/// Runs `op` until it succeeds, waiting 100 ms, then twice as long each time up to 2 s, for at most 60 s; each
-/// failure is logged and counted under `what`. A [`crate::checkpoint::store::Fenced`] error is returned at once.
-///
-/// Errors: the last error after 60 s, or a fencing.
-pub async fn retry<T, F, Fut>(metrics: &Metrics, what: &'static str, mut op: F) -> anyhow::Result<T>
+/// Errors: the last error, once it is not transient or 60 s of waiting passed.
+pub async fn retry<T, E, F, Fut>(metrics: &Metrics, what: &'static str, op: F) -> Result<T, E>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: Transient,
 {
-    let started = std::time::Instant::now();
-    let mut wait = Duration::from_millis(100);
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if e.downcast_ref::<crate::checkpoint::store::Fenced>().is_some() => return Err(e),
-            Err(e) if started.elapsed() >= Duration::from_secs(60) => {
-                return Err(e.context(format!("{what}: still failing after 60 s")))
-            }
-            Err(e) => {
-                metrics.error(what);
-                tracing::warn!(what, error = %format!("{e:#}"), retry_in_ms = wait.as_millis() as u64, "failed; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-            }
-        }
-    }
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(2))
+        .with_jitter()
+        .without_max_times()
+        .with_total_delay(Some(Duration::from_secs(60)));
+    op.retry(backoff)
+        .when(|e: &E| e.is_transient())
+        .notify(|e: &E, wait: Duration| {
+            metrics.error(what);
+            tracing::warn!(what, error = %e, retry_in_ms = wait.as_millis() as u64, "failed; retrying");
+        })
+        .await
 }
 
 /// Starts a stage's partition task with `run`, its end logged by [`logged`].
-fn task_spawner<F, Fut>(shared: &Arc<Shared>, stage: &'static str, run: F) -> group::SpawnTask
+fn task_spawner<F, Fut>(shared: &Arc<Shared>, stage: Stage, run: F) -> group::SpawnTask
 where
     F: Fn(Arc<Shared>, group::PartitionInput) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), TaskError>> + Send + 'static,
 {
     let shared = shared.clone();
     Arc::new(move |input| {
@@ -230,72 +227,73 @@ where
 
 /// Logs how a partition task ended (also when nobody awaits it any more: a revoked task ends on its own) and
 /// counts fencings.
-fn logged(stage: &'static str, partition: i32, metrics: &Metrics, result: anyhow::Result<()>) -> anyhow::Result<()> {
+fn logged(stage: Stage, partition: i32, metrics: &Metrics, result: Result<(), TaskError>) -> Result<(), TaskError> {
     match &result {
-        Ok(()) => tracing::debug!(stage, partition, "task ended"),
-        Err(e) if e.downcast_ref::<crate::checkpoint::store::Fenced>().is_some() => {
+        Ok(()) => tracing::debug!(%stage, partition, "task ended"),
+        Err(e) if e.is_fenced() => {
             metrics.fenced();
-            tracing::warn!(stage, partition, error = %e, "task fenced: another task owns the partition now");
+            tracing::warn!(%stage, partition, error = %e, "task fenced: another task owns the partition now");
         }
-        Err(e) => tracing::warn!(stage, partition, error = %format!("{e:#}"), "task failed"),
+        Err(e) => tracing::warn!(%stage, partition, error = %e, "task failed"),
     }
     result
 }
 
-/// Runs until SIGINT or SIGTERM, then stops the stages cleanly (each task flushes and checkpoints).
-///
-/// Errors: a service unreachable at start, or the API address in use.
-pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
-    let s = &opts.settings;
-    let store = CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await?;
-    store.migrate().await?;
-    let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await?;
-    let topics = s.topics();
-    let metrics = Arc::new(Metrics::default());
-    let shared = Arc::new(Shared {
-        topics: topics.clone(),
-        store,
-        projection: projection.clone(),
-        producer: ProducerSlot::new(&s.brokers)?,
-        flush: FlushPolicy { interval: Duration::from_millis(opts.flush_interval_ms), events: opts.flush_events },
-        metrics: metrics.clone(),
-        owner: format!(
-            "{}:{}",
-            std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into()),
-            std::process::id()
-        ),
-    });
-    if let Some(every) = opts.verify_every {
-        spawn_verifier(s.clone(), shared.store.clone(), projection.clone(), metrics.clone(), every, opts.verify_sample);
-    }
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut stages = tokio::task::JoinSet::new();
-    let mut assignments = Vec::new();
+/// This process as named in partition leases: `{hostname or "host"}:{pid}`.
+fn owner_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into());
+    format!("{host}:{}", std::process::id())
+}
 
-    let mut start_stage = |name: &'static str, topics: &[&str], spawn: group::SpawnTask| -> anyhow::Result<()> {
-        let (_, dispatcher) = group::consumer(&s.brokers, &format!("{}.{name}", s.ns_group_id()), topics)?;
-        assignments.push((name, dispatcher.assignment.clone()));
-        stages.spawn(dispatcher.run(name, spawn, stop_rx.clone()));
+/// Connects to the namespace's stores (applying the migrations) and builds what the tasks share.
+async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
+    let s = &opts.settings;
+    let store = CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await.context("checkpoint store")?;
+    store.migrate().await?;
+    let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?;
+    Ok(Arc::new(Shared {
+        topics: s.topics(),
+        store,
+        projection,
+        producer: ProducerSlot::new(&s.brokers)?,
+        flush: FlushPolicy { interval: opts.flush_interval, events: opts.flush_events },
+        metrics: Arc::new(Metrics::default()),
+        owner: owner_name(),
+    }))
+}
+
+/// The running parts of `unread run`, each a task of `tasks` that ends when `stop` turns true.
+struct Parts {
+    tasks: tokio::task::JoinSet<anyhow::Result<()>>,
+    assignments: Vec<(Stage, Arc<group::Assignment>)>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Parts {
+    /// Starts one stage: a group member of `{group}.{stage}` subscribed to `topics`, one task per partition.
+    fn start_stage(
+        &mut self,
+        s: &Settings,
+        stage: Stage,
+        topics: &[&str],
+        spawn: group::SpawnTask,
+    ) -> anyhow::Result<()> {
+        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics)?;
+        self.assignments.push((stage, dispatcher.assignment.clone()));
+        self.tasks.spawn(dispatcher.run(stage, spawn, self.stop.clone()));
         Ok(())
-    };
-    if opts.roles.contains(&Role::Fanout) {
-        start_stage("fanout", &[&topics.conversation_events], task_spawner(&shared, "fanout", fanout_stage::run))?;
     }
-    if opts.roles.contains(&Role::Fold) {
-        let fold_topics = [topics.user_events.as_str(), topics.user_deltas.as_str()];
-        start_stage("fold", &fold_topics, task_spawner(&shared, "fold", fold_stage::run))?;
-    }
-    metrics.set_assignments(assignments.clone());
-    if opts.roles.contains(&Role::Api) {
+
+    /// Starts the read API on `listen`, following the live pointer.
+    async fn start_api(&mut self, s: &Settings, listen: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
         let live = crate::namespace::LiveProjection::connect(s).await?;
         live.follow();
-        let state = crate::api::ApiState { live, assignments, metrics: metrics.clone() };
-        let listener = tokio::net::TcpListener::bind(opts.listen)
-            .await
-            .with_context(|| format!("binding the read API to {}", opts.listen))?;
-        info!(addr = %opts.listen, "read API listening");
-        let mut stop = stop_rx.clone();
-        stages.spawn(async move {
+        let state = crate::api::ApiState { live, assignments: self.assignments.clone(), metrics };
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))?;
+        info!(addr = %listen, "read API listening");
+        let mut stop = self.stop.clone();
+        self.tasks.spawn(async move {
             axum::serve(listener, crate::api::router(state))
                 .with_graceful_shutdown(async move {
                     let _ = stop.wait_for(|s| *s).await;
@@ -303,41 +301,56 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 .await
                 .context("read API")
         });
+        Ok(())
     }
+}
 
+/// Runs until SIGINT or SIGTERM, then stops the stages cleanly (each task flushes and checkpoints).
+///
+/// Errors: a service unreachable at start, the API address in use, or a part stopping unexpectedly.
+pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
+    let s = &opts.settings;
+    let shared = connect(&opts).await?;
+    if let Some(every) = opts.verify_every {
+        spawn_verifier(s.clone(), &shared, every, opts.verify_sample);
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut parts = Parts { tasks: tokio::task::JoinSet::new(), assignments: Vec::new(), stop: stop_rx };
+    let topics = &shared.topics;
+    if opts.roles.contains(&Role::Fanout) {
+        let spawn = task_spawner(&shared, Stage::FanOut, fanout_stage::run);
+        parts.start_stage(s, Stage::FanOut, &[&topics.conversation_events], spawn)?;
+    }
+    if opts.roles.contains(&Role::Fold) {
+        let spawn = task_spawner(&shared, Stage::Fold, fold_stage::run);
+        parts.start_stage(s, Stage::Fold, &[&topics.user_events, &topics.user_deltas], spawn)?;
+    }
+    shared.metrics.set_assignments(parts.assignments.clone());
+    if opts.roles.contains(&Role::Api) {
+        parts.start_api(s, opts.listen, shared.metrics.clone()).await?;
+    }
+    wait_for_stop(parts.tasks, stop_tx).await
+}
+
+/// Waits for SIGINT, SIGTERM or a part ending, then tells every part to stop and waits for them.
+async fn wait_for_stop(
+    mut tasks: tokio::task::JoinSet<anyhow::Result<()>>,
+    stop: watch::Sender<bool>,
+) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => info!("SIGINT: stopping"),
         _ = term.recv() => info!("SIGTERM: stopping"),
-        Some(done) = stages.join_next() => {
-            let _ = stop_tx.send(true);
+        Some(done) = tasks.join_next() => {
+            let _ = stop.send(true);
             done.context("a stage panicked")??;
             anyhow::bail!("a stage stopped unexpectedly");
         }
     }
-    let _ = stop_tx.send(true);
-    while let Some(done) = stages.join_next().await {
+    let _ = stop.send(true);
+    while let Some(done) = tasks.join_next().await {
         done.context("a stage panicked")??;
     }
     info!("stopped");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_producer_is_replaced_once_per_failed_generation() {
-        let slot = ProducerSlot::new("127.0.0.1:1").unwrap(); // never contacted
-        let (g0, _) = slot.get();
-        slot.replace(g0);
-        let (g1, _) = slot.get();
-        assert_eq!(g1, g0 + 1);
-        slot.replace(g0); // another task that saw the same failure: nothing to do
-        assert_eq!(slot.get().0, g1);
-        assert!(parse_duration("500ms").unwrap() == Duration::from_millis(500));
-        assert!(parse_duration("2m").unwrap() == Duration::from_secs(120));
-        assert!(parse_duration("0s").is_err() && parse_duration("5").is_err() && parse_duration("s").is_err());
-    }
 }

@@ -6,8 +6,10 @@ use std::time::Duration;
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use crate::contract::{decode, DecodeError, Event, Stream};
-use crate::delta::Delta;
+use super::TaskError;
+use crate::core::contract::{decode, DecodeError, Event, Stream};
+use crate::core::delta::Delta;
+use crate::kafka::headers as names;
 
 /// Why a record was not processed. [`RecordError::kind`] names it in dead-letter headers and metrics.
 #[derive(Debug, thiserror::Error)]
@@ -20,13 +22,26 @@ pub enum RecordError {
     NoValue,
     /// The record has no key.
     #[error("record has no key; the contract requires the {expected}")]
-    MissingKey { expected: &'static str },
+    MissingKey {
+        /// The field the key must equal.
+        expected: &'static str,
+    },
     /// The key is not the event's routing id.
     #[error("record key {key:?} is not the event's {field} {id:?}")]
-    KeyMismatch { key: String, field: &'static str, id: String },
+    KeyMismatch {
+        /// The record's key.
+        key: String,
+        /// The field the key must equal.
+        field: &'static str,
+        /// That field's value.
+        id: String,
+    },
     /// A user event on the conversation topic or the other way round.
     #[error("a {type_name} event does not belong on this topic")]
-    WrongTopic { type_name: &'static str },
+    WrongTopic {
+        /// The event's type.
+        type_name: &'static str,
+    },
     /// A delta on the internal topic that does not decode (a bug or a foreign producer).
     #[error("invalid delta: {0}")]
     BadDelta(String),
@@ -87,13 +102,14 @@ pub fn delta(record: &impl Message) -> Result<Delta, RecordError> {
 /// `unread.source.topic`, `unread.source.partition`, `unread.source.offset`, `unread.error.kind`,
 /// `unread.error.reason`, and waits for the broker's acknowledgement.
 ///
-/// Errors: the dead-letter write fails; the caller must not move its offset past the record then.
+/// Errors: [`TaskError::Kafka`] when the dead-letter write fails; the caller must not move its offset past the
+/// record then.
 pub async fn dead_letter(
     producer: &FutureProducer,
     topic: &str,
     record: &OwnedMessage,
     error: &RecordError,
-) -> anyhow::Result<()> {
+) -> Result<(), TaskError> {
     let (partition, offset) = (record.partition().to_string(), record.offset().to_string());
     let reason = error.to_string();
     let mut headers = OwnedHeaders::new();
@@ -104,11 +120,11 @@ pub async fn dead_letter(
         }
     }
     let headers = headers
-        .insert(Header { key: "unread.source.topic", value: Some(record.topic()) })
-        .insert(Header { key: "unread.source.partition", value: Some(&partition) })
-        .insert(Header { key: "unread.source.offset", value: Some(&offset) })
-        .insert(Header { key: "unread.error.kind", value: Some(error.kind()) })
-        .insert(Header { key: "unread.error.reason", value: Some(&reason) });
+        .insert(Header { key: names::SOURCE_TOPIC, value: Some(record.topic()) })
+        .insert(Header { key: names::SOURCE_PARTITION, value: Some(&partition) })
+        .insert(Header { key: names::SOURCE_OFFSET, value: Some(&offset) })
+        .insert(Header { key: names::ERROR_KIND, value: Some(error.kind()) })
+        .insert(Header { key: names::ERROR_REASON, value: Some(&reason) });
     let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
     if let Some(k) = record.key() {
         out = out.key(k);
@@ -116,9 +132,6 @@ pub async fn dead_letter(
     if let Some(v) = record.payload() {
         out = out.payload(v);
     }
-    producer
-        .send(out, Duration::from_secs(30))
-        .await
-        .map_err(|(e, _)| anyhow::Error::new(e).context("dead-letter write"))?;
+    producer.send(out, Duration::from_secs(30)).await.map_err(|(e, _)| TaskError::kafka("writing a dead letter")(e))?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use unread::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BA
 
 use crate::support::{assert_same_views, parse_views, repo_path, shared_dataset};
 
-fn fold_file(path: &str, batch: usize) -> (Vec<unread::contract::UserView>, Vec<u8>) {
+fn fold_file(path: &str, batch: usize) -> (Vec<unread::core::contract::UserView>, Vec<u8>) {
     let mut pipeline = Pipeline::new();
     let stats = for_each_batch(
         open_input(path).expect("open input"),

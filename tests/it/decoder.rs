@@ -1,6 +1,6 @@
 //! The decoder rejects every broken rule of the contract with an error naming the field and the reason.
 
-use unread::contract::{decode, DecodeError, Event, IdError, UserEvent, MAX_VALUE_BYTES};
+use unread::core::contract::{decode, DecodeError, Event, IdError, UserEvent, MAX_VALUE_BYTES};
 
 const ACK: &str = r#"{"type":"read.ack","event_id":"e1","occurred_at":"2024-05-01T12:00:00Z","user_id":"alice","conversation_id":"team","read_seq":3}"#;
 const SENT: &str = r#"{"type":"message.sent","event_id":"e2","occurred_at":"2024-05-01T12:00:00Z","conversation_id":"team","seq":5,"sender_id":"bob"}"#;
@@ -20,7 +20,7 @@ fn err(text: &str) -> DecodeError {
 #[test]
 fn decodes_valid_events_with_defaults() {
     match decode(SENT.as_bytes()).unwrap() {
-        Event::Conversation(unread::contract::ConversationEvent::Sent(m)) => {
+        Event::Conversation(unread::core::contract::ConversationEvent::Sent(m)) => {
             assert_eq!((m.seq, m.sender_id.as_str(), m.countable, m.mention_all), (5, "bob", true, false));
             assert!(m.mentions.is_empty());
         }

@@ -7,10 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
-use unread::contract::*;
-use unread::delta::Delta;
-use unread::fanout::FanOut;
-use unread::fold::Fold;
+use unread::core::contract::*;
+use unread::core::delta::Delta;
+use unread::core::fanout::FanOut;
+use unread::core::fold::Fold;
 
 const USERS: [&str; 5] = ["alice", "bob", "c {x}", "d/e%f", "ü ü"];
 const CONVS: [&str; 3] = ["team", "a:{b}", "z/1"];

@@ -127,7 +127,7 @@ fn promote_under_read_load_fails_no_request_and_drop_old_waits_for_the_old_servi
                     requests.fetch_add(1, Ordering::Relaxed);
                     match got {
                         Some((200, headers, body)) => {
-                            let view: Option<unread::contract::UserView> = serde_json::from_str(&body).ok();
+                            let view: Option<unread::core::contract::UserView> = serde_json::from_str(&body).ok();
                             if view.as_ref() != Some(e) {
                                 failures.lock().unwrap().push(format!("{}: {body}", e.user_id));
                             }

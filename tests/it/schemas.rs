@@ -7,7 +7,7 @@
 
 use jsonschema::{Registry, Resource};
 use serde_json::Value;
-use unread::contract::{decode, validate_id, EVENT_TYPES, MAX_ID_BYTES};
+use unread::core::contract::{decode, validate_id, EVENT_TYPES, MAX_ID_BYTES};
 
 use crate::support::repo_path;
 

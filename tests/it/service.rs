@@ -8,7 +8,7 @@ use std::io::{BufRead, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use unread::contract::UserView;
+use unread::core::contract::UserView;
 
 use crate::support::{parse_views, repo_path};
 
@@ -245,7 +245,7 @@ pub(crate) fn mismatches(port: u16, expected: &[UserView]) -> (usize, Vec<String
     let mut bad = Vec::new();
     for e in expected {
         let (code, body) = http_get(port, &format!("/v1/users/{}/unread", encode(&e.user_id))).expect("API answers");
-        let got: Option<unread::contract::UserView> = serde_json::from_str(&body).ok();
+        let got: Option<unread::core::contract::UserView> = serde_json::from_str(&body).ok();
         if code != 200 || got.as_ref() != Some(e) {
             bad.push(format!("{}: HTTP {code} {body}", e.user_id));
         }
@@ -429,7 +429,7 @@ fn api_reaches_every_id_and_rejects_bad_ones_with_json() {
     for u in users {
         let (code, body) = http_get(svc.port, &format!("/v1/users/{}/unread", encode(u))).unwrap();
         assert_eq!(code, 200, "{u}: {body}");
-        let v: unread::contract::UserView = serde_json::from_str(&body).unwrap();
+        let v: unread::core::contract::UserView = serde_json::from_str(&body).unwrap();
         assert_eq!((v.user_id.as_str(), v.total_unread, v.conversations[conv].unread), (u, 1, 1), "{body}");
         let path = format!("/v1/users/{}/conversations/{}/unread", encode(u), encode(conv));
         let (code, body) = http_get(svc.port, &path).unwrap();
@@ -454,7 +454,7 @@ fn api_reaches_every_id_and_rejects_bad_ones_with_json() {
 
 #[test]
 fn projection_guard_refuses_older_generations_and_dominated_positions() {
-    use unread::contract::{ConversationView, UserView};
+    use unread::core::contract::{ConversationView, UserView};
     use unread::projection::redis::{RedisProjection, UserWrite};
     let Some(stack) = stack("projection_guard_refuses_older_generations_and_dominated_positions") else { return };
     let prefix = format!("it_guard_{}:", std::process::id());

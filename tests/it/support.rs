@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use unread::contract::UserView;
+use unread::core::contract::UserView;
 
 /// A path under the crate root.
 pub fn repo_path(rel: &str) -> PathBuf {

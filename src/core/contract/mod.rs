@@ -39,9 +39,13 @@ pub enum ConversationKind {
 /// `conversation.created`: the conversation exists and `members` join it at its current head.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConversationCreated {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
     pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
     pub occurred_at: String,
+    /// The conversation (the record key on `unread.conversation-events`).
     pub conversation_id: String,
+    /// The conversation's kind.
     pub kind: ConversationKind,
     /// User ids; may be empty, duplicates are harmless.
     pub members: Vec<String>,
@@ -50,28 +54,41 @@ pub struct ConversationCreated {
 /// `member.joined`: `user_id` becomes a member at the conversation's current head (no-op for a member).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemberJoined {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
     pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
     pub occurred_at: String,
+    /// The conversation (the record key on `unread.conversation-events`).
     pub conversation_id: String,
+    /// The user (the record key on `unread.user-events`).
     pub user_id: String,
 }
 
 /// `member.left`: `user_id` stops being a member (no-op for a non-member).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemberLeft {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
     pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
     pub occurred_at: String,
+    /// The conversation (the record key on `unread.conversation-events`).
     pub conversation_id: String,
+    /// The user (the record key on `unread.user-events`).
     pub user_id: String,
 }
 
 /// `message.sent`: message `seq` (1..=2^53) in the conversation; a `seq` not above the head is a duplicate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MessageSent {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
     pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
     pub occurred_at: String,
+    /// The conversation (the record key on `unread.conversation-events`).
     pub conversation_id: String,
+    /// The message's sequence number in its conversation, 1..=2^53.
     pub seq: u64,
+    /// Who sent it: never unread for the sender.
     pub sender_id: String,
     /// User ids mentioned by the message; default `[]`.
     pub mentions: Vec<String>,
@@ -84,29 +101,43 @@ pub struct MessageSent {
 /// `message.recalled`: message `seq` no longer counts (only if it was already sent).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MessageRecalled {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
     pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
     pub occurred_at: String,
+    /// The conversation (the record key on `unread.conversation-events`).
     pub conversation_id: String,
+    /// The message's sequence number in its conversation, 1..=2^53.
     pub seq: u64,
 }
 
 /// `read.ack`: `user_id` has read every message of `conversation_id` up to and including `read_seq` (0..=2^53).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReadAck {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
     pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
     pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
     pub user_id: String,
+    /// The conversation (the record key on `unread.conversation-events`).
     pub conversation_id: String,
+    /// The reader's cursor: every seq at or below it is read.
     pub read_seq: u64,
 }
 
 /// `conversation.muted`: `user_id` muted (`true`) or unmuted (`false`) `conversation_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConversationMuted {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
     pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
     pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
     pub user_id: String,
+    /// The conversation (the record key on `unread.conversation-events`).
     pub conversation_id: String,
+    /// Whether the conversation is muted for the user.
     pub muted: bool,
 }
 
@@ -114,14 +145,19 @@ pub struct ConversationMuted {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type")]
 pub enum ConversationEvent {
+    /// `conversation.created`
     #[serde(rename = "conversation.created")]
     Created(ConversationCreated),
+    /// `member.joined`
     #[serde(rename = "member.joined")]
     Joined(MemberJoined),
+    /// `member.left`
     #[serde(rename = "member.left")]
     Left(MemberLeft),
+    /// `message.sent`
     #[serde(rename = "message.sent")]
     Sent(MessageSent),
+    /// `message.recalled`
     #[serde(rename = "message.recalled")]
     Recalled(MessageRecalled),
 }
@@ -130,8 +166,10 @@ pub enum ConversationEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type")]
 pub enum UserEvent {
+    /// `read.ack`
     #[serde(rename = "read.ack")]
     ReadAck(ReadAck),
+    /// `conversation.muted`
     #[serde(rename = "conversation.muted")]
     Muted(ConversationMuted),
 }
@@ -140,7 +178,9 @@ pub enum UserEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Event {
+    /// An event of the conversation stream.
     Conversation(ConversationEvent),
+    /// An event of the user stream.
     User(UserEvent),
 }
 

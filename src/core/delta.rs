@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::seqset::SeqSet;
+use crate::core::seqset::SeqSet;
 
 /// What one batch of conversation `conversation_id`'s events means for user `user_id`, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +28,10 @@ pub struct Delta {
 pub enum DeltaOp {
     /// The user became a member when the conversation's head was `head`: nothing at or below it is ever unread
     /// for this membership (`CONTRACT.md` § Semantics, "head(C) when U last joined").
-    Joined { head: u64 },
+    Joined {
+        /// The conversation's head at the join.
+        head: u64,
+    },
     /// The user stopped being a member: the conversation leaves the user's counts.
     Left,
     /// A run of messages sent while the user's membership did not change.
@@ -45,5 +48,8 @@ pub enum DeltaOp {
     /// These seqs were recalled: they stop counting. Comes first in a delta and covers every recall of the batch,
     /// also of messages sent in it (which the batch's Messages ops already leave out), so that a delta produced
     /// before a fan-out crash, with another batching, cannot keep a recalled message unread.
-    Recalled { seqs: SeqSet },
+    Recalled {
+        /// The recalled seqs.
+        seqs: SeqSet,
+    },
 }

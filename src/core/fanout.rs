@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{ConversationEvent, ConversationKind};
-use crate::delta::{Delta, DeltaOp};
-use crate::seqset::SeqSet;
+use crate::core::contract::{ConversationEvent, ConversationKind};
+use crate::core::delta::{Delta, DeltaOp};
+use crate::core::seqset::SeqSet;
 
 /// The fan-out's state of one conversation; serializes for checkpoints.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,6 @@ use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
-use time::format_description::well_known::Rfc3339;
 
 use super::*;
 
@@ -19,37 +18,86 @@ use super::*;
 pub enum DecodeError {
     /// The value is over 64 KiB ([`MAX_VALUE_BYTES`]).
     #[error("value is {bytes} bytes, over the limit of 65536")]
-    TooLarge { bytes: usize },
+    TooLarge {
+        /// The value's size.
+        bytes: usize,
+    },
     /// The value is not UTF-8.
     #[error("value is not valid UTF-8 (first bad byte at offset {offset})")]
-    InvalidUtf8 { offset: usize },
+    InvalidUtf8 {
+        /// Offset of the first bad byte.
+        offset: usize,
+    },
     /// The value is not one JSON document (syntax error, truncation, trailing data).
     #[error("invalid JSON at line {line} column {column}: {message}")]
-    InvalidJson { line: usize, column: usize, message: String },
+    InvalidJson {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
     /// The JSON document is not an object.
     #[error("value is JSON {found}, not an object")]
-    NotAnObject { found: &'static str },
+    NotAnObject {
+        /// The JSON type found.
+        found: &'static str,
+    },
     /// The object has the same key twice.
     #[error("field `{field}` appears more than once")]
-    DuplicateField { field: String },
+    DuplicateField {
+        /// The repeated key.
+        field: String,
+    },
     /// A field the event's type requires is absent.
     #[error("field `{field}` is missing")]
-    MissingField { field: &'static str },
+    MissingField {
+        /// The absent field.
+        field: &'static str,
+    },
     /// A field has the wrong JSON type (this includes `null`, and floats where an integer is due).
     #[error("field `{field}` must be {expected}, found {found}")]
-    WrongType { field: String, expected: &'static str, found: String },
+    WrongType {
+        /// The field.
+        field: String,
+        /// The JSON type due.
+        expected: &'static str,
+        /// The JSON type found.
+        found: String,
+    },
     /// `type` names no event type of the contract.
     #[error("field `type`: unknown event type {type_name:?}")]
-    UnknownType { type_name: String },
+    UnknownType {
+        /// The `type` given.
+        type_name: String,
+    },
     /// An identifier breaks the id rule (empty, over 256 bytes, control character).
     #[error("field `{field}` {reason}")]
-    InvalidId { field: String, reason: IdError },
+    InvalidId {
+        /// The field.
+        field: String,
+        /// The rule it breaks.
+        reason: IdError,
+    },
     /// An integer outside its range: `seq` 1..=2^53, `read_seq` 0..=2^53.
     #[error("field `{field}` is {value}, outside {min}..=9007199254740992")]
-    OutOfRange { field: &'static str, value: String, min: u64 },
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// Its value, as written.
+        value: String,
+        /// The smallest value allowed.
+        min: u64,
+    },
     /// Any other broken rule: a `kind` that is not direct/group/channel, an `occurred_at` that is not RFC 3339.
     #[error("field `{field}` {reason}")]
-    InvalidValue { field: &'static str, reason: String },
+    InvalidValue {
+        /// The field.
+        field: &'static str,
+        /// The rule it breaks.
+        reason: String,
+    },
 }
 
 impl DecodeError {
@@ -213,7 +261,7 @@ impl<'a> Fields<'a> {
             return Err(DecodeError::InvalidId { field: "event_id".into(), reason });
         }
         let occurred_at = self.string(OCCURRED_AT)?;
-        if let Err(e) = time::OffsetDateTime::parse(&occurred_at, &Rfc3339) {
+        if let Err(e) = chrono::DateTime::parse_from_rfc3339(&occurred_at) {
             return Err(DecodeError::InvalidValue {
                 field: "occurred_at",
                 reason: format!("is not an RFC 3339 time ({e}): {occurred_at:?}"),

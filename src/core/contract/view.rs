@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// One user's counts. Serializes with fields in the contract's order and conversations sorted by id.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserView {
+    /// The user (the record key on `unread.user-events`).
     pub user_id: String,
     /// Sum of `unread` over unmuted member conversations.
     pub total_unread: u64,
@@ -22,7 +23,10 @@ pub struct UserView {
 /// One conversation's counts for one user.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConversationView {
+    /// Unread messages.
     pub unread: u64,
+    /// Unread messages that mention the user.
     pub mentions: u64,
+    /// Whether the conversation is muted for the user.
     pub muted: bool,
 }

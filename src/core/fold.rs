@@ -18,9 +18,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{ConversationView, UserEvent, UserView};
-use crate::delta::{Delta, DeltaOp};
-use crate::seqset::SeqSet;
+use crate::core::contract::{ConversationView, UserEvent, UserView};
+use crate::core::delta::{Delta, DeltaOp};
+use crate::core::seqset::SeqSet;
 
 /// Most conversations a user is not a member of whose floor and mute are kept (the retention bound).
 pub const MAX_DETACHED_PER_USER: usize = 1024;

@@ -1,0 +1,87 @@
+//! `unread fold --input FILE`: the whole pipeline in one process over a file, no services.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
+
+/// Arguments of `unread fold`.
+#[derive(Debug, Args)]
+pub struct FoldArgs {
+    /// Events as JSON Lines; gunzipped when the name ends in .gz; `-` reads stdin.
+    #[arg(long, short)]
+    input: String,
+    /// Where to write the users' states; `-` (the default) writes stdout.
+    #[arg(long, short, default_value = "-")]
+    output: String,
+    /// Report invalid lines on stderr and go on, instead of failing.
+    #[arg(long)]
+    skip_invalid: bool,
+    /// Events per fan-out batch, 1 to 1000.
+    #[arg(long, default_value_t = MAX_BATCH as u64, value_parser = clap::value_parser!(u64).range(1..=MAX_BATCH as u64))]
+    batch_size: u64,
+}
+
+/// The summary `unread fold` prints on stderr.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FoldReport {
+    /// Valid events folded.
+    pub events: u64,
+    /// Invalid lines skipped (`--skip-invalid`).
+    pub invalid: u64,
+    /// Users written.
+    pub users: usize,
+    /// Per-recipient increments.
+    pub increments: u64,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+impl fmt::Display for FoldReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self { events, invalid, users, increments, seconds } = self;
+        write!(
+            f,
+            "unread fold: {events} events ({invalid} invalid skipped), {users} users, {increments} per-recipient \
+             increments in {seconds:.3} s"
+        )
+    }
+}
+
+impl FoldArgs {
+    /// Folds the input and writes every user's view.
+    ///
+    /// Errors: unreadable input, an invalid line (unless skipping), unwritable output.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let started = Instant::now();
+        let mut pipeline = Pipeline::new();
+        let (input, skip) = (&self.input, self.skip_invalid);
+        let on_invalid = |invalid| {
+            if skip {
+                eprintln!("unread fold: skipped {input}:{invalid}");
+                return Ok(());
+            }
+            Err(anyhow::Error::new(invalid))
+                .with_context(|| format!("{input} holds an invalid event (use --skip-invalid to go on)"))
+        };
+        let stats =
+            for_each_batch(open_input(input)?, self.batch_size as usize, on_invalid, |b| pipeline.process_batch(b))?;
+        let views = pipeline.views();
+        let out: Box<dyn Write> = match self.output.as_str() {
+            "-" => Box::new(io::stdout().lock()),
+            path => Box::new(File::create(path).with_context(|| format!("cannot create output {path}"))?),
+        };
+        write_views(&views, BufWriter::with_capacity(1 << 20, out))
+            .with_context(|| format!("writing {}", self.output))?;
+        let (events, invalid, users) = (stats.events, stats.invalid, views.len());
+        let increments = pipeline.fold().stats().increments;
+        eprintln!("{}", FoldReport { events, invalid, users, increments, seconds: started.elapsed().as_secs_f64() });
+        Ok(ExitCode::SUCCESS)
+    }
+}

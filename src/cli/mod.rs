@@ -1,0 +1,134 @@
+//! The `unread` command line: one binary, one subcommand per job. Each subcommand's arguments and its `run` live
+//! in a module of their own ([`fold`], [`service`], [`ops`], [`namespaces`], [`dead_letter`]); the reports they
+//! print format themselves ([`std::fmt::Display`]) in the modules that produce them.
+
+pub mod dead_letter;
+pub mod fold;
+pub mod namespaces;
+pub mod ops;
+pub mod service;
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::checkpoint::store::CheckpointStore;
+use crate::config::Settings;
+use crate::service::RunOptions;
+
+/// Exact unread counts for chat apps.
+#[derive(Debug, Parser)]
+#[command(name = "unread", version, about)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run fan-out and fold in-process over a JSON Lines file of events and print every user's final counts.
+    ///
+    /// Output: one JSON object per user who is a member of at least one conversation, in the contract's reader
+    /// shape, sorted by user_id. Invalid lines stop the run with their line number unless --skip-invalid.
+    Fold(fold::FoldArgs),
+    /// Run the service: fan-out and fold stages as consumer-group members, and the read API.
+    ///
+    /// Consumes the input topics, materializes every user's counts into Redis and checkpoints state with the input
+    /// offsets to PostgreSQL (migrations applied at start). Stops cleanly on SIGINT/SIGTERM.
+    Run(RunOptions),
+    /// Create the topics of topology/topics.toml (under --topic-prefix) and check existing ones' partition counts.
+    Topics {
+        /// What to do with them.
+        #[command(subcommand)]
+        action: service::TopicsAction,
+    },
+    /// Validate JSON Lines of events and publish each to its topic, keyed as the contract says.
+    ///
+    /// Invalid lines are reported with their line number and not sent; they make the exit status non-zero.
+    Produce(service::ProduceArgs),
+    /// Apply the PostgreSQL migrations (also done by `unread run`).
+    Migrate(service::MigrateArgs),
+    /// Show, per input partition of both stages, the end offset, the checkpointed offset and the lag.
+    Lag(ops::LagArgs),
+    /// Compare the Redis projection with the PostgreSQL checkpoint, or with another namespace's; exit 1 when
+    /// anything differs.
+    ///
+    /// Reports users checked, users ahead in Redis (flushed after the checkpoint: not compared), users that differ
+    /// and their first differences field by field. --repair rewrites the differing users from the trusted side:
+    /// the checkpoint, or with --against the other namespace.
+    Verify(ops::VerifyArgs),
+    /// Fold the retained input log into another namespace (Redis prefix, PostgreSQL schema) while the service runs.
+    ///
+    /// Shows progress and records/s; checkpoints as it goes, so running the same command again after an
+    /// interruption resumes. Exit 1 when refused (e.g. --from earliest on a log retention truncated).
+    Replay(namespaces::ReplayArgs),
+    /// Make a namespace the one every read API instance serves (atomically: no request fails).
+    Promote(namespaces::PromoteArgs),
+    /// Delete a namespace: Redis keys, PostgreSQL schema, consumer groups, delta topic (not the live one, not one
+    /// a service runs in).
+    Drop(namespaces::DropArgs),
+    /// Print the state of one user or conversation as JSON, for support and debugging.
+    Inspect {
+        /// A user or a conversation.
+        #[command(subcommand)]
+        what: ops::InspectWhat,
+    },
+    /// Inspect or re-publish the records of the dead-letter topic.
+    DeadLetter {
+        /// List or replay.
+        #[command(subcommand)]
+        action: dead_letter::DeadLetterAction,
+    },
+    /// Operate on the Redis projection.
+    Projection {
+        /// What to do with it.
+        #[command(subcommand)]
+        action: ops::ProjectionAction,
+    },
+}
+
+/// Runs the parsed command line; returns the process's exit status.
+///
+/// Errors: whatever the subcommand reports (unreadable input, a service unreachable, …), with context.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Fold(args) => args.run(),
+        Command::Run(opts) => block_on(crate::service::run(opts)).map(|()| ExitCode::SUCCESS),
+        Command::Topics { action } => action.run(),
+        Command::Produce(args) => args.run(),
+        Command::Migrate(args) => args.run(),
+        Command::Lag(args) => args.run(),
+        Command::Verify(args) => args.run(),
+        Command::Replay(args) => args.run(),
+        Command::Promote(args) => args.run(),
+        Command::Drop(args) => args.run(),
+        Command::Inspect { what } => what.run(),
+        Command::DeadLetter { action } => action.run(),
+        Command::Projection { action } => action.run(),
+    }
+}
+
+/// Runs `f` to completion on a new multi-threaded runtime.
+fn block_on<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    rt.block_on(f)
+}
+
+/// Connects to the namespace's checkpoint store and applies the migrations.
+async fn store(settings: &Settings) -> anyhow::Result<CheckpointStore> {
+    let store = CheckpointStore::connect(&settings.database_url, &settings.ns_db_schema(), 4).await?;
+    store.migrate().await?;
+    Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,167 @@
+//! `unread lag`, `unread verify`, `unread inspect` and `unread projection rebuild`: operator tools over a
+//! namespace's stores ([`crate::ops`]).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::{block_on, store};
+use crate::config::{parse_duration_or_secs, Settings};
+use crate::projection::redis::RedisProjection;
+
+/// Arguments of `unread lag`.
+#[derive(Debug, Args)]
+pub struct LagArgs {
+    /// Block until every lag is zero (folded and flushed to Redis and PostgreSQL), e.g. `2m`; fail after that long.
+    /// A bare number is seconds.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_secs)]
+    wait: Option<Duration>,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+impl LagArgs {
+    /// Prints the lag table.
+    ///
+    /// Errors: a store unreachable, or `--wait` passing with lag left.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        block_on(async {
+            let store = store(&self.settings).await?;
+            let report = match self.wait {
+                Some(wait) => crate::ops::lag::wait_for_zero_lag(&self.settings, &store, wait).await?,
+                None => crate::ops::lag::lag(&self.settings, &store).await?,
+            };
+            println!("{report}");
+            Ok(ExitCode::SUCCESS)
+        })
+    }
+}
+
+/// Arguments of `unread verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Compare with this namespace's projection (e.g. one `unread replay` filled) instead of the checkpoint.
+    #[arg(long, value_name = "NAMESPACE")]
+    against: Option<String>,
+    /// Check N users chosen at random instead of all.
+    #[arg(long)]
+    sample: Option<usize>,
+    /// Rewrite the differing users in Redis from the trusted side (never over newer state).
+    #[arg(long)]
+    repair: bool,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+impl VerifyArgs {
+    /// Compares and prints the report; exit 1 when anything differs (and was not repaired).
+    ///
+    /// Errors: a store unreachable.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let Self { against, sample, repair, settings } = self;
+        block_on(async {
+            settings.check()?;
+            let report = match against {
+                Some(other) => {
+                    crate::ops::verify::verify_against(&settings, &settings.in_namespace(&other)?, sample, repair)
+                        .await?
+                }
+                None => {
+                    let (store, projection) = (store(&settings).await?, projection(&settings).await?);
+                    crate::ops::verify::verify(&settings, &store, &projection, sample, repair).await?
+                }
+            };
+            println!("{report}");
+            Ok(if report.clean(repair) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        })
+    }
+}
+
+/// `unread inspect ...`
+#[derive(Debug, Subcommand)]
+pub enum InspectWhat {
+    /// The fold state of a user (cursors, unread ranges, mentions, membership, mutes, totals), its partition's
+    /// checkpointed offsets, lease generation and checkpoint time, and what Redis serves. Exit 1 if unknown.
+    User {
+        /// The user id.
+        id: String,
+        #[command(flatten)]
+        #[allow(missing_docs)]
+        settings: Settings,
+    },
+    /// The fan-out state of a conversation (kind, head, members with their join heads), its partition's
+    /// checkpointed offset, lease generation and checkpoint time. Exit 1 if unknown.
+    Conversation {
+        /// The conversation id.
+        id: String,
+        #[command(flatten)]
+        #[allow(missing_docs)]
+        settings: Settings,
+    },
+}
+
+impl InspectWhat {
+    /// Prints the state as JSON; exit 1 when nothing is checkpointed for the id.
+    ///
+    /// Errors: a store unreachable or a corrupt row.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        block_on(async {
+            let (found, name) = match &self {
+                InspectWhat::User { id, settings } => {
+                    let (store, projection) = (store(settings).await?, projection(settings).await?);
+                    (
+                        crate::ops::inspect::inspect_user(settings, &store, &projection, id).await?,
+                        format!("user {id:?}"),
+                    )
+                }
+                InspectWhat::Conversation { id, settings } => {
+                    let store = store(settings).await?;
+                    (
+                        crate::ops::inspect::inspect_conversation(settings, &store, id).await?,
+                        format!("conversation {id:?}"),
+                    )
+                }
+            };
+            let Some(v) = found else {
+                eprintln!("unread inspect: no checkpointed state for {name}");
+                return Ok(ExitCode::FAILURE);
+            };
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(ExitCode::SUCCESS)
+        })
+    }
+}
+
+/// `unread projection ...`
+#[derive(Debug, Subcommand)]
+pub enum ProjectionAction {
+    /// Rewrite Redis from the PostgreSQL checkpoint (all users, or those given), never over newer state.
+    Rebuild {
+        /// A user to rebuild; repeat for several; none means every user.
+        #[arg(long = "user", value_name = "ID")]
+        users: Vec<String>,
+        #[command(flatten)]
+        #[allow(missing_docs)]
+        settings: Settings,
+    },
+}
+
+impl ProjectionAction {
+    /// Rebuilds and prints the report.
+    ///
+    /// Errors: a store unreachable or a corrupt row.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let ProjectionAction::Rebuild { users, settings } = self;
+        block_on(async {
+            let (store, projection) = (store(&settings).await?, projection(&settings).await?);
+            println!("{}", crate::ops::rebuild::rebuild_projection(&settings, &store, &projection, &users).await?);
+            Ok(ExitCode::SUCCESS)
+        })
+    }
+}
+
+/// Connects to the namespace's projection.
+async fn projection(settings: &Settings) -> anyhow::Result<RedisProjection> {
+    Ok(RedisProjection::connect(&settings.redis_url, &settings.ns_redis_prefix()).await?)
+}

@@ -1,0 +1,14 @@
+//! The functional core: pure, deterministic, no I/O. Everything here is a function of its inputs, tested without
+//! Kafka, Redis or PostgreSQL; the rest of the crate is the imperative shell around it.
+//!
+//! - [`contract`]: the event types of `CONTRACT.md`, their decoder, and the reader shape;
+//! - [`fanout`]: per conversation, events → per-recipient [`delta::Delta`]s;
+//! - [`delta`]: the delta, payload of the internal topic `unread.user-deltas`;
+//! - [`fold`]: per user, deltas and the user's own events → unread state;
+//! - [`seqset`]: the range set both are built on.
+
+pub mod contract;
+pub mod delta;
+pub mod fanout;
+pub mod fold;
+pub mod seqset;

@@ -1,0 +1,262 @@
+//! Every Kafka client unread creates, configured in one place: consumers (group members and readers outside any
+//! group), producers, the admin client, plus the broker queries (partition counts, watermarks), Kafka's murmur2
+//! partitioner and the names of the headers unread writes. Other modules never build a `ClientConfig` themselves,
+//! so a setting (a timeout, a size limit) is changed here once for every client that needs it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::producer::FutureProducer;
+use rdkafka::ClientConfig;
+
+/// How long a metadata or watermark query waits for the broker: 10 s.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest record unread produces or accepts from its own topics: 16 MiB (16,777,216 bytes).
+pub const MAX_MESSAGE_BYTES: &str = "16777216";
+
+/// Names of the headers unread adds to a dead-lettered record (`docs/operations.md` § Dead letters).
+pub mod headers {
+    /// The topic the record was read from.
+    pub const SOURCE_TOPIC: &str = "unread.source.topic";
+    /// Its partition, as decimal text.
+    pub const SOURCE_PARTITION: &str = "unread.source.partition";
+    /// Its offset, as decimal text.
+    pub const SOURCE_OFFSET: &str = "unread.source.offset";
+    /// The error's stable kind (`invalid_json`, `key_mismatch`, …).
+    pub const ERROR_KIND: &str = "unread.error.kind";
+    /// The error's readable reason.
+    pub const ERROR_REASON: &str = "unread.error.reason";
+    /// The prefix of every header above: `dead-letter replay` drops them when re-publishing.
+    pub const PREFIX: &str = "unread.";
+}
+
+/// The settings every client shares: the bootstrap servers (comma-separated `host:port`).
+pub fn base(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    c
+}
+
+/// A consumer-group member of `group` for the service's stages: offsets are stored only after a checkpoint
+/// (`enable.auto.offset.store=false`, committed in the background as a progress hint), the **range** assignor
+/// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after 10 s.
+pub fn group_member(brokers: &str, group: &str) -> ClientConfig {
+    let mut c = base(brokers);
+    c.set("group.id", group)
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "range")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("fetch.wait.max.ms", "50")
+        .set("queued.max.messages.kbytes", "65536");
+    c
+}
+
+/// A consumer outside any consumer group, which assigns itself partitions and commits nothing (replay, the
+/// dead-letter tools). `name` only labels it on the broker (`group.id`, never joined).
+pub fn reader(brokers: &str, name: &str) -> ClientConfig {
+    let mut c = base(brokers);
+    c.set("group.id", name)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("fetch.wait.max.ms", "50")
+        .set("queued.max.messages.kbytes", "65536")
+        // When the local queue is full, fetch again after 10 ms, not librdkafka's default 1 s: a reader that
+        // decodes more slowly than the broker sends would otherwise sit idle for whole seconds.
+        .set("fetch.queue.backoff.ms", "10");
+    c
+}
+
+/// The settings of every producer: idempotent (no duplicates from internal retries) with the Java client's
+/// partitioner (murmur2, [`partition_for_key`]), as the contract's producers use.
+pub fn producer_config(brokers: &str) -> ClientConfig {
+    let mut c = base(brokers);
+    c.set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random")
+        .set("message.max.bytes", MAX_MESSAGE_BYTES);
+    c
+}
+
+/// The service's producer of deltas and dead letters: lingers 5 ms, and a delivery that cannot complete fails
+/// after 30 s (the task restarts from its checkpoint) rather than librdkafka's default 5 minutes.
+///
+/// Errors: the client cannot be created (a setting is invalid).
+pub fn service_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+    producer_config(brokers)
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "30000")
+        .set("queue.buffering.max.messages", "500000")
+        .create()
+        .context("creating the Kafka producer")
+}
+
+/// The service's producer, replaced as a whole when its deliveries fail: after a broker restart, librdkafka's
+/// idempotent producer can stay unable to deliver (every message times out) until it is recreated
+/// (confluentinc/librdkafka#3009; seen here in `service::kafka_broker_restarted_mid_flow_is_exact`).
+pub struct ProducerSlot {
+    brokers: String,
+    current: std::sync::Mutex<(u64, FutureProducer)>,
+}
+
+impl ProducerSlot {
+    /// A slot holding a new producer ([`service_producer`]).
+    ///
+    /// Errors: the client cannot be created.
+    pub fn new(brokers: &str) -> anyhow::Result<Self> {
+        Ok(Self { brokers: brokers.to_owned(), current: std::sync::Mutex::new((0, service_producer(brokers)?)) })
+    }
+
+    /// The current producer (a cheap handle) and its generation, to pass to [`ProducerSlot::replace`].
+    pub fn get(&self) -> (u64, FutureProducer) {
+        self.current.lock().expect("not poisoned").clone()
+    }
+
+    /// Replaces the producer of generation `failed` with a new one, unless another task already did. The old one is
+    /// dropped off the async threads (dropping waits up to 500 ms for its queue).
+    pub fn replace(&self, failed: u64) {
+        let mut current = self.current.lock().expect("not poisoned");
+        if current.0 != failed {
+            return;
+        }
+        match service_producer(&self.brokers) {
+            Ok(new) => {
+                let old = std::mem::replace(&mut *current, (failed + 1, new));
+                tracing::warn!(generation = failed + 1, "deliveries failed: replaced the Kafka producer");
+                tokio::task::spawn_blocking(move || drop(old));
+            }
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "could not create a new Kafka producer"),
+        }
+    }
+}
+
+/// The bulk producer of `unread produce`: lingers 10 ms in batches of up to 10,000 records, queues up to 1,000,000.
+pub fn bulk_producer_config(brokers: &str) -> ClientConfig {
+    let mut c = producer_config(brokers);
+    c.set("linger.ms", "10").set("batch.num.messages", "10000").set("queue.buffering.max.messages", "1000000");
+    c
+}
+
+/// A client for metadata and watermark queries only.
+///
+/// Errors: the client cannot be created.
+pub fn metadata_client(brokers: &str) -> anyhow::Result<BaseConsumer> {
+    base(brokers).create().context("creating a Kafka metadata client")
+}
+
+/// The admin client (topics and consumer groups).
+///
+/// Errors: the client cannot be created.
+pub fn admin(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    base(brokers).create().context("creating the Kafka admin client")
+}
+
+/// Admin options with a 30 s operation timeout.
+pub fn admin_options() -> AdminOptions {
+    AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))
+}
+
+/// Every topic's partition count, from the broker's metadata.
+///
+/// Errors: the broker does not answer within [`QUERY_TIMEOUT`].
+pub fn partition_counts(brokers: &str) -> anyhow::Result<HashMap<String, i32>> {
+    let client = metadata_client(brokers)?;
+    let md = client.fetch_metadata(None, QUERY_TIMEOUT).with_context(|| format!("Kafka at {brokers}"))?;
+    Ok(md.topics().iter().map(|t| (t.name().to_owned(), t.partitions().len() as i32)).collect())
+}
+
+/// The partition count of one topic (0 when it does not exist).
+///
+/// Errors: the broker does not answer within [`QUERY_TIMEOUT`].
+pub fn partition_count<C: ConsumerContext>(client: &BaseConsumer<C>, topic: &str) -> anyhow::Result<i32> {
+    let md = client.fetch_metadata(Some(topic), QUERY_TIMEOUT).with_context(|| format!("metadata of {topic}"))?;
+    Ok(md.topics().first().map_or(0, |t| t.partitions().len() as i32))
+}
+
+/// The (low, high) watermarks of partitions `0..n` of `topic`: the log start and the end (next offset to be
+/// written) of each.
+///
+/// Errors: the broker does not answer within [`QUERY_TIMEOUT`].
+pub fn watermarks<C: ConsumerContext>(
+    client: &impl Consumer<C>,
+    topic: &str,
+    n: i32,
+) -> anyhow::Result<Vec<(i64, i64)>> {
+    (0..n)
+        .map(|p| {
+            client.fetch_watermarks(topic, p, QUERY_TIMEOUT).with_context(|| format!("watermarks of {topic}[{p}]"))
+        })
+        .collect()
+}
+
+/// Kafka's murmur2 hash of a key, as the Java client's default partitioner (and librdkafka's `murmur2_random`)
+/// computes it. Hand-written: no maintained crate exposes Kafka's variant (seed `0x9747b28c`, Java's tail order);
+/// the test below pins it to the Java client's own values.
+pub fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let mut h = SEED ^ data.len() as u32;
+    let chunks = data.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    if !tail.is_empty() {
+        for (i, b) in tail.iter().enumerate().rev() {
+            h ^= u32::from(*b) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// The partition (0..`partitions`) the Java default partitioner (and `murmur2_random`) picks for a non-empty key.
+pub fn partition_for_key(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions as u32) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_producer_is_replaced_once_per_failed_generation() {
+        let slot = ProducerSlot::new("127.0.0.1:1").unwrap(); // never contacted
+        let (g0, _) = slot.get();
+        slot.replace(g0);
+        let (g1, _) = slot.get();
+        assert_eq!(g1, g0 + 1);
+        slot.replace(g0); // another task that saw the same failure: nothing to do
+        assert_eq!(slot.get().0, g1);
+    }
+
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        // Values from Kafka's own UtilsTest.testMurmur2 (as signed ints in Java), one per tail length.
+        let cases: [(&[u8], i32); 5] = [
+            (b"abc", 479470107),
+            (b"21", -973932308),
+            (b"foobar", -790332482),
+            (b"a-little-bit-long-string", -985981536),
+            (b"a-little-bit-longer-string", -1486304829),
+        ];
+        for (key, java) in cases {
+            assert_eq!(murmur2(key) as i32, java, "{:?}", std::str::from_utf8(key));
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! `unread lag [--wait DURATION]`: per input partition of both stages, the end offset, the checkpointed offset and
+//! the lag.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::Stage;
+use crate::config::Settings;
+use crate::kafka;
+
+/// Lag of one input partition of one stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLag {
+    /// The stage reading the partition.
+    pub stage: Stage,
+    /// The input topic.
+    pub topic: String,
+    /// The partition number.
+    pub partition: i32,
+    /// The partition's end (high watermark).
+    pub end: i64,
+    /// The stage's checkpointed next offset (the log start when never checkpointed).
+    pub checkpointed: i64,
+}
+
+impl PartitionLag {
+    /// Records not yet checkpointed.
+    pub fn lag(&self) -> i64 {
+        (self.end - self.checkpointed).max(0)
+    }
+}
+
+/// Every input partition's lag ([`lag`]): fan-out's first, then the fold's.
+#[derive(Debug, Clone, Default)]
+pub struct LagReport {
+    /// One row per input partition.
+    pub rows: Vec<PartitionLag>,
+}
+
+impl LagReport {
+    /// The sum of every partition's lag.
+    pub fn total(&self) -> i64 {
+        self.rows.iter().map(PartitionLag::lag).sum()
+    }
+}
+
+impl fmt::Display for LagReport {
+    /// A table (stage, topic, partition, end, checkpoint, lag) and a last line `total lag: N`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:<7} {:<40} {:>9} {:>12} {:>12} {:>9}",
+            "stage", "topic", "partition", "end", "checkpoint", "lag"
+        )?;
+        for r in &self.rows {
+            let (stage, topic, p, end, at, lag) =
+                (r.stage.as_str(), &r.topic, r.partition, r.end, r.checkpointed, r.lag());
+            writeln!(f, "{stage:<7} {topic:<40} {p:>9} {end:>12} {at:>12} {lag:>9}")?;
+        }
+        write!(f, "total lag: {}", self.total())
+    }
+}
+
+/// The lag of every input partition: the fan-out's conversation events, then the fold's user events and deltas.
+/// Zero everywhere means everything produced so far is folded and flushed to Redis and PostgreSQL (the fold
+/// writes Redis before it checkpoints, and the fan-out produces deltas before it checkpoints; conversation
+/// events are read first so that the deltas they caused are already counted).
+///
+/// Errors: Kafka or PostgreSQL unreachable.
+pub async fn lag(settings: &Settings, store: &CheckpointStore) -> anyhow::Result<LagReport> {
+    let topics = settings.topics();
+    let client = kafka::metadata_client(&settings.brokers)?;
+    let mut rows = Vec::new();
+    for (stage, names) in [
+        (Stage::FanOut, vec![&topics.conversation_events]),
+        (Stage::Fold, vec![&topics.user_events, &topics.user_deltas]),
+    ] {
+        let done = store.offsets(stage).await?;
+        for topic in names {
+            let n = kafka::partition_count(&client, topic)?;
+            for (p, (low, end)) in kafka::watermarks(&client, topic, n)?.into_iter().enumerate() {
+                let partition = p as i32;
+                let checkpointed = done.get(&(topic.clone(), partition)).copied().unwrap_or(0).max(low);
+                rows.push(PartitionLag { stage, topic: topic.clone(), partition, end, checkpointed });
+            }
+        }
+    }
+    Ok(LagReport { rows })
+}
+
+/// Waits until every partition's lag is zero, polling every 100 ms, for at most `timeout`.
+///
+/// Errors: the timeout passes (with the remaining lag table), or a store is unreachable.
+pub async fn wait_for_zero_lag(
+    settings: &Settings,
+    store: &CheckpointStore,
+    timeout: Duration,
+) -> anyhow::Result<LagReport> {
+    let started = Instant::now();
+    loop {
+        let report = lag(settings, store).await?;
+        if report.total() == 0 {
+            return Ok(report);
+        }
+        if started.elapsed() >= timeout {
+            anyhow::bail!("lag is still {} after {}:\n{report}", report.total(), humantime::format_duration(timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,220 @@
+//! `unread verify [--against NS] [--sample N] [--repair]`: compare the Redis projection with the PostgreSQL
+//! checkpoint, or with another namespace's projection, field by field.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::CheckpointVersions;
+use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::{self, Stage};
+use crate::config::Settings;
+use crate::core::contract::UserView;
+use crate::kafka;
+use crate::projection::redis::{RedisProjection, UserWrite};
+use crate::projection::ProjectionVersion;
+
+/// What `unread verify` found.
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    /// Users compared.
+    pub checked: usize,
+    /// Users whose Redis version is newer than the checkpoint's (the live service flushed since): not compared.
+    pub ahead: usize,
+    /// Users that differ: id and the differences, field by field.
+    pub differing: Vec<(String, Vec<String>)>,
+    /// Users rewritten from the checkpoint by `--repair`.
+    pub repaired: usize,
+}
+
+impl VerifyReport {
+    /// Whether nothing differs, or `repair` rewrote every user that did.
+    pub fn clean(&self, repair: bool) -> bool {
+        self.differing.is_empty() || (repair && self.repaired == self.differing.len())
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    /// The first 10 differing users with their first 5 differences, then a summary line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (user, diffs) in self.differing.iter().take(10) {
+            writeln!(f, "user {user:?} differs:")?;
+            for d in diffs.iter().take(5) {
+                writeln!(f, "    {d}")?;
+            }
+        }
+        let (checked, differing, ahead, repaired) = (self.checked, self.differing.len(), self.ahead, self.repaired);
+        write!(f, "users checked: {checked}, differing: {differing}, ahead in redis (not compared): {ahead}, repaired: {repaired}")
+    }
+}
+
+/// The differences between two views of one user, field by field (`expected` is the trusted side); `names` are
+/// the two sides' names in the messages, trusted first.
+pub fn view_differences(expected: &UserView, got: &UserView, names: (&str, &str)) -> Vec<String> {
+    let (en, gn) = names;
+    let mut d = Vec::new();
+    for (name, e, g) in [
+        ("total_unread", expected.total_unread, got.total_unread),
+        ("total_mentions", expected.total_mentions, got.total_mentions),
+        ("unread_conversations", expected.unread_conversations, got.unread_conversations),
+    ] {
+        if e != g {
+            d.push(format!("{name}: {en} {e}, {gn} {g}"));
+        }
+    }
+    for (id, e) in &expected.conversations {
+        match got.conversations.get(id) {
+            None => d.push(format!("conversations[{id:?}]: {en} {e:?}, missing in {gn}")),
+            Some(g) if g != e => d.push(format!("conversations[{id:?}]: {en} {e:?}, {gn} {g:?}")),
+            Some(_) => {}
+        }
+    }
+    for id in got.conversations.keys().filter(|id| !expected.conversations.contains_key(*id)) {
+        d.push(format!("conversations[{id:?}]: not in {en}, present in {gn}"));
+    }
+    d
+}
+
+/// `unread verify`: compares the Redis projection with the PostgreSQL checkpoint for every checkpointed user, or
+/// for `sample` of them chosen at random; with `repair`, rewrites each differing user from the checkpoint (the
+/// trusted side) at the checkpoint's version, so the guard still refuses it wherever Redis is newer.
+///
+/// Errors: a store is unreachable or a checkpoint row is corrupt.
+pub async fn verify(
+    settings: &Settings,
+    store: &CheckpointStore,
+    projection: &RedisProjection,
+    sample: Option<usize>,
+    repair: bool,
+) -> anyhow::Result<VerifyReport> {
+    let versions = CheckpointVersions::load(&settings.topics(), store).await?;
+    let rows = match sample {
+        Some(n) => store.states_sample(Stage::Fold, n).await?,
+        None => store.states(Stage::Fold, None).await?,
+    };
+    let mut report = VerifyReport::default();
+    let mut repairs = Vec::new();
+    for row in rows {
+        let id = row.id;
+        let state = checkpoint::decode_user(&row.state).with_context(|| format!("checkpoint of user {id:?}"))?;
+        let (expected, v) = (state.view(&id), versions.of(row.partition));
+        let got = projection.read(&id).await?;
+        report.checked += 1;
+        if got == expected {
+            continue;
+        }
+        if projection.version(&id).await?.is_some_and(|redis| redis.is_newer_than(&v)) {
+            report.ahead += 1;
+            continue;
+        }
+        report.differing.push((id.clone(), view_differences(&expected, &got, ("checkpoint", "redis"))));
+        if repair {
+            repairs.push(UserWrite::replace(expected, v));
+        }
+    }
+    if !repairs.is_empty() {
+        report.repaired = projection.write(&repairs).await?.0;
+    }
+    Ok(report)
+}
+
+/// Keeps `n` ids chosen at random: ordered by a hash of the id salted with the clock.
+fn take_sample(ids: &mut Vec<String>, n: usize) {
+    let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u32);
+    ids.sort_by_cached_key(|id| kafka::murmur2(format!("{salt}{id}").as_bytes()));
+    ids.truncate(n);
+}
+
+/// How many times `verify --against` compares a differing user before reporting it, and the pause between: a
+/// user the two namespaces' services are still folding differs for a moment only.
+const AGAINST_ROUNDS: usize = 3;
+const AGAINST_PAUSE: Duration = Duration::from_secs(1);
+
+/// `unread verify --against OTHER`: compares the Redis projection of `live` (its namespace) with that of `other`,
+/// for every user either namespace has checkpointed (or `sample` of them). The replayed side `other` is trusted:
+/// a user still differing after [`AGAINST_ROUNDS`] comparisons [`AGAINST_PAUSE`] apart is reported, and with
+/// `repair` rewritten in `live` from `other`'s view at the version `live` holds (so a write the live service makes
+/// meanwhile wins, and the user is not counted as repaired). The live service's own memory and checkpoint are not
+/// changed: if they are wrong, promote the replayed namespace instead.
+///
+/// Errors: `other` holds no state; a store is unreachable.
+pub async fn verify_against(
+    live: &Settings,
+    other: &Settings,
+    sample: Option<usize>,
+    repair: bool,
+) -> anyhow::Result<VerifyReport> {
+    let mut ids = checkpointed_users(live, other).await?;
+    if let Some(n) = sample {
+        take_sample(&mut ids, n);
+    }
+    let a = RedisProjection::connect(&live.redis_url, &live.ns_redis_prefix()).await?;
+    let b = a.with_prefix(&other.ns_redis_prefix());
+    let mut report = VerifyReport { checked: ids.len(), ..Default::default() };
+    let names = (format!("namespace {}", other.namespace), format!("namespace {}", live.namespace));
+    let mut repairs = Vec::new();
+    for (id, expected, got, version) in still_differing(&a, &b, ids).await? {
+        report.differing.push((id.clone(), view_differences(&expected, &got, (&names.0, &names.1))));
+        if repair {
+            // At the version live holds: refused if its service wrote the user since (it moved on).
+            repairs.push(UserWrite::replace(expected, version.unwrap_or_default()));
+        }
+    }
+    if !repairs.is_empty() {
+        report.repaired = a.write(&repairs).await?.0;
+    }
+    Ok(report)
+}
+
+/// The users either namespace has checkpointed, sorted, once each.
+///
+/// Errors: `other` holds no state; a store is unreachable.
+async fn checkpointed_users(live: &Settings, other: &Settings) -> anyhow::Result<Vec<String>> {
+    let live_store = CheckpointStore::connect(&live.database_url, &live.ns_db_schema(), 2).await?;
+    let other_store = CheckpointStore::connect(&other.database_url, &other.ns_db_schema(), 2).await?;
+    live_store.migrate().await?;
+    other_store.migrate().await?;
+    if other_store.is_empty().await? {
+        anyhow::bail!("namespace {:?} holds no state: nothing to verify against", other.namespace);
+    }
+    let mut ids = live_store.ids(Stage::Fold).await?;
+    ids.extend(other_store.ids(Stage::Fold).await?);
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// A user that differs between two projections: id, the trusted view, the other view, and the other's version.
+type Difference = (String, UserView, UserView, Option<ProjectionVersion>);
+
+/// Compares `ids` in `a` and `b` up to [`AGAINST_ROUNDS`] times, [`AGAINST_PAUSE`] apart, each round only those
+/// that differed in the last; returns those that differ in the last round (`b`'s view trusted).
+///
+/// Errors: Redis unreachable, or a malformed hash.
+async fn still_differing(
+    a: &RedisProjection,
+    b: &RedisProjection,
+    ids: Vec<String>,
+) -> anyhow::Result<Vec<Difference>> {
+    let mut differing = ids;
+    let mut last = Vec::new();
+    for round in 0..AGAINST_ROUNDS {
+        if round > 0 {
+            tokio::time::sleep(AGAINST_PAUSE).await;
+        }
+        last.clear();
+        for id in &differing {
+            let version = a.version(id).await?;
+            let (got, expected) = (a.read(id).await?, b.read(id).await?);
+            if got != expected {
+                last.push((id.clone(), expected, got, version));
+            }
+        }
+        differing = last.iter().map(|(id, ..)| id.clone()).collect();
+        if differing.is_empty() {
+            break;
+        }
+    }
+    Ok(last)
+}

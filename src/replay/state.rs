@@ -1,0 +1,249 @@
+//! The replay's state between checkpoints: the pure fan-out and fold, which users and conversations changed, the
+//! next offsets, and the leases under which it checkpoints like the service does.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::read::PerStream;
+use crate::checkpoint::store::{CheckpointStore, Snapshot};
+use crate::checkpoint::{self, Stage};
+use crate::core::contract::{ConversationEvent, Stream, UserEvent};
+use crate::core::fanout::FanOut;
+use crate::core::fold::Fold;
+use crate::kafka::{self, partition_for_key};
+use crate::projection::redis::{RedisProjection, UserWrite};
+use crate::service::fold_stage::{self, Next};
+use crate::service::records;
+use crate::topology::Topics;
+
+/// A partition's changed entities for [`CheckpointStore::commit`]: id and encoded state (`None`: delete).
+type Changes = Vec<(String, Option<Vec<u8>>)>;
+
+/// The replay's state between checkpoints.
+pub struct Replay {
+    /// The target namespace's topics.
+    pub topics: Topics,
+    /// The target namespace's checkpoint store.
+    pub store: CheckpointStore,
+    /// The target namespace's projection.
+    pub projection: RedisProjection,
+    /// The fan-out over every conversation.
+    pub fanout: FanOut,
+    /// The fold over every user.
+    pub fold: Fold,
+    /// Partition counts of the input topics.
+    pub partitions: PerStream<i32>,
+    /// Lease generations per partition: of the fan-out (conversation partitions) and the fold (user partitions).
+    pub generations: PerStream<Vec<i64>>,
+    /// Next offsets per input partition.
+    pub next: PerStream<Vec<i64>>,
+    dirty_users: HashSet<String>,
+    dirty_convs: HashSet<String>,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+}
+
+impl Replay {
+    /// Takes the lease of every partition of both stages as `owner` and starts from empty state at offset 0.
+    ///
+    /// Errors: PostgreSQL failing.
+    pub async fn new(
+        topics: Topics,
+        store: CheckpointStore,
+        projection: RedisProjection,
+        partitions: PerStream<i32>,
+        owner: &str,
+    ) -> anyhow::Result<Self> {
+        let mut generations = PerStream::<Vec<i64>>::default();
+        for (stream, stage) in [(Stream::Conversation, Stage::FanOut), (Stream::User, Stage::Fold)] {
+            for p in 0..partitions[stream] {
+                generations[stream].push(store.acquire(stage, p, owner).await?);
+            }
+        }
+        let next = partitions.clone().map(|n| vec![0; n as usize]);
+        let (fanout, fold, checkpoints) = (FanOut::new(), Fold::new(), 0);
+        let (dirty_users, dirty_convs) = (HashSet::new(), HashSet::new());
+        Ok(Self {
+            topics,
+            store,
+            projection,
+            fanout,
+            fold,
+            partitions,
+            generations,
+            next,
+            dirty_users,
+            dirty_convs,
+            checkpoints,
+        })
+    }
+
+    /// Folds one batch of records (both topics, each partition's order preserved).
+    pub fn process(&mut self, conv: Vec<ConversationEvent>, user: Vec<UserEvent>) {
+        let (deltas, _) = self.fanout.process_batch(&conv);
+        self.dirty_convs.extend(conv.iter().map(|e| e.conversation_id().to_owned()));
+        for d in &deltas {
+            self.dirty_users.insert(d.user_id.clone());
+            self.fold.apply_delta(d);
+        }
+        for e in &user {
+            self.dirty_users.insert(e.user_id().to_owned());
+            self.fold.apply_user_event(e);
+        }
+    }
+
+    /// Checkpoints: Redis first (changed users, then every partition's marker), then each fold partition, then
+    /// each fan-out partition, each in one transaction with its offsets.
+    ///
+    /// Errors: Redis or PostgreSQL failing, or another replay or service took a lease (fenced).
+    pub async fn checkpoint(&mut self) -> anyhow::Result<()> {
+        self.checkpoint_users().await?;
+        let mut by_partition: HashMap<i32, Changes> = HashMap::new();
+        for conv in self.dirty_convs.drain() {
+            let p = partition_for_key(conv.as_bytes(), self.partitions.conversation);
+            let state = self.fanout.conversation(&conv).map(checkpoint::encode_conversation);
+            by_partition.entry(p).or_default().push((conv, state));
+        }
+        for p in 0..self.partitions.conversation {
+            let changed = by_partition.remove(&p).unwrap_or_default();
+            let offsets = [(self.topics.conversation_events.as_str(), self.next.conversation[p as usize])];
+            let generation = self.generations.conversation[p as usize];
+            self.store.commit(Stage::FanOut, p, generation, &changed, &offsets).await?;
+        }
+        self.checkpoints += 1;
+        Ok(())
+    }
+
+    /// The fold's half of a checkpoint: Redis, the markers, then each fold partition's transaction.
+    async fn checkpoint_users(&mut self) -> anyhow::Result<()> {
+        let mut writes = Vec::with_capacity(self.dirty_users.len());
+        let mut by_partition: HashMap<i32, Changes> = HashMap::new();
+        for user in self.dirty_users.drain() {
+            let p = partition_for_key(user.as_bytes(), self.partitions.user) as usize;
+            let next = Next { user_events: self.next.user[p], user_deltas: 0 };
+            writes.push(UserWrite::replace(self.fold.view(&user), fold_stage::version(self.generations.user[p], next)));
+            let state = self.fold.user(&user).map(checkpoint::encode_user);
+            by_partition.entry(p as i32).or_default().push((user, state));
+        }
+        self.projection.write(&writes).await.context("writing the namespace's Redis projection")?;
+        for p in 0..self.partitions.user {
+            self.projection.set_marker(p).await?;
+        }
+        for p in 0..self.partitions.user {
+            let changed = by_partition.remove(&p).unwrap_or_default();
+            let offsets =
+                [(self.topics.user_events.as_str(), self.next.user[p as usize]), (self.topics.user_deltas.as_str(), 0)];
+            self.store.commit(Stage::Fold, p, self.generations.user[p as usize], &changed, &offsets).await?;
+        }
+        Ok(())
+    }
+
+    /// Loads the namespace's own checkpoint (a resumed replay): every state and both stages' offsets.
+    ///
+    /// Errors: PostgreSQL failing or a corrupt row.
+    pub async fn restore_own(&mut self) -> anyhow::Result<()> {
+        for row in self.store.states(Stage::FanOut, None).await? {
+            let state = checkpoint::decode_conversation(&row.state).with_context(|| format!("{:?}", row.id))?;
+            self.fanout.restore(row.id, state);
+        }
+        for row in self.store.states(Stage::Fold, None).await? {
+            let state = checkpoint::decode_user(&row.state).with_context(|| format!("{:?}", row.id))?;
+            self.fold.restore(row.id, state);
+        }
+        let fanout = self.store.offsets(Stage::FanOut).await?;
+        let fold = self.store.offsets(Stage::Fold).await?;
+        let topics = self.topics.clone();
+        self.seek_to(&fanout, &topics.conversation_events, &fold, &topics.user_events);
+        Ok(())
+    }
+
+    /// Sets the next offsets from checkpointed ones (a partition never checkpointed stays at 0).
+    fn seek_to(
+        &mut self,
+        conv: &HashMap<(String, i32), i64>,
+        conv_topic: &str,
+        user: &HashMap<(String, i32), i64>,
+        user_topic: &str,
+    ) {
+        for (p, next) in self.next.conversation.iter_mut().enumerate() {
+            if let Some(o) = conv.get(&(conv_topic.to_owned(), p as i32)) {
+                *next = *o;
+            }
+        }
+        for (p, next) in self.next.user.iter_mut().enumerate() {
+            if let Some(o) = user.get(&(user_topic.to_owned(), p as i32)) {
+                *next = *o;
+            }
+        }
+    }
+
+    /// `--from checkpoint`: loads the source's checkpoint snapshot and offsets (every entity marked changed, so the
+    /// first checkpoint writes them all), then applies the deltas its fold had not read yet (source delta topic,
+    /// from the fold's offsets to the current end). Returns the deltas applied.
+    ///
+    /// Errors: PostgreSQL or Kafka failing, or a corrupt row.
+    pub async fn seed_from(&mut self, snap: Snapshot, source: &Topics, c: &StreamConsumer) -> anyhow::Result<u64> {
+        for row in snap.conversations {
+            let state = checkpoint::decode_conversation(&row.state).with_context(|| format!("{:?}", row.id))?;
+            self.dirty_convs.insert(row.id.clone());
+            self.fanout.restore(row.id, state);
+        }
+        for row in snap.users {
+            let state = checkpoint::decode_user(&row.state).with_context(|| format!("{:?}", row.id))?;
+            self.dirty_users.insert(row.id.clone());
+            self.fold.restore(row.id, state);
+        }
+        // A partition never checkpointed starts at 0, which check_retained requires to be retained.
+        self.seek_to(&snap.fanout_offsets, &source.conversation_events, &snap.fold_offsets, &source.user_events);
+        self.apply_in_flight(&snap.fold_offsets, &source.user_deltas, c).await
+    }
+
+    /// Applies the deltas in flight at the snapshot: produced by the source's fan-out (for events before its
+    /// checkpoint, or after: those are produced again by this replay's fan-out, and the fold absorbs the
+    /// repetition). Returns how many.
+    async fn apply_in_flight(
+        &mut self,
+        fold_offsets: &HashMap<(String, i32), i64>,
+        topic: &str,
+        c: &StreamConsumer,
+    ) -> anyhow::Result<u64> {
+        let marks = kafka::watermarks(c, topic, self.partitions.user)?;
+        let mut tpl = TopicPartitionList::new();
+        let mut next = Vec::new();
+        for (p, (low, high)) in marks.iter().enumerate() {
+            let from = fold_offsets.get(&(topic.to_owned(), p as i32)).copied().unwrap_or(0).max(*low);
+            next.push(from);
+            if from < *high {
+                tpl.add_partition_offset(topic, p as i32, Offset::Offset(from))?;
+            }
+        }
+        if tpl.count() == 0 {
+            return Ok(0);
+        }
+        c.assign(&tpl).context("assigning the source's delta topic")?;
+        let mut applied = 0u64;
+        while next.iter().zip(&marks).any(|(n, (_, high))| n < high) {
+            let msg = tokio::time::timeout(Duration::from_secs(30), c.recv())
+                .await
+                .context("no delta records for 30 s")?
+                .context("reading the source's delta topic")?;
+            let p = msg.partition() as usize;
+            if msg.offset() < next[p] || msg.offset() >= marks[p].1 {
+                continue;
+            }
+            next[p] = msg.offset() + 1;
+            if let Ok(d) = records::delta(&msg) {
+                self.dirty_users.insert(d.user_id.clone());
+                self.fold.apply_delta(&d);
+                applied += 1;
+            }
+        }
+        c.unassign().context("unassigning the source's delta topic")?;
+        Ok(applied)
+    }
+}
