@@ -289,8 +289,11 @@ pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport>
     Ok(DropReport { namespace: name.to_owned(), redis_keys, schema, groups: group_names.to_vec(), delta_topic })
 }
 
-/// Deletes the keys matching `pattern` (SCAN and UNLINK in batches of 1,000, so Redis is never blocked long).
-async fn delete_matching(projection: &RedisProjection, pattern: &str) -> anyhow::Result<usize> {
+/// Deletes the keys matching `pattern` (a Redis glob; SCAN and UNLINK in batches of 1,000, so Redis is never
+/// blocked long). Returns how many were deleted.
+///
+/// Errors: Redis unreachable.
+pub async fn delete_matching(projection: &RedisProjection, pattern: &str) -> anyhow::Result<usize> {
     let mut conn = projection.connection();
     let mut cursor: u64 = 0;
     let mut n = 0;

@@ -1,17 +1,16 @@
 //! Replay tooling end to end against the real Kafka, Redis and PostgreSQL (issue 5): `unread replay` into a
 //! namespace while the service runs, `verify --against`, `promote` under read load, `drop`, resuming an
 //! interrupted replay, and the refusal of `--from earliest` on a truncated log. Same conventions as
-//! [`crate::service`]: each test has its own prefixes and removes them at the end.
+//! [`crate::service`]: each test has its own namespace, removed when it ends.
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::service::{
-    assert_exact, assert_matches, dev_events, dev_expected, encode, http_get, http_get_full, produce_dev_copies, stack,
-    unsafe_sigterm, Ns,
-};
+use nix::sys::signal::Signal;
+
+use crate::support::*;
 
 /// Runs a subcommand and returns (success, stdout + stderr).
 fn run(ns: &Ns, args: &[&str]) -> (bool, String) {
@@ -178,7 +177,7 @@ fn replay_interrupted_twice_then_resumed_is_exact() {
     // SIGTERM: checkpoints, says so, exits 130.
     let child = ns.cmd(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    unsafe_sigterm(child.id());
+    signal(child.id(), Signal::SIGTERM);
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(130), "{text}");

@@ -1,8 +1,10 @@
-//! Helpers shared by the test modules.
+//! The bundled data (dev set, expected state) and comparisons of reader views.
 
 use std::path::PathBuf;
 
 use unread::core::contract::UserView;
+
+use super::namespace::Ns;
 
 /// A path under the crate root.
 pub fn repo_path(rel: &str) -> PathBuf {
@@ -55,4 +57,24 @@ pub fn assert_same_views(got: &[UserView], expected: &[UserView]) {
         expected.len(),
         &diffs[..diffs.len().min(5)]
     );
+}
+
+/// The bundled dev set's events file.
+pub fn dev_events() -> String {
+    repo_path("tests/data/ubuntu-irc/dev-events.jsonl").to_str().unwrap().to_owned()
+}
+
+/// The bundled dev set's expected final state.
+pub fn dev_expected() -> Vec<UserView> {
+    parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl")).unwrap())
+}
+
+/// Produces the dev set `copies` times and folds the same copies into `pipeline`, whose views are then the
+/// expected state (copies are not mere duplicates: each replays leaves and rejoins at a new head).
+pub fn produce_dev_copies(ns: &Ns, pipeline: &mut unread::pipeline::Pipeline, copies: usize) {
+    for _ in 0..copies {
+        ns.ok(&["produce", &dev_events()]);
+        let input = unread::pipeline::open_input(&dev_events()).unwrap();
+        unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
+    }
 }

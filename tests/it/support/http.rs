@@ -1,0 +1,73 @@
+//! Asking the read API over HTTP (ureq) and comparing its answers with expected views.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use unread::core::contract::UserView;
+
+/// Everything but RFC 3986's unreserved characters is escaped in a path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// Percent-encodes a path segment (everything but unreserved characters).
+pub fn encode(id: &str) -> String {
+    utf8_percent_encode(id, SEGMENT).to_string()
+}
+
+fn agent() -> &'static ureq::Agent {
+    static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build();
+        config.into()
+    })
+}
+
+/// A GET on loopback: (status, header lines `name: value` lower-cased, body); `None` when nothing answers.
+pub fn http_get_full(port: u16, path: &str) -> Option<(u16, Vec<String>, String)> {
+    let mut response = agent().get(&format!("http://127.0.0.1:{port}{path}")).call().ok()?;
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| format!("{}: {}", k.as_str(), v.to_str().unwrap_or_default()).to_ascii_lowercase())
+        .collect();
+    let body = response.body_mut().read_to_string().ok()?;
+    Some((response.status().as_u16(), headers, body))
+}
+
+/// A GET on loopback: (status, body); `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_full(port, path).map(|(code, _, body)| (code, body))
+}
+
+/// Asks the API for every expected user; returns how many were asked and the mismatches.
+pub fn mismatches(port: u16, expected: &[UserView]) -> (usize, Vec<String>) {
+    let mut bad = Vec::new();
+    for e in expected {
+        let (code, body) = http_get(port, &format!("/v1/users/{}/unread", encode(&e.user_id))).expect("API answers");
+        let got: Option<UserView> = serde_json::from_str(&body).ok();
+        if code != 200 || got.as_ref() != Some(e) {
+            bad.push(format!("{}: HTTP {code} {body}", e.user_id));
+        }
+    }
+    (expected.len(), bad)
+}
+
+/// Every user of the dev set's expected state is served exactly.
+pub fn assert_exact(port: u16) {
+    assert_matches(port, &super::dev_expected());
+}
+
+/// Every user of `expected` (at least the dev set's 1,565) is served exactly.
+pub fn assert_matches(port: u16, expected: &[UserView]) {
+    let (n, bad) = mismatches(port, expected);
+    assert!(n >= 1565, "{n} users expected");
+    assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
+}
+
+#[test]
+fn segments_escape_all_but_unreserved_characters() {
+    assert_eq!(encode("a/b %c{d}~x-y_z.é"), "a%2Fb%20%25c%7Bd%7D~x-y_z.%C3%A9");
+}

@@ -1,0 +1,202 @@
+//! One test's private namespace on the stack: its own topic prefix, consumer groups, database schema and Redis
+//! key prefix, so tests run in parallel; removed on `Drop`, so a failing test leaves nothing behind. Also the
+//! `unread run` processes a test starts.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::http::http_get;
+use super::stack::Stack;
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Sends `signal` to process `pid` (ignoring a process already gone).
+pub fn signal(pid: u32, signal: Signal) {
+    let _ = kill(Pid::from_raw(pid as i32), signal);
+}
+
+/// One test's private namespace (on the shared stack, or on private Redis/PostgreSQL instances).
+pub struct Ns<'s> {
+    stack: &'s Stack,
+    /// The name every prefix, group and schema derives from: `it_{test}_{pid}_{nanos}`.
+    pub name: String,
+    redis_url: String,
+    database_url: String,
+}
+
+impl<'s> Ns<'s> {
+    /// A namespace on the stack, with its topics created.
+    pub fn new(stack: &'s Stack, test: &str) -> Self {
+        Self::with(stack, test, &stack.redis_url, &stack.database_url)
+    }
+
+    /// A namespace on the stack's Kafka with another Redis and PostgreSQL, with its topics created.
+    pub fn with(stack: &'s Stack, test: &str, redis_url: &str, database_url: &str) -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let name = format!("it_{test}_{}_{nanos}", std::process::id());
+        let ns = Self { stack, name, redis_url: redis_url.to_owned(), database_url: database_url.to_owned() };
+        ns.ok(&["topics", "create"]);
+        ns
+    }
+
+    /// The `unread` binary with this namespace's settings in its environment.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_unread"));
+        c.args(args)
+            .env("UNREAD_BROKERS", &self.stack.brokers)
+            .env("UNREAD_REDIS_URL", &self.redis_url)
+            .env("UNREAD_DATABASE_URL", &self.database_url)
+            .env("UNREAD_DB_SCHEMA", &self.name)
+            .env("UNREAD_TOPIC_PREFIX", format!("{}.", self.name))
+            .env("UNREAD_GROUP_ID", &self.name)
+            .env("UNREAD_REDIS_PREFIX", format!("{}:", self.name))
+            .env("UNREAD_LOG", "info,rdkafka=warn,sqlx=warn");
+        c
+    }
+
+    /// Runs a subcommand to completion; panics with its output unless it succeeds. Returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cmd(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "unread {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The total lag `unread lag` reports.
+    pub fn total_lag(&self) -> i64 {
+        let out = self.ok(&["lag"]);
+        let line = out.lines().find_map(|l| l.strip_prefix("total lag: ")).expect("lag prints a total");
+        line.trim().parse().unwrap()
+    }
+
+    /// Starts `unread run` on a free port (flushing every 100 ms unless `extra` says otherwise) and waits until
+    /// it is ready (at most 60 s). Its log goes to the temp dir.
+    pub fn start(&self, extra: &[&str]) -> Service {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec!["run", "--listen", &listen];
+        if !extra.iter().any(|a| a.starts_with("--flush-interval")) {
+            args.extend(["--flush-interval", "100ms"]);
+        }
+        args.extend_from_slice(extra);
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{port}.log", self.name))).unwrap();
+        let child = self.cmd(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        let svc = Service { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(port, "/readyz").map(|(s, _)| s) != Some(200) {
+            assert!(Instant::now() < deadline, "service not ready within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        svc
+    }
+
+    /// Removes the namespace now (as `Drop` would).
+    pub fn cleanup(self) {}
+
+    /// Deletes every topic, schema and Redis key of this namespace, those of its replayed namespaces included,
+    /// with the library's own deletion code. Best effort: a failure is printed, never a panic (this runs in
+    /// `Drop`, also while a failed test unwinds).
+    fn remove_all(&self) -> anyhow::Result<()> {
+        let rt = tokio::runtime::Runtime::new()?;
+        rt.block_on(async {
+            let prefix = format!("{}.", self.name);
+            let counts = unread::kafka::partition_counts(&self.stack.brokers)?;
+            let topics: Vec<&str> = counts.keys().filter(|t| t.starts_with(&prefix)).map(String::as_str).collect();
+            let admin = unread::kafka::admin(&self.stack.brokers)?;
+            admin.delete_topics(&topics, &unread::kafka::admin_options()).await?;
+            let pool = sqlx::PgPool::connect(&self.database_url).await?;
+            let schemas: Vec<String> = sqlx::query_scalar(
+                "SELECT nspname::text FROM pg_namespace WHERE nspname = $1 OR nspname LIKE $1 || '\\_ns\\_%'",
+            )
+            .bind(&self.name)
+            .fetch_all(&pool)
+            .await?;
+            for schema in schemas {
+                unread::checkpoint::store::drop_schema(&self.database_url, &schema).await?;
+            }
+            let redis = unread::projection::redis::RedisProjection::connect(&self.redis_url, "").await?;
+            unread::namespace::delete_matching(&redis, &format!("{}:*", self.name)).await?;
+            Ok(())
+        })
+    }
+}
+
+impl Drop for Ns<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove_all() {
+            eprintln!("cleaning up namespace {}: {e:#}", self.name);
+        }
+    }
+}
+
+/// An `unread run` process; SIGKILLed on `Drop` unless stopped.
+pub struct Service {
+    /// The process.
+    pub child: Child,
+    /// Its read API's port.
+    pub port: u16,
+}
+
+impl Service {
+    /// SIGKILL, and wait for the exit.
+    pub fn kill(mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+
+    /// SIGTERM (a clean stop: every task flushes), SIGKILL after 40 s.
+    pub fn stop(mut self) {
+        signal(self.child.id(), Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                self.child.kill().ok();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the process still runs (not exited, not a zombie).
+    pub fn alive(&self) -> bool {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        !status.is_empty() && !status.contains("zombie")
+    }
+
+    /// Its resident memory, in MiB.
+    pub fn rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().split_whitespace().next().unwrap();
+        kib.parse::<u64>().unwrap() / 1024
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+/// Waits (at most 120 s) until the total lag is below `from`, i.e. some work was checkpointed; returns the lag.
+pub fn wait_for_progress(ns: &Ns, from: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let lag = ns.total_lag();
+        if lag < from || lag == 0 {
+            return lag;
+        }
+        assert!(Instant::now() < deadline, "no progress within 120 s (lag {lag})");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
