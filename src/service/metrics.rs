@@ -290,7 +290,7 @@ mod tests {
         let text = m.render();
         assert!(text.contains("# HELP unread_events_processed Input records processed"), "{text}");
         assert!(text.contains("unread_events_processed_total{topic=\"t\"} 3"), "{text}");
-        assert!(text.contains("unread_flush_seconds_bucket{stage=\"fold\",le=\"+Inf\"} 1"), "{text}");
+        assert!(text.contains("unread_flush_seconds_bucket{le=\"+Inf\",stage=\"fold\"} 1"), "{text}");
         assert!(text.contains("unread_partition_lag{stage=\"fold\",topic=\"b\",partition=\"1\"} 6"), "{text}");
         m.forget_lag(Stage::Fold, 1);
         let text = m.render();

@@ -55,7 +55,7 @@ fn dev_set_end_to_end_is_exact_over_http() {
     let metrics = http_get(svc.port, "/metrics").unwrap().1;
     for family in [
         "unread_events_processed_total{topic=",
-        r#"unread_flush_seconds_bucket{stage="fold",le="+Inf"}"#,
+        r#"unread_flush_seconds_bucket{le="+Inf",stage="fold"}"#,
         r#"unread_flush_seconds_count{stage="fanout"}"#,
         r#"unread_checkpoint_transaction_seconds_count{stage="fold"}"#,
         r#"unread_partition_lag{stage="fold",topic="#,
