@@ -101,6 +101,18 @@ pub struct TimedStateRow {
 }
 
 #[derive(FromRow)]
+struct LeaseRow {
+    partition: i32,
+    generation: i64,
+}
+
+#[derive(FromRow)]
+struct SizeRow {
+    rows: i64,
+    bytes: i64,
+}
+
+#[derive(FromRow)]
 struct OffsetRow {
     stage: String,
     topic: String,
@@ -259,13 +271,12 @@ impl CheckpointStore {
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn generations(&self, stage: Stage) -> StoreResult<HashMap<i32, i64>> {
-        let rows: Vec<(i32, i64)> =
-            sqlx::query_as("SELECT partition, generation FROM partition_leases WHERE stage = $1")
-                .bind(stage.as_str())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(db("reading leases"))?;
-        Ok(rows.into_iter().collect())
+        let rows: Vec<LeaseRow> = sqlx::query_as("SELECT partition, generation FROM partition_leases WHERE stage = $1")
+            .bind(stage.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db("reading leases"))?;
+        Ok(rows.into_iter().map(|r| (r.partition, r.generation)).collect())
     }
 
     /// Fails with [`Fenced`] unless the lease is still at `generation`.
@@ -498,14 +509,15 @@ impl CheckpointStore {
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn size(&self) -> StoreResult<(i64, i64)> {
-        sqlx::query_as(
-            "SELECT (SELECT count(*) FROM fold_users) + (SELECT count(*) FROM fanout_conversations), \
+        let size: SizeRow = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM fold_users) + (SELECT count(*) FROM fanout_conversations) AS rows, \
              COALESCE((SELECT sum(length(state)) FROM fold_users), 0)::bigint + \
-             COALESCE((SELECT sum(length(state)) FROM fanout_conversations), 0)::bigint",
+             COALESCE((SELECT sum(length(state)) FROM fanout_conversations), 0)::bigint AS bytes",
         )
         .fetch_one(&self.pool)
         .await
-        .map_err(db("measuring the checkpoint"))
+        .map_err(db("measuring the checkpoint"))?;
+        Ok((size.rows, size.bytes))
     }
 }
 

@@ -227,12 +227,9 @@ fn replay_from_earliest_refuses_a_truncated_log_and_from_checkpoint_covers_it() 
     // Retention at work: the first records of one partition of each input topic are deleted.
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        use rdkafka::admin::{AdminClient, AdminOptions};
-        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-            rdkafka::ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        let consumer: BaseConsumer =
-            rdkafka::ClientConfig::new().set("bootstrap.servers", &stack.brokers).create().unwrap();
+        use rdkafka::consumer::Consumer;
+        let admin = unread::kafka::admin(&stack.brokers).unwrap();
+        let consumer = unread::kafka::metadata_client(&stack.brokers).unwrap();
         let mut tpl = rdkafka::TopicPartitionList::new();
         for t in ["unread.conversation-events", "unread.user-events"] {
             let topic = format!("{}.{t}", ns.name);
@@ -241,7 +238,7 @@ fn replay_from_earliest_refuses_a_truncated_log_and_from_checkpoint_covers_it() 
                 .expect("a partition with records");
             tpl.add_partition_offset(&topic, p, rdkafka::Offset::Offset(5)).unwrap();
         }
-        admin.delete_records(&tpl, &AdminOptions::new()).await.unwrap();
+        admin.delete_records(&tpl, &unread::kafka::admin_options()).await.unwrap();
     });
     let (ok, out) = run(&ns, &["replay", "--from", "earliest", "--into", "r4"]);
     assert!(
