@@ -195,39 +195,27 @@ pub fn watermarks<C: ConsumerContext>(
         .collect()
 }
 
-/// Kafka's murmur2 hash of a key, as the Java client's default partitioner (and librdkafka's `murmur2_random`)
-/// computes it. Hand-written: no maintained crate exposes Kafka's variant (seed `0x9747b28c`, Java's tail order);
-/// the test below pins it to the Java client's own values.
-pub fn murmur2(data: &[u8]) -> u32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    let mut h = SEED ^ data.len() as u32;
-    let chunks = data.chunks_exact(4);
-    let tail = chunks.remainder();
-    for c in chunks {
-        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    if !tail.is_empty() {
-        for (i, b) in tail.iter().enumerate().rev() {
-            h ^= u32::from(*b) << (8 * i);
-        }
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h
-}
-
-/// The partition (0..`partitions`) the Java default partitioner (and `murmur2_random`) picks for a non-empty key.
+/// The partition (0..`partitions`) Kafka's default partitioner picks for a key: the Java client's murmur2
+/// (`(murmur2(key) & 0x7fffffff) % partitions`), which our producers use too (`partitioner=murmur2_random`). It is
+/// librdkafka's own function (`rd_kafka_msg_partitioner_murmur2`, from the `rdkafka-sys` that rdkafka links), not a
+/// copy: the consumers' idea of where a key lives is then the producers' by construction. The test below pins it
+/// to the Java client's values.
+///
+/// Panics when `partitions` is not positive.
 pub fn partition_for_key(key: &[u8], partitions: i32) -> i32 {
-    ((murmur2(key) & 0x7fff_ffff) % partitions as u32) as i32
+    assert!(partitions > 0, "a topic has at least one partition");
+    // SAFETY: the function reads `keylen` bytes at `key` (a live slice) and nothing else: it ignores the topic
+    // handle and both opaques (librdkafka src/rdkafka_msg.c), so null pointers are fine there.
+    unsafe {
+        rdkafka_sys::bindings::rd_kafka_msg_partitioner_murmur2(
+            std::ptr::null(),
+            key.as_ptr().cast(),
+            key.len(),
+            partitions,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -246,8 +234,9 @@ mod tests {
     }
 
     #[test]
-    fn murmur2_matches_the_java_client() {
-        // Values from Kafka's own UtilsTest.testMurmur2 (as signed ints in Java), one per tail length.
+    fn the_partitioner_matches_the_java_client() {
+        // murmur2 values from Kafka's own UtilsTest.testMurmur2 (signed ints in Java), one per tail length; the
+        // Java partitioner takes `(h & 0x7fffffff) % n`.
         let cases: [(&[u8], i32); 5] = [
             (b"abc", 479470107),
             (b"21", -973932308),
@@ -256,7 +245,10 @@ mod tests {
             (b"a-little-bit-longer-string", -1486304829),
         ];
         for (key, java) in cases {
-            assert_eq!(murmur2(key) as i32, java, "{:?}", std::str::from_utf8(key));
+            for n in [1, 7, 8, 1000, i32::MAX] {
+                let want = ((java & 0x7fff_ffff) as u32 % n as u32) as i32;
+                assert_eq!(partition_for_key(key, n), want, "{:?} over {n}", std::str::from_utf8(key));
+            }
         }
     }
 }

@@ -128,7 +128,8 @@ pub async fn active_groups(ns: &Settings) -> anyhow::Result<Vec<String>> {
         }
         Ok(active)
     })
-    .await?
+    .await
+    .context("listing consumer groups")?
 }
 
 /// What `unread promote` did.
@@ -278,7 +279,7 @@ pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport>
         redis_keys += delete_matching(&base, &pattern).await?;
     }
     let schema = ns.ns_db_schema();
-    crate::checkpoint::store::drop_schema(&ns.database_url, &schema).await?;
+    crate::checkpoint::store::drop_schema(&ns.database_url, &schema).await.context("dropping the schema")?;
     let admin = kafka::admin(&ns.brokers)?;
     let opts = kafka::admin_options();
     let group_names = groups(&ns);

@@ -119,10 +119,10 @@ pub async fn verify(
     Ok(report)
 }
 
-/// Keeps `n` ids chosen at random: ordered by a hash of the id salted with the clock.
+/// Keeps `n` ids chosen at random: ordered by a hash (murmur2) of the id salted with the clock.
 fn take_sample(ids: &mut Vec<String>, n: usize) {
     let salt = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u32);
-    ids.sort_by_cached_key(|id| kafka::murmur2(format!("{salt}{id}").as_bytes()));
+    ids.sort_by_cached_key(|id| kafka::partition_for_key(format!("{salt}{id}").as_bytes(), i32::MAX));
     ids.truncate(n);
 }
 

@@ -337,7 +337,8 @@ async fn wait_for_stop(
     mut tasks: tokio::task::JoinSet<anyhow::Result<()>>,
     stop: watch::Sender<bool>,
 ) -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => info!("SIGINT: stopping"),
         _ = term.recv() => info!("SIGTERM: stopping"),
