@@ -59,7 +59,7 @@ impl Pipeline {
 
     /// Every member user's reader view, sorted by user id.
     pub fn views(&self) -> Vec<UserView> {
-        self.fold.views()
+        self.fold.views(self.fanout.lists())
     }
 }
 

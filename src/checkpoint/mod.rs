@@ -2,6 +2,9 @@
 //! state (tables in `migrations/`), the [`Stage`] a checkpoint belongs to, and the transactional [`store`].
 //!
 //! Format: one version byte ([`FORMAT_VERSION`]) followed by the state in postcard (serde, varint integers).
+//! Version 2 (contract v2) adds to a user's row the feed flag per conversation, `feed_unread`, the broadcast cursors
+//! and the notification summary; a version-1 row still decodes (as a user with none of those). A user's remembered
+//! notifications ([`encode_note`]) and the broadcast lists ([`encode_list`]) have rows of their own.
 //! Range sets make a user's state small whatever the unread count: a dev-set user averages tens of bytes.
 //! Decoding checks the invariants (sorted disjoint ranges, mentions within unread, totals equal to the sums), so
 //! a corrupt row is an error, never a wrong count.
@@ -10,8 +13,15 @@ pub mod store;
 
 use std::fmt;
 
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::core::broadcast::ListState;
 use crate::core::fanout::ConversationState;
-use crate::core::fold::UserState;
+use crate::core::fold::{ConvState, Totals, UserState};
+use crate::core::notifications::Note;
+use crate::core::seqset::SeqSet;
 
 /// A stage of the pipeline: which checkpoint tables, leases, consumer group and metrics a partition task uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -42,13 +52,13 @@ impl fmt::Display for Stage {
 }
 
 /// The version byte of the current encoding.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Why checkpoint bytes could not be turned back into state.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// The bytes are empty or start with a version this build does not read.
-    #[error("unsupported checkpoint format version {found:?} (this build reads {FORMAT_VERSION})")]
+    #[error("unsupported checkpoint format version {found:?} (this build reads 1 and {FORMAT_VERSION})")]
     Version {
         /// The first byte, if any.
         found: Option<u8>,
@@ -70,8 +80,57 @@ fn encode<T: serde::Serialize>(state: &T) -> Vec<u8> {
 
 fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, CheckpointError> {
     match bytes.split_first() {
-        Some((&FORMAT_VERSION, payload)) => Ok(postcard::from_bytes(payload)?),
+        Some((&v, payload)) if v == 1 || v == FORMAT_VERSION => Ok(postcard::from_bytes(payload)?),
         other => Err(CheckpointError::Version { found: other.map(|(v, _)| *v) }),
+    }
+}
+
+/// A user's row as version 1 wrote it (postcard is positional: the same fields in the same order).
+#[derive(Deserialize)]
+struct UserStateV1 {
+    conversations: BTreeMap<String, ConvStateV1>,
+    totals: TotalsV1,
+    clock: u64,
+    detached: usize,
+}
+
+#[derive(Deserialize)]
+struct ConvStateV1 {
+    floor: u64,
+    joined_at: Option<u64>,
+    muted: bool,
+    unread: SeqSet,
+    mentions: SeqSet,
+    touched: u64,
+}
+
+#[derive(Deserialize)]
+struct TotalsV1 {
+    total_unread: u64,
+    total_mentions: u64,
+    unread_conversations: u64,
+    memberships: u64,
+}
+
+impl From<UserStateV1> for UserState {
+    fn from(v1: UserStateV1) -> Self {
+        let conversations = v1
+            .conversations
+            .into_iter()
+            .map(|(id, c)| {
+                let ConvStateV1 { floor, joined_at, muted, unread, mentions, touched } = c;
+                (id, ConvState { floor, joined_at, muted, unread, mentions, touched, feed: false })
+            })
+            .collect();
+        let t = v1.totals;
+        let totals = Totals {
+            total_unread: t.total_unread,
+            total_mentions: t.total_mentions,
+            unread_conversations: t.unread_conversations,
+            memberships: t.memberships,
+            feed_unread: 0,
+        };
+        UserState::from_parts(conversations, totals, v1.clock, v1.detached)
     }
 }
 
@@ -85,9 +144,40 @@ pub fn encode_user(state: &UserState) -> Vec<u8> {
 /// Errors: [`CheckpointError::Version`] for another format, [`CheckpointError::Corrupt`] for bytes that do not
 /// decode, [`CheckpointError::Inconsistent`] for a state whose totals or sets break the fold's invariants.
 pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
-    let state: UserState = decode(bytes)?;
-    state.check().map_err(CheckpointError::Inconsistent)?;
+    let state: UserState = match bytes.split_first() {
+        Some((1, payload)) => postcard::from_bytes::<UserStateV1>(payload)?.into(),
+        _ => decode(bytes)?,
+    };
+    state.check_own().map_err(CheckpointError::Inconsistent)?;
     Ok(state)
+}
+
+/// Encodes one broadcast list's state (head and live seqs).
+pub fn encode_list(state: &ListState) -> Vec<u8> {
+    encode(state)
+}
+
+/// Decodes one broadcast list's state.
+///
+/// Errors: [`CheckpointError::Version`] or [`CheckpointError::Corrupt`]; a live seq above the head is inconsistent.
+pub fn decode_list(bytes: &[u8]) -> Result<ListState, CheckpointError> {
+    let state: ListState = decode(bytes)?;
+    if state.live.max().is_some_and(|m| m > state.head) {
+        return Err(CheckpointError::Inconsistent(format!("a live seq above head {}", state.head)));
+    }
+    Ok(state)
+}
+
+/// Encodes one remembered notification.
+pub fn encode_note(note: &Note) -> Vec<u8> {
+    encode(note)
+}
+
+/// Decodes one remembered notification.
+///
+/// Errors: [`CheckpointError::Version`] or [`CheckpointError::Corrupt`].
+pub fn decode_note(bytes: &[u8]) -> Result<Note, CheckpointError> {
+    decode(bytes)
 }
 
 /// Encodes one conversation's fan-out state.
@@ -114,8 +204,7 @@ mod tests {
     use super::*;
     use crate::core::contract::{ConversationEvent, MemberJoined, MessageSent, ReadAck, UserEvent};
     use crate::core::fanout::FanOut;
-    use crate::core::fold::{ConvState, Fold, Totals};
-    use std::collections::BTreeMap;
+    use crate::core::fold::Fold;
 
     fn sample() -> (FanOut, Fold) {
         let meta = || ("e".to_owned(), "2024-01-01T00:00:00Z".to_owned());
@@ -153,6 +242,26 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_user_row_still_loads() {
+        let (_, fold) = sample();
+        let user = fold.user("a/b").unwrap();
+        // The v1 layout: conversations without `feed`, totals without `feed_unread`, nothing after `detached`.
+        type ConvV1 = (u64, Option<u64>, bool, SeqSet, SeqSet, u64);
+        let convs: BTreeMap<String, ConvV1> = user
+            .conversations()
+            .iter()
+            .map(|(id, c)| (id.clone(), (c.floor, c.joined_at, c.muted, c.unread.clone(), c.mentions.clone(), c.touched)))
+            .collect();
+        let t = user.totals();
+        let v1 = (convs, (t.total_unread, t.total_mentions, t.unread_conversations, t.memberships), 501u64, 1usize);
+        let mut bytes = vec![1u8];
+        bytes.extend(postcard::to_allocvec(&v1).unwrap());
+        let loaded = decode_user(&bytes).unwrap();
+        assert_eq!(loaded.view("a/b", &crate::core::broadcast::NoLists), user.view("a/b", &crate::core::broadcast::NoLists));
+        assert_eq!(loaded.totals(), user.totals());
+    }
+
+    #[test]
     fn user_and_conversation_states_round_trip() {
         let (fanout, fold) = sample();
         let user = fold.user("a/b").unwrap();
@@ -172,7 +281,7 @@ mod tests {
         assert!(matches!(decode_user(&[9, 0]), Err(CheckpointError::Version { found: Some(9) })));
         assert!(matches!(decode_user(&bytes[..bytes.len() / 2]), Err(CheckpointError::Corrupt(_))));
         // Same layout as UserState (postcard is positional), with a total that no longer equals the sum.
-        type Mirror = (BTreeMap<String, ConvState>, Totals, u64, usize);
+        type Mirror = (BTreeMap<String, ConvState>, Totals, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
         let mut mirror: Mirror = postcard::from_bytes(&bytes[1..]).unwrap();
         mirror.1.total_unread += 1;
         bytes.truncate(1);

@@ -66,6 +66,48 @@ fn db(doing: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 /// A result of the store.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A change to one remembered notification: (user, notification id) and its encoded state (`None`: delete).
+pub type NoteChange = ((String, String), Option<Vec<u8>>);
+
+/// What one checkpoint writes besides the offsets, each entity's encoded state or `None` to delete it.
+#[derive(Debug, Default, Clone)]
+pub struct Changes {
+    /// Users (fold) or conversations (fan-out).
+    pub states: Vec<(String, Option<Vec<u8>>)>,
+    /// Broadcast lists (fan-out).
+    pub lists: Vec<(String, Option<Vec<u8>>)>,
+    /// Remembered notifications (fold).
+    pub notes: Vec<NoteChange>,
+}
+
+impl Changes {
+    /// Changes of the main entities only.
+    pub fn states(states: Vec<(String, Option<Vec<u8>>)>) -> Self {
+        Self { states, ..Self::default() }
+    }
+
+    /// Rows written or deleted, and bytes of state written.
+    pub fn size(&self) -> (usize, usize) {
+        let bytes = |s: &Option<Vec<u8>>| s.as_ref().map_or(0, Vec::len);
+        let rows = self.states.len() + self.lists.len() + self.notes.len();
+        let b = self.states.iter().map(|(_, s)| bytes(s)).sum::<usize>()
+            + self.lists.iter().map(|(_, s)| bytes(s)).sum::<usize>()
+            + self.notes.iter().map(|(_, s)| bytes(s)).sum::<usize>();
+        (rows, b)
+    }
+}
+
+/// One remembered notification's row.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct NoteRow {
+    /// The recipient.
+    pub user_id: String,
+    /// The notification.
+    pub notification_id: String,
+    /// Its encoded state ([`crate::checkpoint::encode_note`]).
+    pub state: Vec<u8>,
+}
+
 /// The whole checkpoint at one moment ([`CheckpointStore::snapshot`]).
 #[derive(Debug, Default)]
 pub struct Snapshot {
@@ -77,6 +119,10 @@ pub struct Snapshot {
     pub conversations: Vec<StateRow>,
     /// Every user's encoded state.
     pub users: Vec<StateRow>,
+    /// Every broadcast list's encoded state.
+    pub lists: Vec<StateRow>,
+    /// Every remembered notification.
+    pub notes: Vec<NoteRow>,
 }
 
 /// One checkpointed entity (a user of the fold, a conversation of the fan-out).
@@ -353,6 +399,43 @@ impl CheckpointStore {
         self.rows(stage, &format!("WHERE {column} = ANY($1)"), ids.to_vec()).await
     }
 
+    /// The encoded states of the broadcast lists of one fan-out partition, or of every partition.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn lists(&self, partition: Option<i32>) -> StoreResult<Vec<StateRow>> {
+        sqlx::query_as(
+            "SELECT broadcast_id AS id, partition, state FROM fanout_lists WHERE $1::int IS NULL OR partition = $1",
+        )
+        .bind(partition)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading lists"))
+    }
+
+    /// The remembered notifications of one fold partition's users, or of every partition.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn notes(&self, partition: Option<i32>) -> StoreResult<Vec<NoteRow>> {
+        sqlx::query_as(
+            "SELECT user_id, notification_id, state FROM fold_notifications WHERE $1::int IS NULL OR partition = $1",
+        )
+        .bind(partition)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading notifications"))
+    }
+
+    /// The remembered notifications of some users.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn notes_of(&self, users: &[String]) -> StoreResult<Vec<NoteRow>> {
+        sqlx::query_as("SELECT user_id, notification_id, state FROM fold_notifications WHERE user_id = ANY($1)")
+            .bind(users)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db("reading notifications"))
+    }
+
     /// The ids of every checkpointed entity of a stage (users or conversations), without their states.
     ///
     /// Errors: [`StoreError::Db`].
@@ -374,7 +457,7 @@ impl CheckpointStore {
         stage: Stage,
         partition: i32,
         generation: i64,
-        changed: &[(String, Option<Vec<u8>>)],
+        changes: &Changes,
         offsets: &[(&str, i64)],
     ) -> StoreResult<()> {
         let mut tx = self.pool.begin().await.map_err(db("starting a checkpoint"))?;
@@ -389,7 +472,10 @@ impl CheckpointStore {
         if current != Some(generation) {
             return Err(Fenced { stage, partition, ours: generation, current: current.unwrap_or(0) }.into());
         }
-        write_states(&mut tx, stage, partition, changed).await?;
+        let (table, column) = table(stage);
+        write_rows(&mut tx, table, column, partition, &changes.states).await?;
+        write_rows(&mut tx, "fanout_lists", "broadcast_id", partition, &changes.lists).await?;
+        write_notes(&mut tx, partition, &changes.notes).await?;
         write_offsets(&mut tx, stage, partition, offsets).await?;
         tx.commit().await.map_err(db("committing a checkpoint"))
     }
@@ -420,6 +506,14 @@ impl CheckpointStore {
             .await
             .map_err(db(doing))?;
         snap.users = sqlx::query_as("SELECT user_id AS id, partition, state FROM fold_users")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        snap.lists = sqlx::query_as("SELECT broadcast_id AS id, partition, state FROM fanout_lists")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        snap.notes = sqlx::query_as("SELECT user_id, notification_id, state FROM fold_notifications")
             .fetch_all(&mut *tx)
             .await
             .map_err(db(doing))?;
@@ -485,7 +579,7 @@ impl CheckpointStore {
     /// Errors: [`StoreError::Db`].
     pub async fn reset(&self) -> StoreResult<()> {
         let mut tx = self.pool.begin().await.map_err(db("resetting"))?;
-        for table in ["checkpoint_offsets", "fold_users", "fanout_conversations"] {
+        for table in ["checkpoint_offsets", "fold_users", "fanout_conversations", "fanout_lists", "fold_notifications"] {
             // Audited: the table names are the constants above.
             sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}")))
                 .execute(&mut *tx)
@@ -521,19 +615,19 @@ impl CheckpointStore {
     }
 }
 
-/// Upserts the changed entities with a state and deletes those without, in `tx`.
-async fn write_states(
+/// Upserts the rows with a state and deletes those without, in `tx`.
+async fn write_rows(
     tx: &mut sqlx::PgConnection,
-    stage: Stage,
+    table: &'static str,
+    column: &'static str,
     partition: i32,
-    changed: &[(String, Option<Vec<u8>>)],
+    rows: &[(String, Option<Vec<u8>>)],
 ) -> StoreResult<()> {
-    let (table, column) = table(stage);
-    let (upserts, deletes): (Vec<_>, Vec<_>) = changed.iter().partition(|(_, s)| s.is_some());
+    let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, s)| s.is_some());
     if !upserts.is_empty() {
         let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
         let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
-        // Audited: `table` and `column` are constants of `table()`, never input.
+        // Audited: `table` and `column` are constants of this module, never input.
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {table} ({column}, partition, state, updated_at) \
              SELECT i, $3, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
@@ -554,6 +648,43 @@ async fn write_states(
             .execute(&mut *tx)
             .await
             .map_err(db("deleting states"))?;
+    }
+    Ok(())
+}
+
+/// Upserts the remembered notifications with a state and deletes those without, in `tx`.
+async fn write_notes(tx: &mut sqlx::PgConnection, partition: i32, rows: &[NoteChange]) -> StoreResult<()> {
+    let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, s)| s.is_some());
+    if !upserts.is_empty() {
+        let users: Vec<&str> = upserts.iter().map(|((u, _), _)| u.as_str()).collect();
+        let ids: Vec<&str> = upserts.iter().map(|((_, n), _)| n.as_str()).collect();
+        let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
+        sqlx::query(
+            "INSERT INTO fold_notifications (user_id, notification_id, partition, state, updated_at) \
+             SELECT u, n, $4, s, now() FROM UNNEST($1::text[], $2::text[], $3::bytea[]) AS t(u, n, s) \
+             ON CONFLICT (user_id, notification_id) DO UPDATE SET state = EXCLUDED.state, \
+             partition = EXCLUDED.partition, updated_at = now()",
+        )
+        .bind(&users)
+        .bind(&ids)
+        .bind(&states)
+        .bind(partition)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("writing notifications"))?;
+    }
+    if !deletes.is_empty() {
+        let users: Vec<&str> = deletes.iter().map(|((u, _), _)| u.as_str()).collect();
+        let ids: Vec<&str> = deletes.iter().map(|((_, n), _)| n.as_str()).collect();
+        sqlx::query(
+            "DELETE FROM fold_notifications AS f USING UNNEST($1::text[], $2::text[]) AS t(u, n) \
+             WHERE f.user_id = t.u AND f.notification_id = t.n",
+        )
+        .bind(&users)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("deleting notifications"))?;
     }
     Ok(())
 }

@@ -19,8 +19,12 @@ pub struct Delta {
     pub user_id: String,
     /// The conversation the ops are about.
     pub conversation_id: String,
-    /// Never empty.
+    /// In order; empty only in a delta that just says the conversation became a feed.
     pub ops: Vec<DeltaOp>,
+    /// The conversation is a feed (`CONTRACT.md` § v2, "Kind"): its counts go to `feed_unread`. Absent (false) on
+    /// the wire for other kinds, so v1 deltas are unchanged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub feed: bool,
 }
 
 /// One step of a [`Delta`]. Seqs are the conversation's message seqs (1..=2^53).

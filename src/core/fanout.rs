@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::contract::{ConversationEvent, ConversationKind};
+use crate::core::broadcast::{ListOp, ListState};
+use crate::core::contract::{ConversationEvent, ConversationKind, Target};
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::seqset::SeqSet;
 
@@ -32,10 +33,13 @@ pub struct ConversationState {
     pub members: BTreeMap<String, u64>,
 }
 
-/// The fan-out's state of every conversation it has seen.
+/// The fan-out's state of every conversation and broadcast list it has seen.
 #[derive(Debug, Default, Clone)]
 pub struct FanOut {
     conversations: HashMap<String, ConversationState>,
+    lists: HashMap<String, ListState>,
+    /// The list changes of the batches since [`FanOut::take_list_ops`], in order.
+    list_ops: Vec<(String, ListOp)>,
 }
 
 /// Counts of what a batch held, for metrics.
@@ -58,6 +62,8 @@ enum Mark {
 /// What a batch did to one conversation: shared by every recipient.
 struct ConvBatch<'e> {
     conversation_id: &'e str,
+    /// The kind was decided `feed` in this batch: every member hears of it.
+    became_feed: bool,
     start_head: u64,
     start_members: Vec<String>,
     /// Countable, not recalled seqs sent in the batch.
@@ -93,6 +99,26 @@ impl FanOut {
         self.conversations.iter()
     }
 
+    /// Every broadcast list's state, by id.
+    pub fn lists(&self) -> &HashMap<String, ListState> {
+        &self.lists
+    }
+
+    /// One broadcast list's state, if it has had any event.
+    pub fn list(&self, broadcast_id: &str) -> Option<&ListState> {
+        self.lists.get(broadcast_id)
+    }
+
+    /// Puts back a list's state, e.g. loaded from a checkpoint.
+    pub fn restore_list(&mut self, broadcast_id: String, state: ListState) {
+        self.lists.insert(broadcast_id, state);
+    }
+
+    /// The list changes since the last call, in order (what the projection applies to its copy of the lists).
+    pub fn take_list_ops(&mut self) -> Vec<(String, ListOp)> {
+        std::mem::take(&mut self.list_ops)
+    }
+
     /// Applies a batch of conversation events (each conversation's in partition order) and returns the
     /// per-recipient deltas: for each conversation in order of first appearance, one delta per affected user
     /// (members at the start of the batch by user id, then other users by user id). Deterministic.
@@ -104,7 +130,16 @@ impl FanOut {
         let mut batches: Vec<ConvBatch<'e>> = Vec::new();
         let mut index: HashMap<&'e str, usize> = HashMap::new();
         for event in events {
-            let cid = event.conversation_id();
+            let cid = match event.target() {
+                Target::Conversation(cid) => cid,
+                Target::Broadcast(bid) => {
+                    // Broadcasts are never fanned out: the list changes once, whatever the number of readers.
+                    if let Some(op) = self.lists.entry(bid.to_owned()).or_default().apply(event) {
+                        self.list_ops.push((bid.to_owned(), op));
+                    }
+                    continue;
+                }
+            };
             if !self.conversations.contains_key(cid) {
                 self.conversations.insert(cid.to_owned(), ConversationState::default());
             }
@@ -117,8 +152,8 @@ impl FanOut {
         }
         let mut deltas = Vec::new();
         for batch in &batches {
-            let end_head = self.conversations[batch.conversation_id].head;
-            batch.emit(end_head, &mut deltas);
+            let state = &self.conversations[batch.conversation_id];
+            batch.emit(state.head, state.kind == Some(ConversationKind::Feed), &mut deltas);
         }
         (deltas, stats)
     }
@@ -128,6 +163,7 @@ impl<'e> ConvBatch<'e> {
     fn start(conversation_id: &'e str, state: &ConversationState) -> Self {
         Self {
             conversation_id,
+            became_feed: false,
             start_head: state.head,
             start_members: state.members.keys().cloned().collect(),
             countable: SeqSet::new(),
@@ -148,7 +184,11 @@ impl<'e> ConvBatch<'e> {
     fn apply(&mut self, state: &mut ConversationState, event: &'e ConversationEvent, stats: &mut BatchStats) {
         match event {
             ConversationEvent::Created(e) => {
-                state.kind = Some(e.kind);
+                // The first conversation.created decides the kind (`CONTRACT.md` § v2, "Kind").
+                if state.kind.is_none() {
+                    state.kind = Some(e.kind);
+                    self.became_feed = e.kind == ConversationKind::Feed;
+                }
                 for m in &e.members {
                     self.join(state, m);
                 }
@@ -175,6 +215,9 @@ impl<'e> ConvBatch<'e> {
                         self.mentioned.entry(m).or_default().insert(e.seq);
                     }
                 }
+            }
+            ConversationEvent::Published(_) | ConversationEvent::Unpublished(_) => {
+                unreachable!("broadcast events are handled by process_batch")
             }
             ConversationEvent::Recalled(e) => {
                 if e.seq > state.head {
@@ -211,12 +254,13 @@ impl<'e> ConvBatch<'e> {
         Some(DeltaOp::Messages { unread, mentions, read_to: own })
     }
 
-    fn emit(&self, end_head: u64, out: &mut Vec<Delta>) {
+    fn emit(&self, end_head: u64, feed: bool, out: &mut Vec<Delta>) {
         let shared = self.messages("", self.start_head, end_head, 0);
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
             conversation_id: self.conversation_id.to_owned(),
             ops,
+            feed,
         };
         let recalled = || (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
         for user in &self.start_members {
@@ -228,7 +272,7 @@ impl<'e> ConvBatch<'e> {
                 }
                 None => ops.extend(shared.clone()),
             }
-            if !ops.is_empty() {
+            if !ops.is_empty() || self.became_feed {
                 out.push(delta(user, ops));
             }
         }

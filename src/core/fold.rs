@@ -18,8 +18,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::contract::{ConversationView, UserEvent, UserView};
+use crate::core::broadcast::Lists;
+use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserEvent, UserView};
 use crate::core::delta::{Delta, DeltaOp};
+use crate::core::notifications::{NoteBook, Summary};
 use crate::core::seqset::SeqSet;
 
 /// Most conversations a user is not a member of whose floor and mute are kept (the retention bound).
@@ -40,6 +42,9 @@ pub struct ConvState {
     pub mentions: SeqSet,
     /// The user's op clock when this entry last changed (drives retention).
     pub touched: u64,
+    /// The conversation is a feed (`CONTRACT.md` § v2, "Kind"): it counts in `feed_unread`, not in the chat
+    /// totals. Only ever turns true (a kind is decided once, by the first `conversation.created`).
+    pub feed: bool,
 }
 
 impl ConvState {
@@ -62,12 +67,16 @@ impl ConvState {
         if !self.is_member() {
             return Totals::default();
         }
-        let counted = !self.muted && !self.unread.is_empty();
+        let shown = if self.muted { 0 } else { self.unread.len() };
+        if self.feed {
+            return Totals { feed_unread: shown, memberships: 1, ..Totals::default() };
+        }
         Totals {
-            total_unread: if self.muted { 0 } else { self.unread.len() },
+            total_unread: shown,
             total_mentions: self.mentions.len(),
-            unread_conversations: u64::from(counted),
+            unread_conversations: u64::from(shown > 0),
             memberships: 1,
+            feed_unread: 0,
         }
     }
 
@@ -87,8 +96,10 @@ pub struct Totals {
     pub total_mentions: u64,
     /// Member, unmuted conversations with `unread > 0`.
     pub unread_conversations: u64,
-    /// Conversations the user is a member of.
+    /// Conversations the user is a member of, feeds included.
     pub memberships: u64,
+    /// Sum of `unread` over member, unmuted feed conversations (`CONTRACT.md` § v2).
+    pub feed_unread: u64,
 }
 
 impl Totals {
@@ -98,19 +109,32 @@ impl Totals {
         self.unread_conversations =
             self.unread_conversations + after.unread_conversations - before.unread_conversations;
         self.memberships = self.memberships + after.memberships - before.memberships;
+        self.feed_unread = self.feed_unread + after.feed_unread - before.feed_unread;
     }
 }
 
-/// One user's state: per-conversation [`ConvState`]s and the [`Totals`] over them. Serializes for checkpoints.
+/// One user's state: per-conversation [`ConvState`]s and the [`Totals`] over them, broadcast cursors, and the
+/// notification [`Summary`]. Serializes for the user's checkpoint row; the remembered notifications
+/// ([`NoteBook`]) are checkpointed apart, one row each, so that a flush writes what changed, not the history.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserState {
     conversations: BTreeMap<String, ConvState>,
     totals: Totals,
     clock: u64,
     detached: usize,
+    /// Broadcast list → the largest `read_seq` of the user's `broadcast.read` in it.
+    broadcasts: BTreeMap<String, u64>,
+    notifications: Summary,
+    #[serde(skip)]
+    notes: NoteBook,
 }
 
 impl UserState {
+    /// A state from its parts (a v1 checkpoint has no broadcasts and no notifications).
+    pub(crate) fn from_parts(conversations: BTreeMap<String, ConvState>, totals: Totals, clock: u64, detached: usize) -> Self {
+        Self { conversations, totals, clock, detached, ..Self::default() }
+    }
+
     /// The totals, kept incrementally.
     pub fn totals(&self) -> Totals {
         self.totals
@@ -121,27 +145,81 @@ impl UserState {
         &self.conversations
     }
 
+    /// Every broadcast list read, with the user's cursor in it.
+    pub fn broadcasts(&self) -> &BTreeMap<String, u64> {
+        &self.broadcasts
+    }
+
+    /// The notification counts per category.
+    pub fn notification_summary(&self) -> &Summary {
+        &self.notifications
+    }
+
+    /// The remembered notifications.
+    pub fn notes(&self) -> &NoteBook {
+        &self.notes
+    }
+
+    /// The remembered notifications, to take what changed ([`NoteBook::take_dirty`]).
+    pub fn notes_mut(&mut self) -> &mut NoteBook {
+        &mut self.notes
+    }
+
+    /// Puts back the remembered notifications (loaded from their checkpoint rows).
+    pub fn set_notes(&mut self, notes: NoteBook) {
+        self.notes = notes;
+    }
+
     /// Whether nothing is kept for this user.
     pub fn is_empty(&self) -> bool {
         self.conversations.is_empty()
+            && self.broadcasts.is_empty()
+            && self.notifications.categories.is_empty()
+            && self.notes.is_empty()
     }
 
-    /// The reader shape of `CONTRACT.md` § "The state a reader sees": member conversations only.
-    pub fn view(&self, user_id: &str) -> UserView {
+    /// Whether the user has a state a reader sees (`CONTRACT.md` § v2): a member of a conversation of any kind,
+    /// or a reader of a broadcast list, or with a notification.
+    pub fn is_listed(&self) -> bool {
+        self.totals.memberships > 0 || !self.broadcasts.is_empty() || !self.notifications.categories.is_empty()
+    }
+
+    /// The reader shape of `CONTRACT.md` § "The state a reader sees", with the broadcast counts from `lists`.
+    pub fn view(&self, user_id: &str, lists: &impl Lists) -> UserView {
         let conversations = self
             .conversations
             .iter()
-            .filter(|(_, c)| c.is_member())
+            .filter(|(_, c)| c.is_member() && !c.feed)
             .map(|(id, c)| {
                 (id.clone(), ConversationView { unread: c.unread.len(), mentions: c.mentions.len(), muted: c.muted })
             })
             .collect();
+        let broadcasts = self
+            .broadcasts
+            .iter()
+            .map(|(id, cursor)| {
+                let unread = lists.unread_above(id, *cursor);
+                (id.clone(), BroadcastView { unread, dot: unread > 0 })
+            })
+            .collect();
+        let notifications = self
+            .notifications
+            .categories
+            .iter()
+            .map(|(cat, c)| (cat.clone(), NotificationView { unread: c.unread, unseen: c.unseen }))
+            .collect();
+        let (total_notifications_unread, total_notifications_unseen) = self.notifications.totals();
         UserView {
             user_id: user_id.to_owned(),
             total_unread: self.totals.total_unread,
             total_mentions: self.totals.total_mentions,
             unread_conversations: self.totals.unread_conversations,
             conversations,
+            feed_unread: self.totals.feed_unread,
+            broadcasts,
+            notifications,
+            total_notifications_unread,
+            total_notifications_unseen,
         }
     }
 
@@ -154,9 +232,16 @@ impl UserState {
         t
     }
 
-    /// Checks the invariants: non-members hold no unread, unread seqs are above the cursor, mentions are within
-    /// unread, totals and the detached count equal what the conversations give. Returns the first broken one.
+    /// Checks every invariant ([`UserState::check_own`], and the notification counts against the remembered
+    /// notifications). Returns the first broken one.
     pub fn check(&self) -> Result<(), String> {
+        self.check_own()?;
+        self.check_notifications()
+    }
+
+    /// Checks the invariants of the user's own row: non-members hold no unread, unread seqs are above the cursor,
+    /// mentions are within unread, totals and the detached count equal what the conversations give.
+    pub fn check_own(&self) -> Result<(), String> {
         for (id, c) in &self.conversations {
             let holds_counts = !c.unread.is_empty() || !c.mentions.is_empty();
             if !c.is_member() && holds_counts {
@@ -177,6 +262,21 @@ impl UserState {
             return Err(format!("detached count {} differs from {detached}", self.detached));
         }
         Ok(())
+    }
+
+    /// The notification counts equal what the remembered notifications give (a forgotten, done one counted 0).
+    fn check_notifications(&self) -> Result<(), String> {
+        let recount = self.notes.recount();
+        for (cat, c) in &self.notifications.categories {
+            let got = recount.get(cat).copied().unwrap_or_default();
+            if got != *c {
+                return Err(format!("notifications {cat:?}: counts {c:?} differ from the notes' {got:?}"));
+            }
+        }
+        match recount.keys().find(|cat| !self.notifications.categories.contains_key(*cat)) {
+            Some(cat) => Err(format!("notifications {cat:?}: a note in a category not counted")),
+            None => Ok(()),
+        }
     }
 
     /// Applies one op about `conversation_id`; returns how many seqs became unread.
@@ -222,8 +322,34 @@ impl UserState {
         }
     }
 
-    /// Applies one of the user's own events (`read.ack`, `conversation.muted`).
+    /// Marks a conversation as a feed (its kind was decided `feed`), if the user has an entry for it.
+    pub fn mark_feed(&mut self, conversation_id: &str) {
+        if self.conversations.get(conversation_id).is_some_and(|c| !c.feed) {
+            self.update(conversation_id, false, |c| {
+                c.feed = true;
+                0
+            });
+        }
+    }
+
+    /// Applies one of the user's own events.
     pub fn apply_event(&mut self, event: &UserEvent) {
+        match event {
+            UserEvent::BroadcastRead(e) => {
+                let cursor = self.broadcasts.entry(e.broadcast_id.clone()).or_default();
+                *cursor = (*cursor).max(e.read_seq);
+                return;
+            }
+            UserEvent::NotificationCreated(_)
+            | UserEvent::NotificationRead(_)
+            | UserEvent::NotificationRetracted(_)
+            | UserEvent::NotificationsSeen(_)
+            | UserEvent::NotificationsRead(_) => {
+                self.notes.apply(&mut self.notifications, event);
+                return;
+            }
+            UserEvent::ReadAck(_) | UserEvent::Muted(_) => {}
+        }
         match event {
             UserEvent::ReadAck(e) => self.update(&e.conversation_id, true, |c| {
                 c.floor = c.floor.max(e.read_seq);
@@ -236,6 +362,7 @@ impl UserState {
                 c.muted = e.muted;
                 0
             }),
+            _ => unreachable!("handled above"),
         };
     }
 
@@ -309,6 +436,9 @@ impl Fold {
         for op in &delta.ops {
             added += user.apply_op(&delta.conversation_id, op);
         }
+        if delta.feed {
+            user.mark_feed(&delta.conversation_id);
+        }
         self.stats.increments += added;
         self.forget_if_empty(&delta.user_id);
     }
@@ -335,20 +465,25 @@ impl Fold {
         self.users.iter()
     }
 
-    /// One user's reader shape: the zero state (no conversations, zero totals) when nothing is kept for them.
-    pub fn view(&self, user_id: &str) -> UserView {
+    /// One user's reader shape, broadcast counts from `lists`: the zero state (no conversations, zero totals,
+    /// empty maps) when nothing is kept for them.
+    pub fn view(&self, user_id: &str, lists: &impl Lists) -> UserView {
         match self.users.get(user_id) {
-            Some(state) => state.view(user_id),
+            Some(state) => state.view(user_id, lists),
             None => UserView { user_id: user_id.to_owned(), ..Default::default() },
         }
     }
 
-    /// The reader shape of every user who is a member of at least one conversation, sorted by user id.
-    pub fn views(&self) -> Vec<UserView> {
-        let mut ids: Vec<&String> =
-            self.users.iter().filter(|(_, u)| u.totals().memberships > 0).map(|(id, _)| id).collect();
+    /// The reader shape of every listed user ([`UserState::is_listed`]), sorted by user id.
+    pub fn views(&self, lists: &impl Lists) -> Vec<UserView> {
+        let mut ids: Vec<&String> = self.users.iter().filter(|(_, u)| u.is_listed()).map(|(id, _)| id).collect();
         ids.sort_unstable();
-        ids.into_iter().map(|id| self.users[id].view(id)).collect()
+        ids.into_iter().map(|id| self.users[id].view(id, lists)).collect()
+    }
+
+    /// One user's state, mutably (to take the notifications that changed).
+    pub fn user_mut_existing(&mut self, user_id: &str) -> Option<&mut UserState> {
+        self.users.get_mut(user_id)
     }
 
     /// What the fold has done so far.

@@ -5,10 +5,14 @@
 //! - [`fanout`]: per conversation, events → per-recipient [`delta::Delta`]s;
 //! - [`delta`]: the delta, payload of the internal topic `unread.user-deltas`;
 //! - [`fold`]: per user, deltas and the user's own events → unread state;
-//! - [`seqset`]: the range set both are built on.
+//! - [`seqset`]: the range set both are built on;
+//! - [`broadcast`]: broadcast lists, kept once and combined with each reader's cursor at read time;
+//! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them.
 
+pub mod broadcast;
 pub mod contract;
 pub mod delta;
 pub mod fanout;
 pub mod fold;
+pub mod notifications;
 pub mod seqset;

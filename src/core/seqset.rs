@@ -189,6 +189,12 @@ impl SeqSet {
         out
     }
 
+    /// How many seqs are above `above`, without copying.
+    pub fn count_above(&self, above: u64) -> u64 {
+        let start = self.ranges.partition_point(|r| r.1 <= above);
+        self.ranges[start..].iter().map(|&(lo, hi)| hi - lo.max(above + 1) + 1).sum()
+    }
+
     /// Adds every seq of `other` that is above `above`; returns how many were new.
     pub fn union_above(&mut self, other: &SeqSet, above: u64) -> u64 {
         let start = other.ranges.partition_point(|r| r.1 <= above);

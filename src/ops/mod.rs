@@ -9,8 +9,11 @@ pub mod verify;
 
 use std::collections::HashMap;
 
+use anyhow::Context;
+
 use crate::checkpoint::store::{CheckpointStore, StoreResult};
-use crate::checkpoint::Stage;
+use crate::checkpoint::{self, Stage};
+use crate::core::broadcast::ListState;
 use crate::projection::ProjectionVersion;
 use crate::service::fold_stage::{self, Next};
 use crate::topology::Topics;
@@ -42,4 +45,16 @@ impl CheckpointVersions {
         let next = Next { user_events: offset(&self.user_events), user_deltas: offset(&self.user_deltas) };
         fold_stage::version(self.generations.get(&p).copied().unwrap_or(0), next)
     }
+}
+
+/// Every broadcast list of the checkpoint, by id (for the broadcast counts of views built from the checkpoint).
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn load_lists(store: &CheckpointStore) -> anyhow::Result<HashMap<String, ListState>> {
+    let mut lists = HashMap::new();
+    for row in store.lists(None).await? {
+        let state = checkpoint::decode_list(&row.state).with_context(|| format!("checkpoint of list {:?}", row.id))?;
+        lists.insert(row.id, state);
+    }
+    Ok(lists)
 }

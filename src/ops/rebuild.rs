@@ -9,9 +9,9 @@ use super::CheckpointVersions;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{self, Stage};
 use crate::config::Settings;
-use crate::core::contract::UserView;
 use crate::kafka;
-use crate::projection::redis::{RedisProjection, UserWrite};
+use crate::core::broadcast::ListOp;
+use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
 
 /// What a rebuild did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -57,7 +57,7 @@ pub async fn rebuild_projection(
     let mut found = HashSet::new();
     for row in rows {
         let state = checkpoint::decode_user(&row.state).with_context(|| format!("checkpoint of user {:?}", row.id))?;
-        writes.push(UserWrite::replace(state.view(&row.id), versions.of(row.partition)));
+        writes.push(UserWrite::of_state(&row.id, Some(&state), versions.of(row.partition)));
         found.insert(row.id);
     }
     let missing: Vec<&String> = users.iter().filter(|u| !found.contains(*u)).collect();
@@ -67,10 +67,29 @@ pub async fn rebuild_projection(
             .copied()
             .context("the user-events topic does not exist")?;
         for u in missing {
-            let view = UserView { user_id: u.clone(), ..Default::default() };
-            writes.push(UserWrite::replace(view, versions.of(kafka::partition_for_key(u.as_bytes(), partitions))));
+            writes.push(UserWrite::of_state(u, None, versions.of(kafka::partition_for_key(u.as_bytes(), partitions))));
         }
     }
     let (written, refused) = projection.write(&writes).await?;
+    if users.is_empty() {
+        rebuild_lists(store, projection).await?;
+    }
     Ok(RebuildReport { written, refused, seconds: started.elapsed().as_secs_f64() })
+}
+
+/// Rewrites every broadcast list from the checkpoint, each at its fan-out partition's lease generation (refused
+/// where a fan-out task of a newer generation wrote it).
+///
+/// Errors: a store unreachable or a corrupt row.
+async fn rebuild_lists(store: &CheckpointStore, projection: &RedisProjection) -> anyhow::Result<()> {
+    let generations = store.generations(Stage::FanOut).await?;
+    let mut writes = Vec::new();
+    for row in store.lists(None).await? {
+        let state = checkpoint::decode_list(&row.state).with_context(|| format!("checkpoint of list {:?}", row.id))?;
+        let generation = generations.get(&row.partition).copied().unwrap_or(0);
+        let ops = state.live.iter().map(ListOp::Add).collect();
+        writes.push(ListWrite { broadcast_id: row.id, generation, ops, replace: true });
+    }
+    projection.write_lists(&writes).await?;
+    Ok(())
 }

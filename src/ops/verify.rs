@@ -1,6 +1,7 @@
 //! `unread verify [--against NS] [--sample N] [--repair]`: compare the Redis projection with the PostgreSQL
 //! checkpoint, or with another namespace's projection, field by field.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -53,27 +54,44 @@ impl fmt::Display for VerifyReport {
 /// the two sides' names in the messages, trusted first.
 pub fn view_differences(expected: &UserView, got: &UserView, names: (&str, &str)) -> Vec<String> {
     let (en, gn) = names;
+    let (e, g) = (expected, got);
     let mut d = Vec::new();
     for (name, e, g) in [
-        ("total_unread", expected.total_unread, got.total_unread),
-        ("total_mentions", expected.total_mentions, got.total_mentions),
-        ("unread_conversations", expected.unread_conversations, got.unread_conversations),
+        ("total_unread", e.total_unread, g.total_unread),
+        ("total_mentions", e.total_mentions, g.total_mentions),
+        ("unread_conversations", e.unread_conversations, g.unread_conversations),
+        ("feed_unread", e.feed_unread, g.feed_unread),
+        ("total_notifications_unread", e.total_notifications_unread, g.total_notifications_unread),
+        ("total_notifications_unseen", e.total_notifications_unseen, g.total_notifications_unseen),
     ] {
         if e != g {
             d.push(format!("{name}: {en} {e}, {gn} {g}"));
         }
     }
-    for (id, e) in &expected.conversations {
-        match got.conversations.get(id) {
-            None => d.push(format!("conversations[{id:?}]: {en} {e:?}, missing in {gn}")),
-            Some(g) if g != e => d.push(format!("conversations[{id:?}]: {en} {e:?}, {gn} {g:?}")),
+    map_differences("conversations", &e.conversations, &g.conversations, names, &mut d);
+    map_differences("broadcasts", &e.broadcasts, &g.broadcasts, names, &mut d);
+    map_differences("notifications", &e.notifications, &g.notifications, names, &mut d);
+    d
+}
+
+/// The differences between two maps of a view, entry by entry.
+fn map_differences<V: PartialEq + fmt::Debug>(
+    what: &str,
+    expected: &BTreeMap<String, V>,
+    got: &BTreeMap<String, V>,
+    (en, gn): (&str, &str),
+    d: &mut Vec<String>,
+) {
+    for (id, e) in expected {
+        match got.get(id) {
+            None => d.push(format!("{what}[{id:?}]: {en} {e:?}, missing in {gn}")),
+            Some(g) if g != e => d.push(format!("{what}[{id:?}]: {en} {e:?}, {gn} {g:?}")),
             Some(_) => {}
         }
     }
-    for id in got.conversations.keys().filter(|id| !expected.conversations.contains_key(*id)) {
-        d.push(format!("conversations[{id:?}]: not in {en}, present in {gn}"));
+    for id in got.keys().filter(|id| !expected.contains_key(*id)) {
+        d.push(format!("{what}[{id:?}]: not in {en}, present in {gn}"));
     }
-    d
 }
 
 /// `unread verify`: compares the Redis projection with the PostgreSQL checkpoint for every checkpointed user, or
@@ -89,6 +107,7 @@ pub async fn verify(
     repair: bool,
 ) -> anyhow::Result<VerifyReport> {
     let versions = CheckpointVersions::load(&settings.topics(), store).await?;
+    let lists = super::load_lists(store).await?;
     let rows = match sample {
         Some(n) => store.states_sample(Stage::Fold, n).await?,
         None => store.states(Stage::Fold, None).await?,
@@ -98,7 +117,7 @@ pub async fn verify(
     for row in rows {
         let id = row.id;
         let state = checkpoint::decode_user(&row.state).with_context(|| format!("checkpoint of user {id:?}"))?;
-        let (expected, v) = (state.view(&id), versions.of(row.partition));
+        let (expected, v) = (state.view(&id, &lists), versions.of(row.partition));
         let got = projection.read(&id).await?;
         report.checked += 1;
         if got == expected {
@@ -110,7 +129,7 @@ pub async fn verify(
         }
         report.differing.push((id.clone(), view_differences(&expected, &got, ("checkpoint", "redis"))));
         if repair {
-            repairs.push(UserWrite::replace(expected, v));
+            repairs.push(UserWrite::of_state(&id, Some(&state), v));
         }
     }
     if !repairs.is_empty() {
@@ -154,11 +173,11 @@ pub async fn verify_against(
     let mut report = VerifyReport { checked: ids.len(), ..Default::default() };
     let names = (format!("namespace {}", other.namespace), format!("namespace {}", live.namespace));
     let mut repairs = Vec::new();
-    for (id, expected, got, version) in still_differing(&a, &b, ids).await? {
+    for (id, (expected, cursors), got, version) in still_differing(&a, &b, ids).await? {
         report.differing.push((id.clone(), view_differences(&expected, &got, (&names.0, &names.1))));
         if repair {
             // At the version live holds: refused if its service wrote the user since (it moved on).
-            repairs.push(UserWrite::replace(expected, version.unwrap_or_default()));
+            repairs.push(UserWrite::replace(expected, cursors, version.unwrap_or_default()));
         }
     }
     if !repairs.is_empty() {
@@ -185,8 +204,9 @@ async fn checkpointed_users(live: &Settings, other: &Settings) -> anyhow::Result
     Ok(ids)
 }
 
-/// A user that differs between two projections: id, the trusted view, the other view, and the other's version.
-type Difference = (String, UserView, UserView, Option<ProjectionVersion>);
+/// A user that differs between two projections: id, the trusted view with its cursors, the other view, and the
+/// other's version.
+type Difference = (String, (UserView, BTreeMap<String, u64>), UserView, Option<ProjectionVersion>);
 
 /// Compares `ids` in `a` and `b` up to [`AGAINST_ROUNDS`] times, [`AGAINST_PAUSE`] apart, each round only those
 /// that differed in the last; returns those that differ in the last round (`b`'s view trusted).
@@ -206,8 +226,8 @@ async fn still_differing(
         last.clear();
         for id in &differing {
             let version = a.version(id).await?;
-            let (got, expected) = (a.read(id).await?, b.read(id).await?);
-            if got != expected {
+            let (got, expected) = (a.read(id).await?, b.read_with_cursors(id).await?);
+            if got != expected.0 {
                 last.push((id.clone(), expected, got, version));
             }
         }

@@ -6,16 +6,21 @@
 //! atomic write touches one key, so the layout also works on Redis Cluster whatever `{…}` an id holds.
 //!
 //! Fields of the hash:
-//! - [`TOTALS_FIELD`] → `"{total_unread} {total_mentions} {unread_conversations}"`;
+//! - [`TOTALS_FIELD`] → `"{total_unread} {total_mentions} {unread_conversations} {feed_unread}
+//!   {total_notifications_unread} {total_notifications_unseen}"` (a v1 hash holds the first three only);
 //! - [`CONVERSATION_PREFIX`]`{conversation_id}` → `"{unread} {mentions} {muted as 0|1}"`, one per member
-//!   conversation (a conversation left is deleted from the hash);
+//!   non-feed conversation (a conversation left is deleted from the hash);
+//! - [`NOTIFICATION_PREFIX`]`{category}` → `"{unread} {unseen}"`, one per category;
+//! - [`CURSOR_PREFIX`]`{broadcast_id}` → the user's cursor in the list; the list itself is stored once, as the
+//!   sorted set [`list_key`] of its live seqs, and the read script counts the seqs above each cursor
+//!   ([`redis::READ_SCRIPT`]): a publication writes that one key, never a user's hash;
 //! - [`VERSION_FIELD`] → a [`ProjectionVersion`], `"{g} {a} {b}"`: the writing fold task's lease generation and
 //!   the position (next offsets of its user-events and user-deltas partitions) the state reflects; a write whose
 //!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
 //!   [`redis::WRITE_SCRIPT`]).
 //!
-//! Readers get totals and conversations from one `HGETALL`, which Redis answers atomically, and writers replace
-//! a user's changed fields and totals in one script, so totals always agree with the conversations.
+//! Readers get everything from one script call, which Redis runs atomically, and writers replace a user's changed
+//! fields and totals in one script, so totals always agree with the conversations.
 
 pub mod redis;
 pub mod version;
@@ -24,7 +29,7 @@ pub use version::ProjectionVersion;
 
 use std::collections::BTreeMap;
 
-use crate::core::contract::{ConversationView, UserView};
+use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserView};
 
 /// The field holding the user's totals.
 pub const TOTALS_FIELD: &str = "_totals";
@@ -32,6 +37,12 @@ pub const TOTALS_FIELD: &str = "_totals";
 pub const VERSION_FIELD: &str = "_version";
 /// The prefix of a conversation's field.
 pub const CONVERSATION_PREFIX: &str = "c:";
+/// The prefix of a notification category's field.
+pub const NOTIFICATION_PREFIX: &str = "n:";
+/// The prefix of a broadcast cursor's field.
+pub const CURSOR_PREFIX: &str = "b:";
+/// The prefix of a broadcast count in what the read script returns (computed, never stored).
+pub const COUNT_PREFIX: &str = "B:";
 
 /// A hash that does not decode into a user's counts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +85,16 @@ pub fn user_key(prefix: &str, user_id: &str) -> String {
     format!("{prefix}u:{user_id}")
 }
 
+/// The Redis key of a broadcast list's live seqs (a sorted set, score = member = seq).
+pub fn list_key(prefix: &str, broadcast_id: &str) -> String {
+    format!("{prefix}l:{broadcast_id}")
+}
+
+/// The Redis key of a broadcast list's guard: the lease generation of the fan-out task that last wrote it.
+pub fn list_guard_key(prefix: &str, broadcast_id: &str) -> String {
+    format!("{prefix}lg:{broadcast_id}")
+}
+
 /// The hash field of one conversation.
 pub fn conversation_field(conversation_id: &str) -> String {
     format!("{CONVERSATION_PREFIX}{conversation_id}")
@@ -81,7 +102,16 @@ pub fn conversation_field(conversation_id: &str) -> String {
 
 /// The totals field's value.
 pub fn totals_value(view: &UserView) -> String {
-    format!("{} {} {}", view.total_unread, view.total_mentions, view.unread_conversations)
+    let v = view;
+    format!(
+        "{} {} {} {} {} {}",
+        v.total_unread,
+        v.total_mentions,
+        v.unread_conversations,
+        v.feed_unread,
+        v.total_notifications_unread,
+        v.total_notifications_unseen
+    )
 }
 
 /// A conversation field's value.
@@ -89,17 +119,32 @@ pub fn conversation_value(c: &ConversationView) -> String {
     format!("{} {} {}", c.unread, c.mentions, u8::from(c.muted))
 }
 
-/// Every field of a user's hash (totals first, then conversations by id), without the version.
-pub fn encode_view(view: &UserView) -> Vec<(String, String)> {
+/// What a user's hash holds besides the conversations: totals, notification categories and broadcast cursors,
+/// as (field, value), always written whole (a handful of fields).
+pub fn summary_fields(view: &UserView, cursors: &BTreeMap<String, u64>) -> Vec<(String, String)> {
     let mut fields = vec![(TOTALS_FIELD.to_owned(), totals_value(view))];
+    for (cat, n) in &view.notifications {
+        fields.push((format!("{NOTIFICATION_PREFIX}{cat}"), format!("{} {}", n.unread, n.unseen)));
+    }
+    for (id, cursor) in cursors {
+        fields.push((format!("{CURSOR_PREFIX}{id}"), cursor.to_string()));
+    }
+    fields
+}
+
+/// Every stored field of a user's hash (totals, notifications, cursors, then conversations by id), without the
+/// version.
+pub fn encode_view(view: &UserView, cursors: &BTreeMap<String, u64>) -> Vec<(String, String)> {
+    let mut fields = summary_fields(view, cursors);
     fields.extend(view.conversations.iter().map(|(id, c)| (conversation_field(id), conversation_value(c))));
     fields
 }
 
-/// Rebuilds a user's counts from the fields of the hash (as `HGETALL` returns them). An empty hash is the
-/// contract's zero state; unknown fields (such as the version) are ignored.
+/// Rebuilds a user's counts from the fields the read script returns (the hash's fields, plus a computed
+/// [`COUNT_PREFIX`] field per broadcast cursor). An empty hash is the contract's zero state; unknown fields (such
+/// as the version) are ignored.
 ///
-/// Errors: a totals or conversation value that is not the numbers described above.
+/// Errors: a value that is not the numbers described above.
 pub fn decode_view<I>(user_id: &str, fields: I) -> Result<UserView, MalformedHash>
 where
     I: IntoIterator<Item = (String, String)>,
@@ -110,19 +155,41 @@ where
         reason: format!("has malformed value {value:?}"),
     };
     let mut view = UserView { user_id: user_id.to_owned(), ..UserView::default() };
-    let mut conversations = BTreeMap::new();
     for (field, value) in fields {
         if field == TOTALS_FIELD {
-            let [u, m, c] = numbers::<u64>(&value).ok_or_else(|| bad(&field, &value))?;
-            (view.total_unread, view.total_mentions, view.unread_conversations) = (u, m, c);
+            decode_totals(&mut view, &value).ok_or_else(|| bad(&field, &value))?;
         } else if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
             let [unread, mentions, muted] =
                 numbers::<u64>(&value).filter(|n| n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
-            conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted: muted == 1 });
+            view.conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted: muted == 1 });
+        } else if let Some(cat) = field.strip_prefix(NOTIFICATION_PREFIX) {
+            let (unread, unseen) = pair(&value).ok_or_else(|| bad(&field, &value))?;
+            view.notifications.insert(cat.to_owned(), NotificationView { unread, unseen });
+        } else if let Some(id) = field.strip_prefix(COUNT_PREFIX) {
+            let unread: u64 = value.parse().map_err(|_| bad(&field, &value))?;
+            view.broadcasts.insert(id.to_owned(), BroadcastView { unread, dot: unread > 0 });
         }
     }
-    view.conversations = conversations;
     Ok(view)
+}
+
+/// The totals field: six numbers, or the first three in a hash written by a v1 build.
+fn decode_totals(view: &mut UserView, value: &str) -> Option<()> {
+    let n: Vec<u64> = value.split(' ').map(|n| n.parse().ok()).collect::<Option<_>>()?;
+    match n[..] {
+        [u, m, c] => (view.total_unread, view.total_mentions, view.unread_conversations) = (u, m, c),
+        [u, m, c, f, nu, ns] => {
+            (view.total_unread, view.total_mentions, view.unread_conversations) = (u, m, c);
+            (view.feed_unread, view.total_notifications_unread, view.total_notifications_unseen) = (f, nu, ns);
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+fn pair(value: &str) -> Option<(u64, u64)> {
+    let (a, b) = value.split_once(' ')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 /// Three numbers separated by single spaces, as the hash values and `_version` hold them; `None` otherwise.
@@ -147,8 +214,8 @@ mod tests {
         };
         view.conversations.insert("team c:1/%".into(), ConversationView { unread: 3, mentions: 1, muted: false });
         view.conversations.insert("quiet".into(), ConversationView { unread: 9, mentions: 0, muted: true });
-        let fields = encode_view(&view);
-        assert_eq!(fields[0], ("_totals".into(), "3 1 1".into()));
+        let fields = encode_view(&view, &BTreeMap::new());
+        assert_eq!(fields[0], ("_totals".into(), "3 1 1 0 0 0".into()));
         assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0".into())));
         let mut with_version = fields.clone();
         with_version.push((VERSION_FIELD.into(), "anything".into()));
@@ -160,7 +227,9 @@ mod tests {
     fn empty_hash_is_the_zero_state_and_garbage_is_an_error() {
         let zero = decode_view("nobody", Vec::new()).unwrap();
         assert_eq!(zero, UserView { user_id: "nobody".into(), ..Default::default() });
-        for (f, v) in [("_totals", "1 2"), ("_totals", "1 2 3 4"), ("c:x", "1 1 2"), ("c:x", "a b c"), ("c:x", "")] {
+        let v1 = decode_view("u", vec![("_totals".into(), "1 2 3".into())]).unwrap();
+        assert_eq!((v1.total_unread, v1.total_mentions, v1.unread_conversations, v1.feed_unread), (1, 2, 3, 0));
+        for (f, v) in [("_totals", "1 2"), ("_totals", "1 2 3 4"), ("c:x", "1 1 2"), ("c:x", "a b c"), ("c:x", ""), ("n:x", "1"), ("B:x", "-1")] {
             assert!(decode_view("u", vec![(f.into(), v.into())]).is_err(), "{f}={v}");
         }
     }

@@ -2,13 +2,23 @@
 //!
 //! Every user's write is one `EVALSHA` of [`WRITE_SCRIPT`]: it compares the version the write carries with the
 //! `_version` field and applies the totals, the changed conversation fields and the deleted ones only when the
-//! write is not older, all atomically. A flush pipelines the writes of many users in one round trip.
+//! write is not older, all atomically. A flush pipelines the writes of many users in one round trip. A broadcast
+//! list's changes are one `EVALSHA` of [`LIST_SCRIPT`] per list, guarded by the fan-out task's lease generation; a
+//! user's read is one `EVALSHA` of [`READ_SCRIPT`], which combines the user's cursors with the lists.
+
+use std::collections::BTreeMap;
 
 use redis::aio::ConnectionManager;
 use redis::RedisError;
 
-use super::{decode_view, user_key, ProjectionError, ProjectionVersion, CONVERSATION_PREFIX, VERSION_FIELD};
+use super::{
+    decode_view, list_guard_key, list_key, user_key, ProjectionError, ProjectionVersion, CONVERSATION_PREFIX,
+    VERSION_FIELD,
+};
+use crate::checkpoint::Stage;
+use crate::core::broadcast::{ListOp, NoLists};
 use crate::core::contract::{ConversationView, UserView};
+use crate::core::fold::UserState;
 
 /// The `map_err` of every command: the client's error with what the projection was doing.
 fn redis_err(doing: &'static str) -> impl FnOnce(RedisError) -> ProjectionError {
@@ -43,7 +53,8 @@ if cur then
 end
 if ARGV[3] == 'replace' then
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if string.sub(f, 1, 2) == 'c:' then redis.call('HDEL', KEYS[1], f) end
+    local p = string.sub(f, 1, 2)
+    if p == 'c:' or p == 'n:' or p == 'b:' then redis.call('HDEL', KEYS[1], f) end
   end
 end
 redis.call('HSET', KEYS[1], '_version', ARGV[1], '_totals', ARGV[2])
@@ -53,6 +64,56 @@ for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
 return 1
 "#;
 
+/// The read script. KEYS[1]: the user's hash; ARGV[1]: the prefix of the list keys (`{prefix}l:`). Returns the
+/// hash's fields and values flattened, and for every broadcast cursor `b:{id}` = c a computed `B:{id}` = the number
+/// of the list's seqs above c (`ZCOUNT (c +inf`; seqs are at most 2^53, exact as scores). One round trip, atomic.
+pub const READ_SCRIPT: &str = r#"
+local h = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #h, 2 do
+  local f, v = h[i], h[i + 1]
+  out[#out + 1] = f
+  out[#out + 1] = v
+  if string.sub(f, 1, 2) == 'b:' then
+    local id = string.sub(f, 3)
+    out[#out + 1] = 'B:' .. id
+    out[#out + 1] = tostring(redis.call('ZCOUNT', ARGV[1] .. id, '(' .. v, '+inf'))
+  end
+end
+return out
+"#;
+
+/// The list script. KEYS[1]: the list's sorted set; KEYS[2]: its guard (the generation of the fan-out task that
+/// last wrote it). ARGV[1]: the writer's generation; ARGV[2]: `patch` or `replace` (first empty the set); then the
+/// ops in order, `+{seq}` (add) or `-{seq}` (remove). Refused (0) when the guard holds a newer generation: a paused
+/// fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log order,
+/// every op since the checkpoint, so the set converges to the log's. Returns 1 when written.
+pub const LIST_SCRIPT: &str = r#"
+local g = tonumber(redis.call('GET', KEYS[2]) or '0')
+local ng = tonumber(ARGV[1])
+if ng < g then return 0 end
+if ng > g then redis.call('SET', KEYS[2], ARGV[1]) end
+if ARGV[2] == 'replace' then redis.call('DEL', KEYS[1]) end
+for i = 3, #ARGV do
+  local seq = string.sub(ARGV[i], 2)
+  if string.sub(ARGV[i], 1, 1) == '+' then redis.call('ZADD', KEYS[1], seq, seq) else redis.call('ZREM', KEYS[1], seq) end
+end
+return 1
+"#;
+
+/// One broadcast list's write: its ops since the last one, or its whole live set (`replace`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListWrite {
+    /// The list.
+    pub broadcast_id: String,
+    /// The writing fan-out task's lease generation.
+    pub generation: i64,
+    /// The ops, in order (with `replace`: one `Add` per live seq).
+    pub ops: Vec<ListOp>,
+    /// Empty the list first (a rebuild, or Redis lost it).
+    pub replace: bool,
+}
+
 /// One user's write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserWrite {
@@ -60,8 +121,10 @@ pub struct UserWrite {
     pub user_id: String,
     /// The writing task's lease generation and the position this state reflects.
     pub version: ProjectionVersion,
-    /// The user's full counts after the change.
+    /// The user's full counts after the change (its broadcast counts are not stored: see `cursors`).
     pub view: UserView,
+    /// The user's cursor in every broadcast list read.
+    pub cursors: BTreeMap<String, u64>,
     /// Conversations whose fields changed: set when the user is a member (present in `view`), deleted otherwise.
     pub changed: Vec<String>,
     /// Replace every conversation field with those of `view` (projection rebuild) instead of patching `changed`.
@@ -69,10 +132,20 @@ pub struct UserWrite {
 }
 
 impl UserWrite {
-    /// A write that replaces the user's whole hash with `view` at `version`.
-    pub fn replace(view: UserView, version: ProjectionVersion) -> Self {
+    /// A write that replaces the user's whole hash with `view` and `cursors` at `version`.
+    pub fn replace(view: UserView, cursors: BTreeMap<String, u64>, version: ProjectionVersion) -> Self {
         let changed = view.conversations.keys().cloned().collect();
-        Self { user_id: view.user_id.clone(), version, view, changed, replace: true }
+        Self { user_id: view.user_id.clone(), version, view, cursors, changed, replace: true }
+    }
+
+    /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`).
+    pub fn of_state(user_id: &str, state: Option<&UserState>, version: ProjectionVersion) -> Self {
+        let view = match state {
+            Some(s) => s.view(user_id, &NoLists),
+            None => UserView { user_id: user_id.to_owned(), ..UserView::default() },
+        };
+        let cursors = state.map(|s| s.broadcasts().clone()).unwrap_or_default();
+        Self::replace(view, cursors, version)
     }
 }
 
@@ -82,6 +155,8 @@ pub struct RedisProjection {
     conn: ConnectionManager,
     prefix: String,
     sha: String,
+    read: redis::Script,
+    list_sha: String,
 }
 
 impl RedisProjection {
@@ -92,12 +167,14 @@ impl RedisProjection {
         let client = redis::Client::open(url).map_err(redis_err("parsing the URL"))?;
         let conn = ConnectionManager::new(client).await.map_err(redis_err("connecting"))?;
         let sha = redis::Script::new(WRITE_SCRIPT).get_hash().to_owned();
-        Ok(Self { conn, prefix: prefix.to_owned(), sha })
+        let list_sha = redis::Script::new(LIST_SCRIPT).get_hash().to_owned();
+        let read = redis::Script::new(READ_SCRIPT);
+        Ok(Self { conn, prefix: prefix.to_owned(), sha, read, list_sha })
     }
 
     /// The same connection with another key prefix (another namespace's projection).
     pub fn with_prefix(&self, prefix: &str) -> Self {
-        Self { conn: self.conn.clone(), prefix: prefix.to_owned(), sha: self.sha.clone() }
+        Self { prefix: prefix.to_owned(), ..self.clone() }
     }
 
     /// The key prefix.
@@ -127,8 +204,7 @@ impl RedisProjection {
         for chunk in writes.chunks(500) {
             let results = match self.eval_pipeline(chunk).await {
                 Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    let mut conn = self.conn.clone();
-                    redis::cmd("SCRIPT").arg("LOAD").arg(WRITE_SCRIPT).query_async::<String>(&mut conn).await?;
+                    self.load_scripts().await?;
                     self.eval_pipeline(chunk).await?
                 }
                 other => other?,
@@ -144,18 +220,27 @@ impl RedisProjection {
         Ok((written, refused))
     }
 
+    async fn load_scripts(&self) -> Result<(), RedisError> {
+        let mut conn = self.conn.clone();
+        for script in [WRITE_SCRIPT, LIST_SCRIPT] {
+            redis::cmd("SCRIPT").arg("LOAD").arg(script).query_async::<String>(&mut conn).await?;
+        }
+        Ok(())
+    }
+
     async fn eval_pipeline(&self, writes: &[UserWrite]) -> Result<Vec<i64>, RedisError> {
         let mut pipe = redis::pipe();
         for w in writes {
             let cmd = pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(user_key(&self.prefix, &w.user_id));
-            cmd.arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(if w.replace {
-                "replace"
-            } else {
-                "patch"
-            });
+            let mode = if w.replace { "replace" } else { "patch" };
+            cmd.arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
             let (set, delete): (Vec<&String>, Vec<&String>) =
                 w.changed.iter().partition(|c| w.view.conversations.contains_key(*c));
-            cmd.arg(set.len());
+            let summary = super::summary_fields(&w.view, &w.cursors);
+            cmd.arg(set.len() + summary.len() - 1);
+            for (field, value) in &summary[1..] {
+                cmd.arg(field).arg(value);
+            }
             for c in set {
                 cmd.arg(format!("{CONVERSATION_PREFIX}{c}")).arg(super::conversation_value(&w.view.conversations[c]));
             }
@@ -167,17 +252,68 @@ impl RedisProjection {
         pipe.query_async(&mut conn).await
     }
 
+    /// Applies the list writes, each list atomically, in one pipeline. Returns (written, refused by the guard).
+    ///
+    /// Errors: [`ProjectionError::Redis`]; the caller retries the whole flush (ops re-applied in order converge).
+    pub async fn write_lists(&self, writes: &[ListWrite]) -> ProjectionResult<(usize, usize)> {
+        if writes.is_empty() {
+            return Ok((0, 0));
+        }
+        let results = match self.list_pipeline(writes).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.load_scripts().await.map_err(redis_err("loading scripts"))?;
+                self.list_pipeline(writes).await
+            }
+            other => other,
+        }
+        .map_err(redis_err("writing broadcast lists"))?;
+        let written = results.iter().filter(|r| **r == 1).count();
+        Ok((written, results.len() - written))
+    }
+
+    async fn list_pipeline(&self, writes: &[ListWrite]) -> Result<Vec<i64>, RedisError> {
+        let mut pipe = redis::pipe();
+        for w in writes {
+            let (key, guard) = (list_key(&self.prefix, &w.broadcast_id), list_guard_key(&self.prefix, &w.broadcast_id));
+            let cmd = pipe.cmd("EVALSHA").arg(&self.list_sha).arg(2).arg(key).arg(guard).arg(w.generation);
+            cmd.arg(if w.replace { "replace" } else { "patch" });
+            for op in &w.ops {
+                cmd.arg(match op {
+                    ListOp::Add(seq) => format!("+{seq}"),
+                    ListOp::Remove(seq) => format!("-{seq}"),
+                });
+            }
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async(&mut conn).await
+    }
+
     /// A user's counts; the zero state when the user has no hash.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed hash.
     pub async fn read(&self, user_id: &str) -> ProjectionResult<UserView> {
+        Ok(self.read_with_cursors(user_id).await?.0)
+    }
+
+    /// A user's counts and broadcast cursors (what a repair must write back whole).
+    ///
+    /// Errors: as [`RedisProjection::read`].
+    pub async fn read_with_cursors(&self, user_id: &str) -> ProjectionResult<(UserView, BTreeMap<String, u64>)> {
         let mut conn = self.conn.clone();
-        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(user_key(&self.prefix, user_id))
-            .query_async(&mut conn)
+        let flat: Vec<String> = self
+            .read
+            .key(user_key(&self.prefix, user_id))
+            .arg(list_key(&self.prefix, ""))
+            .invoke_async(&mut conn)
             .await
             .map_err(redis_err("reading a user"))?;
-        Ok(decode_view(user_id, fields)?)
+        let mut it = flat.into_iter();
+        let fields: Vec<(String, String)> = std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect();
+        let cursors = fields
+            .iter()
+            .filter_map(|(f, v)| Some((f.strip_prefix(super::CURSOR_PREFIX)?.to_owned(), v.parse().ok()?)))
+            .collect();
+        Ok((decode_view(user_id, fields)?, cursors))
     }
 
     /// One conversation's counts for a user; `None` when the user is not a member.
@@ -216,27 +352,28 @@ impl RedisProjection {
         Ok(v.and_then(|v| v.parse().ok()))
     }
 
-    /// The key marking that fold partition `partition`'s users are all in Redis.
-    fn marker_key(&self, partition: i32) -> String {
-        format!("{}partition:fold:{partition}", self.prefix)
+    /// The key marking that a partition's entities (a fold partition's users, a fan-out partition's lists) are
+    /// all in Redis.
+    fn marker_key(&self, stage: Stage, partition: i32) -> String {
+        format!("{}partition:{stage}:{partition}", self.prefix)
     }
 
-    /// Whether the marker of a fold partition is present. A missing marker means Redis lost the projection
-    /// (restarted empty, flushed) or never had it: the partition's owner must rewrite all its users.
+    /// Whether the marker of a partition is present. A missing marker means Redis lost the projection (restarted
+    /// empty, flushed) or never had it: the partition's owner must rewrite all its entities.
     ///
     /// Errors: [`ProjectionError::Redis`].
-    pub async fn has_marker(&self, partition: i32) -> ProjectionResult<bool> {
+    pub async fn has_marker(&self, stage: Stage, partition: i32) -> ProjectionResult<bool> {
         let mut conn = self.conn.clone();
-        let key = self.marker_key(partition);
+        let key = self.marker_key(stage, partition);
         redis::cmd("EXISTS").arg(key).query_async(&mut conn).await.map_err(redis_err("reading a marker"))
     }
 
-    /// Sets the marker of a fold partition (after all its users were written).
+    /// Sets the marker of a partition (after all its entities were written).
     ///
     /// Errors: [`ProjectionError::Redis`].
-    pub async fn set_marker(&self, partition: i32) -> ProjectionResult<()> {
+    pub async fn set_marker(&self, stage: Stage, partition: i32) -> ProjectionResult<()> {
         let mut conn = self.conn.clone();
-        let key = self.marker_key(partition);
+        let key = self.marker_key(stage, partition);
         redis::cmd("SET").arg(key).arg(1).query_async(&mut conn).await.map_err(redis_err("setting a marker"))
     }
 

@@ -12,17 +12,17 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::read::PerStream;
 use crate::checkpoint::store::{CheckpointStore, Snapshot};
 use crate::checkpoint::{self, Stage};
-use crate::core::contract::{ConversationEvent, Stream, UserEvent};
+use crate::core::broadcast::ListOp;
+use crate::core::contract::{ConversationEvent, Stream, Target, UserEvent};
+use crate::core::notifications::{Note, NoteBook};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::kafka::{self, partition_for_key};
-use crate::projection::redis::{RedisProjection, UserWrite};
+use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
 use crate::service::fold_stage::{self, Next};
+use crate::service::fanout_stage;
 use crate::service::records;
 use crate::topology::Topics;
-
-/// A partition's changed entities for [`CheckpointStore::commit`]: id and encoded state (`None`: delete).
-type Changes = Vec<(String, Option<Vec<u8>>)>;
 
 /// The replay's state between checkpoints.
 pub struct Replay {
@@ -43,7 +43,8 @@ pub struct Replay {
     /// Next offsets per input partition.
     pub next: PerStream<Vec<i64>>,
     dirty_users: HashSet<String>,
-    dirty_convs: HashSet<String>,
+    /// (is a broadcast list, id) of the conversations and lists changed since the last checkpoint.
+    dirty_convs: HashSet<(bool, String)>,
     /// Checkpoints written.
     pub checkpoints: u64,
 }
@@ -86,7 +87,10 @@ impl Replay {
     /// Folds one batch of records (both topics, each partition's order preserved).
     pub fn process(&mut self, conv: Vec<ConversationEvent>, user: Vec<UserEvent>) {
         let (deltas, _) = self.fanout.process_batch(&conv);
-        self.dirty_convs.extend(conv.iter().map(|e| e.conversation_id().to_owned()));
+        self.dirty_convs.extend(conv.iter().map(|e| match e.target() {
+            Target::Conversation(id) => (false, id.to_owned()),
+            Target::Broadcast(id) => (true, id.to_owned()),
+        }));
         for d in &deltas {
             self.dirty_users.insert(d.user_id.clone());
             self.fold.apply_delta(d);
@@ -103,17 +107,28 @@ impl Replay {
     /// Errors: Redis or PostgreSQL failing, or another replay or service took a lease (fenced).
     pub async fn checkpoint(&mut self) -> anyhow::Result<()> {
         self.checkpoint_users().await?;
-        let mut by_partition: HashMap<i32, Changes> = HashMap::new();
-        for conv in self.dirty_convs.drain() {
-            let p = partition_for_key(conv.as_bytes(), self.partitions.conversation);
-            let state = self.fanout.conversation(&conv).map(checkpoint::encode_conversation);
-            by_partition.entry(p).or_default().push((conv, state));
+        self.fanout.take_list_ops(); // the replay writes changed lists whole
+        let mut by_partition: HashMap<i32, Vec<(bool, String)>> = HashMap::new();
+        for key in self.dirty_convs.drain() {
+            by_partition.entry(partition_for_key(key.1.as_bytes(), self.partitions.conversation)).or_default().push(key);
+        }
+        let mut lists = Vec::new();
+        for (p, keys) in &by_partition {
+            let generation = self.generations.conversation[*p as usize];
+            for (_, id) in keys.iter().filter(|(is_list, _)| *is_list) {
+                let live = self.fanout.list(id).map(|l| l.live.iter().map(ListOp::Add).collect()).unwrap_or_default();
+                lists.push(ListWrite { broadcast_id: id.clone(), generation, ops: live, replace: true });
+            }
+        }
+        self.projection.write_lists(&lists).await.context("writing the namespace's broadcast lists")?;
+        for p in 0..self.partitions.conversation {
+            self.projection.set_marker(Stage::FanOut, p).await?;
         }
         for p in 0..self.partitions.conversation {
-            let changed = by_partition.remove(&p).unwrap_or_default();
+            let changes = fanout_stage::changes(&self.fanout, by_partition.get(&p).into_iter().flatten());
             let offsets = [(self.topics.conversation_events.as_str(), self.next.conversation[p as usize])];
             let generation = self.generations.conversation[p as usize];
-            self.store.commit(Stage::FanOut, p, generation, &changed, &offsets).await?;
+            self.store.commit(Stage::FanOut, p, generation, &changes, &offsets).await?;
         }
         self.checkpoints += 1;
         Ok(())
@@ -122,23 +137,23 @@ impl Replay {
     /// The fold's half of a checkpoint: Redis, the markers, then each fold partition's transaction.
     async fn checkpoint_users(&mut self) -> anyhow::Result<()> {
         let mut writes = Vec::with_capacity(self.dirty_users.len());
-        let mut by_partition: HashMap<i32, Changes> = HashMap::new();
+        let mut by_partition: HashMap<i32, Vec<String>> = HashMap::new();
         for user in self.dirty_users.drain() {
             let p = partition_for_key(user.as_bytes(), self.partitions.user) as usize;
             let next = Next { user_events: self.next.user[p], user_deltas: 0 };
-            writes.push(UserWrite::replace(self.fold.view(&user), fold_stage::version(self.generations.user[p], next)));
-            let state = self.fold.user(&user).map(checkpoint::encode_user);
-            by_partition.entry(p as i32).or_default().push((user, state));
+            let version = fold_stage::version(self.generations.user[p], next);
+            writes.push(UserWrite::of_state(&user, self.fold.user(&user), version));
+            by_partition.entry(p as i32).or_default().push(user);
         }
         self.projection.write(&writes).await.context("writing the namespace's Redis projection")?;
         for p in 0..self.partitions.user {
-            self.projection.set_marker(p).await?;
+            self.projection.set_marker(Stage::Fold, p).await?;
         }
         for p in 0..self.partitions.user {
-            let changed = by_partition.remove(&p).unwrap_or_default();
+            let changes = fold_stage::changes(&mut self.fold, by_partition.get(&p).into_iter().flatten());
             let offsets =
                 [(self.topics.user_events.as_str(), self.next.user[p as usize]), (self.topics.user_deltas.as_str(), 0)];
-            self.store.commit(Stage::Fold, p, self.generations.user[p as usize], &changed, &offsets).await?;
+            self.store.commit(Stage::Fold, p, self.generations.user[p as usize], &changes, &offsets).await?;
         }
         Ok(())
     }
@@ -147,14 +162,8 @@ impl Replay {
     ///
     /// Errors: PostgreSQL failing or a corrupt row.
     pub async fn restore_own(&mut self) -> anyhow::Result<()> {
-        for row in self.store.states(Stage::FanOut, None).await? {
-            let state = checkpoint::decode_conversation(&row.state).with_context(|| format!("{:?}", row.id))?;
-            self.fanout.restore(row.id, state);
-        }
-        for row in self.store.states(Stage::Fold, None).await? {
-            let state = checkpoint::decode_user(&row.state).with_context(|| format!("{:?}", row.id))?;
-            self.fold.restore(row.id, state);
-        }
+        self.fanout = fanout_stage::load_fanout(&self.store, None).await?;
+        self.fold = fold_stage::load_users(&self.store, None).await?;
         let fanout = self.store.offsets(Stage::FanOut).await?;
         let fold = self.store.offsets(Stage::Fold).await?;
         let topics = self.topics.clone();
@@ -190,11 +199,24 @@ impl Replay {
     pub async fn seed_from(&mut self, snap: Snapshot, source: &Topics, c: &StreamConsumer) -> anyhow::Result<u64> {
         for row in snap.conversations {
             let state = checkpoint::decode_conversation(&row.state).with_context(|| format!("{:?}", row.id))?;
-            self.dirty_convs.insert(row.id.clone());
+            self.dirty_convs.insert((false, row.id.clone()));
             self.fanout.restore(row.id, state);
         }
+        for row in snap.lists {
+            let state = checkpoint::decode_list(&row.state).with_context(|| format!("{:?}", row.id))?;
+            self.dirty_convs.insert((true, row.id.clone()));
+            self.fanout.restore_list(row.id, state);
+        }
+        let mut notes: HashMap<String, Vec<(String, Note)>> = HashMap::new();
+        for row in snap.notes {
+            let note = checkpoint::decode_note(&row.state).with_context(|| format!("{:?}", row.notification_id))?;
+            notes.entry(row.user_id).or_default().push((row.notification_id, note));
+        }
         for row in snap.users {
-            let state = checkpoint::decode_user(&row.state).with_context(|| format!("{:?}", row.id))?;
+            let mut state = checkpoint::decode_user(&row.state).with_context(|| format!("{:?}", row.id))?;
+            let mut book = NoteBook::restore(notes.remove(&row.id).unwrap_or_default());
+            book.mark_all_dirty();
+            state.set_notes(book);
             self.dirty_users.insert(row.id.clone());
             self.fold.restore(row.id, state);
         }

@@ -7,7 +7,7 @@
 //! transaction. Deltas are acknowledged before the checkpoint that covers their input commits, so a crash can
 //! repeat deltas but never lose one; the fold applies a repeated suffix idempotently (docs/semantics.md).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,8 +18,11 @@ use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
 use super::{records, retry, Shared, TaskError};
+use crate::checkpoint::store::{Changes, CheckpointStore};
 use crate::checkpoint::{self, Stage};
-use crate::core::contract::{ConversationEvent, Event, Stream};
+use crate::core::broadcast::{ListOp, ListState};
+use crate::core::contract::{ConversationEvent, Event, Stream, Target};
+use crate::projection::redis::ListWrite;
 use crate::core::fanout::FanOut;
 use crate::pipeline::MAX_BATCH;
 
@@ -31,7 +34,8 @@ struct FanOutTask {
     generation: i64,
     fanout: FanOut,
     next: i64,
-    dirty: HashSet<String>,
+    /// (is a broadcast list, id) of what changed since the last checkpoint.
+    dirty: HashSet<(bool, String)>,
     in_flight: Vec<DeliveryFuture>,
 }
 
@@ -73,12 +77,7 @@ impl FanOutTask {
         let (p, topic) = (input.partition, &shared.topics.conversation_events);
         let next = shared.store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
         let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
-        let mut fanout = FanOut::new();
-        for row in shared.store.states(Stage::FanOut, Some(p)).await? {
-            let state = checkpoint::decode_conversation(&row.state)
-                .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
-            fanout.restore(row.id, state);
-        }
+        let fanout = load_fanout(&shared.store, Some(p)).await?;
         info!(partition = p, generation, next, "fan-out task started");
         input.rewind(topic, next).await;
         Ok(Self { shared, input, producer, generation, fanout, next, dirty: HashSet::new(), in_flight: Vec::new() })
@@ -111,7 +110,10 @@ impl FanOutTask {
             // A task whose partition moved must not add deltas to the stream of its successor.
             retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, self.generation)).await?;
             let (deltas, _) = self.fanout.process_batch(&events);
-            self.dirty.extend(events.iter().map(|e| e.conversation_id().to_owned()));
+            self.dirty.extend(events.iter().map(|e| e.target()).map(|t| match t {
+                Target::Conversation(id) => (false, id.to_owned()),
+                Target::Broadcast(id) => (true, id.to_owned()),
+            }));
             produce(&self.producer, &sh.topics.user_deltas, &deltas, &mut self.in_flight).await?;
         }
         Ok(pending)
@@ -122,29 +124,106 @@ impl FanOutTask {
     async fn checkpoint(&mut self) -> Result<(), TaskError> {
         let started = Instant::now();
         acknowledged(&mut self.in_flight).await?;
+        self.write_lists().await?;
         let (sh, p, next) = (&*self.shared, self.input.partition, self.next);
-        let fanout = &self.fanout;
-        let changed: Vec<(String, Option<Vec<u8>>)> = self
-            .dirty
-            .iter()
-            .filter_map(|id| fanout.conversation(id).map(|c| (id.clone(), Some(checkpoint::encode_conversation(c)))))
-            .collect();
+        let changes = changes(&self.fanout, self.dirty.iter());
         let offsets = [(sh.topics.conversation_events.as_str(), next)];
         let commit_started = Instant::now();
-        retry(&sh.metrics, "postgres", || sh.store.commit(Stage::FanOut, p, self.generation, &changed, &offsets))
+        retry(&sh.metrics, "postgres", || sh.store.commit(Stage::FanOut, p, self.generation, &changes, &offsets))
             .await?;
         sh.metrics.flush_latency(Stage::FanOut, started.elapsed(), commit_started.elapsed());
         if let Some(lag) = self.input.lag(offsets[0].0, next) {
             sh.metrics.lag(Stage::FanOut, offsets[0].0, p, lag);
         }
-        let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
-        sh.metrics.checkpoint_rows(changed.len(), bytes);
+        let (rows, bytes) = changes.size();
+        sh.metrics.checkpoint_rows(rows, bytes);
         self.dirty.clear();
         self.input.store_offsets(&offsets);
         sh.metrics.checkpoint(started.elapsed());
-        debug!(partition = p, next, conversations = changed.len(), "fan-out checkpoint");
+        debug!(partition = p, next, conversations = changes.states.len(), lists = changes.lists.len(), "fan-out checkpoint");
         Ok(())
     }
+
+    /// Writes the broadcast lists' changes since the last checkpoint to Redis (O(1) per publication, whatever the
+    /// number of readers), or every list of the partition whole when Redis lost them (no marker).
+    async fn write_lists(&mut self) -> Result<(), TaskError> {
+        let (sh, p, generation) = (&*self.shared, self.input.partition, self.generation);
+        let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?;
+        let ops = self.fanout.take_list_ops();
+        if ops.is_empty() && !full {
+            return Ok(());
+        }
+        let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
+        let (_, refused) = retry(&sh.metrics, "redis", || async {
+            let r = sh.projection.write_lists(&writes).await?;
+            if full {
+                sh.projection.set_marker(Stage::FanOut, p).await?;
+            }
+            Ok::<_, crate::projection::ProjectionError>(r)
+        })
+        .await?;
+        if refused > 0 {
+            tracing::warn!(partition = p, refused, "broadcast lists refused older writes (another task is ahead)");
+        }
+        Ok(())
+    }
+}
+
+/// The list ops grouped per list, each list's in order.
+fn list_writes(ops: Vec<(String, ListOp)>, generation: i64) -> Vec<ListWrite> {
+    let mut by_list: Vec<ListWrite> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for (id, op) in ops {
+        let i = *index.entry(id.clone()).or_insert_with(|| {
+            by_list.push(ListWrite { broadcast_id: id, generation, ops: Vec::new(), replace: false });
+            by_list.len() - 1
+        });
+        by_list[i].ops.push(op);
+    }
+    by_list
+}
+
+/// Every list of the fan-out, whole.
+fn whole_lists(fanout: &FanOut, generation: i64) -> Vec<ListWrite> {
+    let whole = |(id, l): (&String, &ListState)| ListWrite {
+        broadcast_id: id.clone(),
+        generation,
+        ops: l.live.iter().map(ListOp::Add).collect(),
+        replace: true,
+    };
+    fanout.lists().iter().map(whole).collect()
+}
+
+/// What a fan-out checkpoint writes for the changed conversations and lists.
+pub fn changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a (bool, String)>) -> Changes {
+    let mut changes = Changes::default();
+    for (is_list, id) in dirty {
+        if *is_list {
+            changes.lists.extend(fanout.list(id).map(|l| (id.clone(), Some(checkpoint::encode_list(l)))));
+        } else {
+            let c = fanout.conversation(id).map(checkpoint::encode_conversation);
+            changes.states.extend(c.map(|c| (id.clone(), Some(c))));
+        }
+    }
+    changes
+}
+
+/// Loads the conversations and lists of one fan-out partition (or every partition).
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn load_fanout(store: &CheckpointStore, partition: Option<i32>) -> Result<FanOut, TaskError> {
+    let mut fanout = FanOut::new();
+    for row in store.states(Stage::FanOut, partition).await? {
+        let state = checkpoint::decode_conversation(&row.state)
+            .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
+        fanout.restore(row.id, state);
+    }
+    for row in store.lists(partition).await? {
+        let state =
+            checkpoint::decode_list(&row.state).map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
+        fanout.restore_list(row.id, state);
+    }
+    Ok(fanout)
 }
 
 /// Enqueues deltas keyed by user; their acknowledgements join `in_flight`. Waits only while the producer's queue

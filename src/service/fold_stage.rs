@@ -17,7 +17,9 @@ use tracing::{debug, info, warn};
 
 use super::group::{PartitionInput, Verdict};
 use super::{records, retry, Shared, TaskError};
+use crate::checkpoint::store::{Changes, CheckpointStore};
 use crate::checkpoint::{self, Stage};
+use crate::core::notifications::NoteBook;
 use crate::core::contract::{Event, Stream};
 use crate::core::fold::Fold;
 use crate::pipeline::MAX_BATCH;
@@ -81,12 +83,7 @@ impl FoldTask {
             user_deltas: shared.store.offset(Stage::Fold, ud, p).await?.unwrap_or(0),
         };
         let generation = shared.store.acquire(Stage::Fold, p, &shared.owner).await?;
-        let mut fold = Fold::new();
-        for row in shared.store.states(Stage::Fold, Some(p)).await? {
-            let state = checkpoint::decode_user(&row.state)
-                .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
-            fold.restore(row.id, state);
-        }
+        let fold = load_users(&shared.store, Some(p)).await?;
         info!(
             partition = p,
             generation,
@@ -129,7 +126,8 @@ impl FoldTask {
     fn apply_event(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
         match records::event(record, Stream::User)? {
             Event::User(e) => {
-                self.dirty.entry(e.user_id().to_owned()).or_default().insert(e.conversation_id().to_owned());
+                let changed = self.dirty.entry(e.user_id().to_owned()).or_default();
+                changed.extend(e.conversation_id().map(str::to_owned));
                 self.fold.apply_user_event(&e);
                 Ok(())
             }
@@ -166,13 +164,13 @@ impl FoldTask {
                 partition = self.input.partition,
                 users, "Redis lacks this partition's projection: rewriting all its users"
             );
-            writes.extend(self.fold.users().map(|(user, state)| UserWrite::replace(state.view(user), version)));
+            writes.extend(self.fold.users().map(|(user, state)| UserWrite::of_state(user, Some(state), version)));
         }
         for (user, conversations) in &self.dirty {
             if !full || self.fold.user(user).is_none() {
-                let changed = conversations.iter().cloned().collect();
-                let view = self.fold.view(user);
-                writes.push(UserWrite { user_id: user.clone(), version, view, changed, replace: false });
+                let mut write = UserWrite::of_state(user, self.fold.user(user), version);
+                (write.changed, write.replace) = (conversations.iter().cloned().collect(), false);
+                writes.push(write);
             }
         }
         writes
@@ -187,12 +185,12 @@ impl FoldTask {
         // A task whose partition moved stops here rather than write Redis (the script would refuse most of it).
         retry(metrics, "postgres", || sh.store.check_lease(Stage::Fold, p, self.generation)).await?;
         // Redis lost the projection (restarted empty, flushed): rewrite every user of the partition from memory.
-        let full = !retry(metrics, "redis", || sh.projection.has_marker(p)).await?;
+        let full = !retry(metrics, "redis", || sh.projection.has_marker(Stage::Fold, p)).await?;
         let writes = self.writes(full);
         let (written, refused) = retry(metrics, "redis", || async {
             let r = sh.projection.write(&writes).await?;
             if full {
-                sh.projection.set_marker(p).await?;
+                sh.projection.set_marker(Stage::Fold, p).await?;
             }
             Ok::<_, crate::projection::ProjectionError>(r)
         })
@@ -201,31 +199,65 @@ impl FoldTask {
             warn!(partition = p, refused, "projection refused older writes (another task is ahead)");
         }
         metrics.redis_writes(written);
-        let changed: Vec<(String, Option<Vec<u8>>)> =
-            self.dirty.keys().map(|u| (u.clone(), self.fold.user(u).map(checkpoint::encode_user))).collect();
-        self.checkpoint(&changed, started).await?;
+        let changes = changes(&mut self.fold, self.dirty.keys());
+        self.checkpoint(&changes, started).await?;
         self.dirty.clear();
-        debug!(partition = p, users = changed.len(), "fold flush");
+        debug!(partition = p, users = changes.states.len(), notifications = changes.notes.len(), "fold flush");
         Ok(())
     }
 
     /// Commits the changed users' states with both offsets, then updates the metrics and Kafka's offset hint.
-    async fn checkpoint(&mut self, changed: &[(String, Option<Vec<u8>>)], started: Instant) -> Result<(), TaskError> {
+    async fn checkpoint(&mut self, changes: &Changes, started: Instant) -> Result<(), TaskError> {
         let (sh, p, next) = (&*self.shared, self.input.partition, self.next);
         let offsets =
             [(sh.topics.user_events.as_str(), next.user_events), (sh.topics.user_deltas.as_str(), next.user_deltas)];
         let commit_started = Instant::now();
-        retry(&sh.metrics, "postgres", || sh.store.commit(Stage::Fold, p, self.generation, changed, &offsets)).await?;
+        retry(&sh.metrics, "postgres", || sh.store.commit(Stage::Fold, p, self.generation, changes, &offsets)).await?;
         sh.metrics.flush_latency(Stage::Fold, started.elapsed(), commit_started.elapsed());
         for (topic, next) in offsets {
             if let Some(lag) = self.input.lag(topic, next) {
                 sh.metrics.lag(Stage::Fold, topic, p, lag);
             }
         }
-        let bytes = changed.iter().map(|(_, s)| s.as_ref().map_or(0, Vec::len)).sum();
-        sh.metrics.checkpoint_rows(changed.len(), bytes);
+        let (rows, bytes) = changes.size();
+        sh.metrics.checkpoint_rows(rows, bytes);
         self.input.store_offsets(&offsets);
         sh.metrics.checkpoint(started.elapsed());
         Ok(())
     }
+}
+
+/// What a fold flush checkpoints for `users`: each user's own row (deleted when nothing is kept) and the remembered
+/// notifications that changed since the last flush (taken from the fold).
+pub fn changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a String>) -> Changes {
+    let mut changes = Changes::default();
+    for user in users {
+        changes.states.push((user.clone(), fold.user(user).map(checkpoint::encode_user)));
+        let Some(state) = fold.user_mut_existing(user) else { continue };
+        for id in state.notes_mut().take_dirty() {
+            let note = state.notes().note(&id).map(checkpoint::encode_note);
+            changes.notes.push(((user.clone(), id), note));
+        }
+    }
+    changes
+}
+
+/// Loads the users of one fold partition (or every partition) with their remembered notifications.
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn load_users(store: &CheckpointStore, partition: Option<i32>) -> Result<Fold, TaskError> {
+    let mut notes: HashMap<String, Vec<(String, crate::core::notifications::Note)>> = HashMap::new();
+    for row in store.notes(partition).await? {
+        let id = format!("{}/{}", row.user_id, row.notification_id);
+        let note = checkpoint::decode_note(&row.state).map_err(|source| TaskError::Corrupt { id, source })?;
+        notes.entry(row.user_id).or_default().push((row.notification_id, note));
+    }
+    let mut fold = Fold::new();
+    for row in store.states(Stage::Fold, partition).await? {
+        let mut state =
+            checkpoint::decode_user(&row.state).map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
+        state.set_notes(NoteBook::restore(notes.remove(&row.id).unwrap_or_default()));
+        fold.restore(row.id, state);
+    }
+    Ok(fold)
 }

@@ -69,10 +69,7 @@ pub fn event(record: &impl Message, stream: Stream) -> Result<Event, RecordError
     if event.stream() != stream {
         return Err(RecordError::WrongTopic { type_name: event.type_name() });
     }
-    let field = match stream {
-        Stream::Conversation => "conversation_id",
-        Stream::User => "user_id",
-    };
+    let field = event.routing_field();
     let key = record.key().ok_or(RecordError::MissingKey { expected: field })?;
     if key != event.routing_key().as_bytes() {
         return Err(RecordError::KeyMismatch {

@@ -215,7 +215,8 @@ fn projection_guard_refuses_older_generations_and_dominated_positions() {
             v.conversations.insert("c".into(), ConversationView { unread, mentions: 0, muted: false });
             v
         };
-        let write = |unread: u64, version: &str| UserWrite::replace(view(unread), version.parse().unwrap());
+        let write =
+            |unread: u64, version: &str| UserWrite::replace(view(unread), Default::default(), version.parse().unwrap());
         assert_eq!(p.write(&[write(5, "1 100 500")]).await.unwrap(), (1, 0));
         assert_eq!(p.write(&[write(9, "1 150 480")]).await.unwrap(), (1, 0), "not dominated: accepted");
         assert_eq!(p.write(&[write(1, "1 150 470")]).await.unwrap(), (0, 1), "dominated: refused");
@@ -240,7 +241,7 @@ fn a_checkpoint_from_an_older_lease_generation_is_fenced() {
         let store = CheckpointStore::connect(&stack.database_url, &schema, 2).await.unwrap();
         store.migrate().await.unwrap();
         let old = store.acquire(Stage::Fold, 3, "a").await.unwrap();
-        let row = |v: u8| vec![("u".to_string(), Some(vec![v]))];
+        let row = |v: u8| unread::checkpoint::store::Changes::states(vec![("u".to_string(), Some(vec![v]))]);
         store.commit(Stage::Fold, 3, old, &row(1), &[("t", 10)]).await.unwrap();
         let new = store.acquire(Stage::Fold, 3, "b").await.unwrap();
         assert_eq!(new, old + 1);

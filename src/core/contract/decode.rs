@@ -137,7 +137,7 @@ pub fn decode(value: &[u8]) -> Result<Event, DecodeError> {
 }
 
 /// The known field names; a field's index in this list is its slot in [`Fields`].
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 17] = [
     "type",
     "event_id",
     "occurred_at",
@@ -152,6 +152,9 @@ const NAMES: [&str; 14] = [
     "countable",
     "read_seq",
     "muted",
+    "broadcast_id",
+    "notification_id",
+    "category",
 ];
 const TYPE: usize = 0;
 const EVENT_ID: usize = 1;
@@ -167,6 +170,9 @@ const MENTION_ALL: usize = 10;
 const COUNTABLE: usize = 11;
 const READ_SEQ: usize = 12;
 const MUTED: usize = 13;
+const BROADCAST_ID: usize = 14;
+const NOTIFICATION_ID: usize = 15;
+const CATEGORY: usize = 16;
 
 /// The known fields of one object, as raw JSON slices borrowed from the input.
 struct Fields<'a>([Option<&'a RawValue>; NAMES.len()]);
@@ -317,9 +323,60 @@ impl<'a> Fields<'a> {
                 conversation_id: self.id(CONVERSATION_ID)?,
                 muted: self.boolean(MUTED)?.ok_or(DecodeError::MissingField { field: "muted" })?,
             })),
-            _ => unreachable!("every name of EVENT_TYPES is matched"),
+            "broadcast.published" => Event::Conversation(ConversationEvent::Published(BroadcastPublished {
+                event_id,
+                occurred_at,
+                broadcast_id: self.id(BROADCAST_ID)?,
+                seq: self.seq(SEQ, 1)?,
+                countable: self.boolean(COUNTABLE)?.unwrap_or(true),
+            })),
+            "broadcast.recalled" => Event::Conversation(ConversationEvent::Unpublished(BroadcastRecalled {
+                event_id,
+                occurred_at,
+                broadcast_id: self.id(BROADCAST_ID)?,
+                seq: self.seq(SEQ, 1)?,
+            })),
+            other => Event::User(self.user_v2(other, event_id, occurred_at)?),
         };
         Ok(event)
+    }
+
+    /// The user events of contract v2 (`type_name` is one of them).
+    fn user_v2(&self, type_name: &str, event_id: String, occurred_at: String) -> Result<UserEvent, DecodeError> {
+        let user_id = self.id(USER_ID)?;
+        let mark = |id: &Self| -> Result<NotificationMark, DecodeError> {
+            Ok(NotificationMark {
+                event_id: event_id.clone(),
+                occurred_at: occurred_at.clone(),
+                user_id: user_id.clone(),
+                notification_id: id.id(NOTIFICATION_ID)?,
+            })
+        };
+        let marks = |id: &Self| -> Result<NotificationsMark, DecodeError> {
+            let category = id.0[CATEGORY].map(|_| id.id(CATEGORY)).transpose()?;
+            Ok(NotificationsMark { event_id: event_id.clone(), occurred_at: occurred_at.clone(), user_id: user_id.clone(), category })
+        };
+        Ok(match type_name {
+            "broadcast.read" => UserEvent::BroadcastRead(BroadcastRead {
+                broadcast_id: self.id(BROADCAST_ID)?,
+                read_seq: self.seq(READ_SEQ, 0)?,
+                event_id,
+                occurred_at,
+                user_id,
+            }),
+            "notification.created" => UserEvent::NotificationCreated(NotificationCreated {
+                notification_id: self.id(NOTIFICATION_ID)?,
+                category: self.id(CATEGORY)?,
+                event_id,
+                occurred_at,
+                user_id,
+            }),
+            "notification.read" => UserEvent::NotificationRead(mark(self)?),
+            "notification.retracted" => UserEvent::NotificationRetracted(mark(self)?),
+            "notifications.seen" => UserEvent::NotificationsSeen(marks(self)?),
+            "notifications.read" => UserEvent::NotificationsRead(marks(self)?),
+            _ => unreachable!("every name of EVENT_TYPES is matched"),
+        })
     }
 
     fn raw(&self, i: usize) -> Result<&'a RawValue, DecodeError> {
@@ -379,9 +436,10 @@ impl<'a> Fields<'a> {
             "direct" => Ok(ConversationKind::Direct),
             "group" => Ok(ConversationKind::Group),
             "channel" => Ok(ConversationKind::Channel),
+            "feed" => Ok(ConversationKind::Feed),
             other => Err(DecodeError::InvalidValue {
                 field: "kind",
-                reason: format!("must be \"direct\", \"group\" or \"channel\", found {other:?}"),
+                reason: format!("must be \"direct\", \"group\", \"channel\" or \"feed\", found {other:?}"),
             }),
         }
     }

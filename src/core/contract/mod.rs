@@ -1,9 +1,9 @@
 //! The event contract (`CONTRACT.md` § Events) as Rust types, and the decoder that turns a Kafka record value into
 //! one of them.
 //!
-//! Every event type has its own struct; [`ConversationEvent`] groups the five types published to
-//! `unread.conversation-events` (record key = `conversation_id`) and [`UserEvent`] the two published to
-//! `unread.user-events` (record key = `user_id`). [`decode`] is the only way in from bytes: it enforces every rule
+//! Every event type has its own struct; [`ConversationEvent`] groups the seven types published to
+//! `unread.conversation-events` (record key = `conversation_id`, or `broadcast_id` for the two broadcast types) and
+//! [`UserEvent`] the eight published to `unread.user-events` (record key = `user_id`), `CONTRACT.md` v2. [`decode`] is the only way in from bytes: it enforces every rule
 //! of the contract and names the offending field in its [`DecodeError`]. Serializing an [`Event`] with serde gives
 //! the contract's JSON again (field `type` first), which `unread produce` and the tests use.
 
@@ -13,7 +13,7 @@ mod view;
 
 pub use decode::{decode, DecodeError};
 pub use ids::{validate_id, IdError};
-pub use view::{ConversationView, UserView};
+pub use view::{BroadcastView, ConversationView, NotificationView, UserView};
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +34,8 @@ pub enum ConversationKind {
     Group,
     /// A large channel.
     Channel,
+    /// One author's timeline: posts are messages, followers are members (`CONTRACT.md` § v2, "Kind").
+    Feed,
 }
 
 /// `conversation.created`: the conversation exists and `members` join it at its current head.
@@ -141,6 +143,91 @@ pub struct ConversationMuted {
     pub muted: bool,
 }
 
+/// `broadcast.published`: publication `seq` of list `broadcast_id`, shared by every user (`CONTRACT.md` § v2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BroadcastPublished {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The list (the record key on `unread.conversation-events`; a namespace apart from conversations).
+    pub broadcast_id: String,
+    /// The publication's seq, 1..=2^53, strictly increasing per list (e.g. epoch seconds for a red dot).
+    pub seq: u64,
+    /// False for a publication that never counts; default true.
+    pub countable: bool,
+}
+
+/// `broadcast.recalled`: publication `seq` of list `broadcast_id` no longer counts (only if already published).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BroadcastRecalled {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The list (the record key).
+    pub broadcast_id: String,
+    /// The publication's seq, 1..=2^53.
+    pub seq: u64,
+}
+
+/// `broadcast.read`: `user_id` has seen every publication of `broadcast_id` up to `read_seq` (0..=2^53).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BroadcastRead {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// The list.
+    pub broadcast_id: String,
+    /// The reader's cursor in the list.
+    pub read_seq: u64,
+}
+
+/// `notification.created`: notification `notification_id` for recipient `user_id`, in `category`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotificationCreated {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The recipient (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// Unique per recipient (1–256 bytes).
+    pub notification_id: String,
+    /// The category (an id: `like`, `comment`, `mention`, `follow`, `system`, …).
+    pub category: String,
+}
+
+/// `notification.read` (mark one read) or `notification.retracted` (the source withdrew it), by id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotificationMark {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The recipient (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// The notification.
+    pub notification_id: String,
+}
+
+/// `notifications.seen` (the user opened the list) or `notifications.read` (mark all read), of one category or all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotificationsMark {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// The category; `None`: every category.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+}
+
 /// An event of the conversation stream (topic `unread.conversation-events`, key `conversation_id`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type")]
@@ -160,6 +247,12 @@ pub enum ConversationEvent {
     /// `message.recalled`
     #[serde(rename = "message.recalled")]
     Recalled(MessageRecalled),
+    /// `broadcast.published` (key `broadcast_id`)
+    #[serde(rename = "broadcast.published")]
+    Published(BroadcastPublished),
+    /// `broadcast.recalled` (key `broadcast_id`)
+    #[serde(rename = "broadcast.recalled")]
+    Unpublished(BroadcastRecalled),
 }
 
 /// An event of the user stream (topic `unread.user-events`, key `user_id`).
@@ -172,6 +265,33 @@ pub enum UserEvent {
     /// `conversation.muted`
     #[serde(rename = "conversation.muted")]
     Muted(ConversationMuted),
+    /// `broadcast.read`
+    #[serde(rename = "broadcast.read")]
+    BroadcastRead(BroadcastRead),
+    /// `notification.created`
+    #[serde(rename = "notification.created")]
+    NotificationCreated(NotificationCreated),
+    /// `notification.read`
+    #[serde(rename = "notification.read")]
+    NotificationRead(NotificationMark),
+    /// `notification.retracted`
+    #[serde(rename = "notification.retracted")]
+    NotificationRetracted(NotificationMark),
+    /// `notifications.seen`
+    #[serde(rename = "notifications.seen")]
+    NotificationsSeen(NotificationsMark),
+    /// `notifications.read`
+    #[serde(rename = "notifications.read")]
+    NotificationsRead(NotificationsMark),
+}
+
+/// What a conversation-stream event is about: a conversation, or a broadcast list (a namespace of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target<'a> {
+    /// A conversation (`conversation_id`).
+    Conversation(&'a str),
+    /// A broadcast list (`broadcast_id`).
+    Broadcast(&'a str),
 }
 
 /// Any event of the contract. Serializes to the contract's JSON (an object with `type` first).
@@ -194,14 +314,31 @@ pub enum Stream {
 }
 
 impl ConversationEvent {
-    /// The conversation this event belongs to: the record key.
-    pub fn conversation_id(&self) -> &str {
+    /// The conversation or broadcast list this event belongs to.
+    pub fn target(&self) -> Target<'_> {
         match self {
-            Self::Created(e) => &e.conversation_id,
-            Self::Joined(e) => &e.conversation_id,
-            Self::Left(e) => &e.conversation_id,
-            Self::Sent(e) => &e.conversation_id,
-            Self::Recalled(e) => &e.conversation_id,
+            Self::Created(e) => Target::Conversation(&e.conversation_id),
+            Self::Joined(e) => Target::Conversation(&e.conversation_id),
+            Self::Left(e) => Target::Conversation(&e.conversation_id),
+            Self::Sent(e) => Target::Conversation(&e.conversation_id),
+            Self::Recalled(e) => Target::Conversation(&e.conversation_id),
+            Self::Published(e) => Target::Broadcast(&e.broadcast_id),
+            Self::Unpublished(e) => Target::Broadcast(&e.broadcast_id),
+        }
+    }
+
+    /// The record key: the `conversation_id`, or the `broadcast_id` of a broadcast event.
+    pub fn key(&self) -> &str {
+        match self.target() {
+            Target::Conversation(id) | Target::Broadcast(id) => id,
+        }
+    }
+
+    /// The name of the key's field: `conversation_id` or `broadcast_id`.
+    pub fn key_field(&self) -> &'static str {
+        match self.target() {
+            Target::Conversation(_) => "conversation_id",
+            Target::Broadcast(_) => "broadcast_id",
         }
     }
 
@@ -213,6 +350,8 @@ impl ConversationEvent {
             Self::Left(e) => &e.event_id,
             Self::Sent(e) => &e.event_id,
             Self::Recalled(e) => &e.event_id,
+            Self::Published(e) => &e.event_id,
+            Self::Unpublished(e) => &e.event_id,
         }
     }
 }
@@ -223,14 +362,19 @@ impl UserEvent {
         match self {
             Self::ReadAck(e) => &e.user_id,
             Self::Muted(e) => &e.user_id,
+            Self::BroadcastRead(e) => &e.user_id,
+            Self::NotificationCreated(e) => &e.user_id,
+            Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.user_id,
+            Self::NotificationsSeen(e) | Self::NotificationsRead(e) => &e.user_id,
         }
     }
 
-    /// The conversation the event is about.
-    pub fn conversation_id(&self) -> &str {
+    /// The conversation the event is about, for `read.ack` and `conversation.muted`.
+    pub fn conversation_id(&self) -> Option<&str> {
         match self {
-            Self::ReadAck(e) => &e.conversation_id,
-            Self::Muted(e) => &e.conversation_id,
+            Self::ReadAck(e) => Some(&e.conversation_id),
+            Self::Muted(e) => Some(&e.conversation_id),
+            _ => None,
         }
     }
 
@@ -239,6 +383,10 @@ impl UserEvent {
         match self {
             Self::ReadAck(e) => &e.event_id,
             Self::Muted(e) => &e.event_id,
+            Self::BroadcastRead(e) => &e.event_id,
+            Self::NotificationCreated(e) => &e.event_id,
+            Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.event_id,
+            Self::NotificationsSeen(e) | Self::NotificationsRead(e) => &e.event_id,
         }
     }
 }
@@ -252,11 +400,20 @@ impl Event {
         }
     }
 
-    /// The record key the contract requires: `conversation_id` for conversation events, `user_id` for user events.
+    /// The record key the contract requires: `conversation_id` (or `broadcast_id`) for conversation-stream
+    /// events, `user_id` for user events.
     pub fn routing_key(&self) -> &str {
         match self {
-            Self::Conversation(e) => e.conversation_id(),
+            Self::Conversation(e) => e.key(),
             Self::User(e) => e.user_id(),
+        }
+    }
+
+    /// The name of the field the record key must equal.
+    pub fn routing_field(&self) -> &'static str {
+        match self {
+            Self::Conversation(e) => e.key_field(),
+            Self::User(_) => "user_id",
         }
     }
 
@@ -278,17 +435,33 @@ impl Event {
             Self::Conversation(ConversationEvent::Recalled(_)) => "message.recalled",
             Self::User(UserEvent::ReadAck(_)) => "read.ack",
             Self::User(UserEvent::Muted(_)) => "conversation.muted",
+            Self::Conversation(ConversationEvent::Published(_)) => "broadcast.published",
+            Self::Conversation(ConversationEvent::Unpublished(_)) => "broadcast.recalled",
+            Self::User(UserEvent::BroadcastRead(_)) => "broadcast.read",
+            Self::User(UserEvent::NotificationCreated(_)) => "notification.created",
+            Self::User(UserEvent::NotificationRead(_)) => "notification.read",
+            Self::User(UserEvent::NotificationRetracted(_)) => "notification.retracted",
+            Self::User(UserEvent::NotificationsSeen(_)) => "notifications.seen",
+            Self::User(UserEvent::NotificationsRead(_)) => "notifications.read",
         }
     }
 }
 
 /// The names of the contract's event types, in the order of `CONTRACT.md`.
-pub const EVENT_TYPES: [&str; 7] = [
+pub const EVENT_TYPES: [&str; 15] = [
     "conversation.created",
     "member.joined",
     "member.left",
     "message.sent",
     "message.recalled",
+    "broadcast.published",
+    "broadcast.recalled",
     "read.ack",
     "conversation.muted",
+    "broadcast.read",
+    "notification.created",
+    "notification.read",
+    "notification.retracted",
+    "notifications.seen",
+    "notifications.read",
 ];

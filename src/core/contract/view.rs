@@ -16,8 +16,41 @@ pub struct UserView {
     pub total_mentions: u64,
     /// Unmuted member conversations with `unread > 0`.
     pub unread_conversations: u64,
-    /// Every conversation the user is a member of, including those with zero unread.
+    /// Every non-feed conversation the user is a member of, including those with zero unread.
     pub conversations: BTreeMap<String, ConversationView>,
+    /// Sum of `unread` over the unmuted feed conversations the user follows (v2).
+    #[serde(default)]
+    pub feed_unread: u64,
+    /// Every broadcast list the user has read (v2).
+    #[serde(default)]
+    pub broadcasts: BTreeMap<String, BroadcastView>,
+    /// Every category the user has a notification in (v2).
+    #[serde(default)]
+    pub notifications: BTreeMap<String, NotificationView>,
+    /// Sum of `unread` over the categories (v2).
+    #[serde(default)]
+    pub total_notifications_unread: u64,
+    /// Sum of `unseen` over the categories (v2).
+    #[serde(default)]
+    pub total_notifications_unseen: u64,
+}
+
+/// One broadcast list's counts for one user (`CONTRACT.md` § v2, "Broadcasts").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BroadcastView {
+    /// Countable, not recalled publications above the user's cursor.
+    pub unread: u64,
+    /// `unread > 0`: the red dot.
+    pub dot: bool,
+}
+
+/// One notification category's counts for one user (`CONTRACT.md` § v2, "Notifications").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationView {
+    /// Created, not read, not retracted.
+    pub unread: u64,
+    /// Created, not seen, not read, not retracted.
+    pub unseen: u64,
 }
 
 /// One conversation's counts for one user.
