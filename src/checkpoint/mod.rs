@@ -250,14 +250,19 @@ mod tests {
         let convs: BTreeMap<String, ConvV1> = user
             .conversations()
             .iter()
-            .map(|(id, c)| (id.clone(), (c.floor, c.joined_at, c.muted, c.unread.clone(), c.mentions.clone(), c.touched)))
+            .map(|(id, c)| {
+                (id.clone(), (c.floor, c.joined_at, c.muted, c.unread.clone(), c.mentions.clone(), c.touched))
+            })
             .collect();
         let t = user.totals();
         let v1 = (convs, (t.total_unread, t.total_mentions, t.unread_conversations, t.memberships), 501u64, 1usize);
         let mut bytes = vec![1u8];
         bytes.extend(postcard::to_allocvec(&v1).unwrap());
         let loaded = decode_user(&bytes).unwrap();
-        assert_eq!(loaded.view("a/b", &crate::core::broadcast::NoLists), user.view("a/b", &crate::core::broadcast::NoLists));
+        assert_eq!(
+            loaded.view("a/b", &crate::core::broadcast::NoLists),
+            user.view("a/b", &crate::core::broadcast::NoLists)
+        );
         assert_eq!(loaded.totals(), user.totals());
     }
 
@@ -281,7 +286,14 @@ mod tests {
         assert!(matches!(decode_user(&[9, 0]), Err(CheckpointError::Version { found: Some(9) })));
         assert!(matches!(decode_user(&bytes[..bytes.len() / 2]), Err(CheckpointError::Corrupt(_))));
         // Same layout as UserState (postcard is positional), with a total that no longer equals the sum.
-        type Mirror = (BTreeMap<String, ConvState>, Totals, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
+        type Mirror = (
+            BTreeMap<String, ConvState>,
+            Totals,
+            u64,
+            usize,
+            BTreeMap<String, u64>,
+            crate::core::notifications::Summary,
+        );
         let mut mirror: Mirror = postcard::from_bytes(&bytes[1..]).unwrap();
         mirror.1.total_unread += 1;
         bytes.truncate(1);

@@ -579,7 +579,8 @@ impl CheckpointStore {
     /// Errors: [`StoreError::Db`].
     pub async fn reset(&self) -> StoreResult<()> {
         let mut tx = self.pool.begin().await.map_err(db("resetting"))?;
-        for table in ["checkpoint_offsets", "fold_users", "fanout_conversations", "fanout_lists", "fold_notifications"] {
+        for table in ["checkpoint_offsets", "fold_users", "fanout_conversations", "fanout_lists", "fold_notifications"]
+        {
             // Audited: the table names are the constants above.
             sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}")))
                 .execute(&mut *tx)

@@ -131,7 +131,12 @@ pub struct UserState {
 
 impl UserState {
     /// A state from its parts (a v1 checkpoint has no broadcasts and no notifications).
-    pub(crate) fn from_parts(conversations: BTreeMap<String, ConvState>, totals: Totals, clock: u64, detached: usize) -> Self {
+    pub(crate) fn from_parts(
+        conversations: BTreeMap<String, ConvState>,
+        totals: Totals,
+        clock: u64,
+        detached: usize,
+    ) -> Self {
         Self { conversations, totals, clock, detached, ..Self::default() }
     }
 

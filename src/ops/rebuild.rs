@@ -9,8 +9,8 @@ use super::CheckpointVersions;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{self, Stage};
 use crate::config::Settings;
-use crate::kafka;
 use crate::core::broadcast::ListOp;
+use crate::kafka;
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
 
 /// What a rebuild did.

@@ -229,7 +229,15 @@ mod tests {
         assert_eq!(zero, UserView { user_id: "nobody".into(), ..Default::default() });
         let v1 = decode_view("u", vec![("_totals".into(), "1 2 3".into())]).unwrap();
         assert_eq!((v1.total_unread, v1.total_mentions, v1.unread_conversations, v1.feed_unread), (1, 2, 3, 0));
-        for (f, v) in [("_totals", "1 2"), ("_totals", "1 2 3 4"), ("c:x", "1 1 2"), ("c:x", "a b c"), ("c:x", ""), ("n:x", "1"), ("B:x", "-1")] {
+        for (f, v) in [
+            ("_totals", "1 2"),
+            ("_totals", "1 2 3 4"),
+            ("c:x", "1 1 2"),
+            ("c:x", "a b c"),
+            ("c:x", ""),
+            ("n:x", "1"),
+            ("B:x", "-1"),
+        ] {
             assert!(decode_view("u", vec![(f.into(), v.into())]).is_err(), "{f}={v}");
         }
     }

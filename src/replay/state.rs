@@ -14,13 +14,13 @@ use crate::checkpoint::store::{CheckpointStore, Snapshot};
 use crate::checkpoint::{self, Stage};
 use crate::core::broadcast::ListOp;
 use crate::core::contract::{ConversationEvent, Stream, Target, UserEvent};
-use crate::core::notifications::{Note, NoteBook};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
+use crate::core::notifications::{Note, NoteBook};
 use crate::kafka::{self, partition_for_key};
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
-use crate::service::fold_stage::{self, Next};
 use crate::service::fanout_stage;
+use crate::service::fold_stage::{self, Next};
 use crate::service::records;
 use crate::topology::Topics;
 
@@ -110,7 +110,10 @@ impl Replay {
         self.fanout.take_list_ops(); // the replay writes changed lists whole
         let mut by_partition: HashMap<i32, Vec<(bool, String)>> = HashMap::new();
         for key in self.dirty_convs.drain() {
-            by_partition.entry(partition_for_key(key.1.as_bytes(), self.partitions.conversation)).or_default().push(key);
+            by_partition
+                .entry(partition_for_key(key.1.as_bytes(), self.partitions.conversation))
+                .or_default()
+                .push(key);
         }
         let mut lists = Vec::new();
         for (p, keys) in &by_partition {

@@ -22,9 +22,9 @@ use crate::checkpoint::store::{Changes, CheckpointStore};
 use crate::checkpoint::{self, Stage};
 use crate::core::broadcast::{ListOp, ListState};
 use crate::core::contract::{ConversationEvent, Event, Stream, Target};
-use crate::projection::redis::ListWrite;
 use crate::core::fanout::FanOut;
 use crate::pipeline::MAX_BATCH;
+use crate::projection::redis::ListWrite;
 
 /// One fan-out partition task's state.
 struct FanOutTask {
@@ -140,7 +140,13 @@ impl FanOutTask {
         self.dirty.clear();
         self.input.store_offsets(&offsets);
         sh.metrics.checkpoint(started.elapsed());
-        debug!(partition = p, next, conversations = changes.states.len(), lists = changes.lists.len(), "fan-out checkpoint");
+        debug!(
+            partition = p,
+            next,
+            conversations = changes.states.len(),
+            lists = changes.lists.len(),
+            "fan-out checkpoint"
+        );
         Ok(())
     }
 

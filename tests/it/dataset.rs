@@ -109,7 +109,9 @@ fn v2_dev_set_is_exact_for_every_user_byte_for_byte() {
 fn v2_full_set_is_exact_when_present() {
     let (Some(events), Some(expected)) = (shared_dataset("v2-events.jsonl.gz"), shared_dataset("v2-expected.jsonl.gz"))
     else {
-        println!("SKIPPED v2_full_set_is_exact_when_present: ../shared/datasets/ubuntu-irc/ is not next to this checkout");
+        println!(
+            "SKIPPED v2_full_set_is_exact_when_present: ../shared/datasets/ubuntu-irc/ is not next to this checkout"
+        );
         return;
     };
     let expected_text = read_expected(expected.to_str().unwrap());
@@ -124,18 +126,22 @@ fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
     use unread::core::notifications::NoteBook;
     let mut pipeline = Pipeline::new();
     let path = repo_path("tests/data/ubuntu-irc/v2-dev-events.jsonl");
-    for_each_batch(open_input(path.to_str().unwrap()).unwrap(), MAX_BATCH, |bad| panic!("{bad}"), |b| {
-        pipeline.process_batch(b)
-    })
+    for_each_batch(
+        open_input(path.to_str().unwrap()).unwrap(),
+        MAX_BATCH,
+        |bad| panic!("{bad}"),
+        |b| pipeline.process_batch(b),
+    )
     .unwrap();
     let lists = pipeline.fanout().lists().clone();
     let mut with_notes = 0;
     for (id, state) in pipeline.fold().users() {
         state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
         let mut loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
-        let notes = state.notes().notes().map(|(n, note)| {
-            (n.clone(), checkpoint::decode_note(&checkpoint::encode_note(note)).unwrap())
-        });
+        let notes = state
+            .notes()
+            .notes()
+            .map(|(n, note)| (n.clone(), checkpoint::decode_note(&checkpoint::encode_note(note)).unwrap()));
         loaded.set_notes(NoteBook::restore(notes));
         loaded.check().unwrap_or_else(|e| panic!("user {id:?} after a round trip: {e}"));
         assert_eq!(loaded.view(id, &lists), state.view(id, &lists), "{id}");

@@ -8,3 +8,4 @@ mod replay;
 mod schemas;
 mod service;
 mod support;
+mod v2;

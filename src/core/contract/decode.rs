@@ -354,7 +354,12 @@ impl<'a> Fields<'a> {
         };
         let marks = |id: &Self| -> Result<NotificationsMark, DecodeError> {
             let category = id.0[CATEGORY].map(|_| id.id(CATEGORY)).transpose()?;
-            Ok(NotificationsMark { event_id: event_id.clone(), occurred_at: occurred_at.clone(), user_id: user_id.clone(), category })
+            Ok(NotificationsMark {
+                event_id: event_id.clone(),
+                occurred_at: occurred_at.clone(),
+                user_id: user_id.clone(),
+                category,
+            })
         };
         Ok(match type_name {
             "broadcast.read" => UserEvent::BroadcastRead(BroadcastRead {

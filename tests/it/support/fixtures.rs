@@ -78,3 +78,13 @@ pub fn produce_dev_copies(ns: &Ns, pipeline: &mut unread::pipeline::Pipeline, co
         unread::pipeline::for_each_batch(input, 1000, |e| panic!("{e}"), |b| pipeline.process_batch(b)).unwrap();
     }
 }
+
+/// The bundled v2 dev set's events file (contract v2: feeds, broadcasts, notifications).
+pub fn v2_dev_events() -> String {
+    repo_path("tests/data/ubuntu-irc/v2-dev-events.jsonl").to_str().unwrap().to_owned()
+}
+
+/// The bundled v2 dev set's expected final state (1,616 users).
+pub fn v2_dev_expected() -> Vec<UserView> {
+    parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v2-dev-expected.jsonl")).unwrap())
+}

@@ -67,6 +67,17 @@ pub fn assert_matches(port: u16, expected: &[UserView]) {
     assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
 }
 
+/// The value of a metric line `name value` (a counter's or gauge's, without labels) at the API on `port`.
+pub fn metric(port: u16, name: &str) -> f64 {
+    let text = http_get(port, "/metrics").expect("API answers").1;
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn segments_escape_all_but_unreserved_characters() {
     assert_eq!(encode("a/b %c{d}~x-y_z.é"), "a%2Fb%20%25c%7Bd%7D~x-y_z.%C3%A9");
