@@ -4,6 +4,7 @@ mod cli;
 mod dataset;
 mod decoder;
 mod properties;
+mod properties_v2;
 mod replay;
 mod schemas;
 mod service;

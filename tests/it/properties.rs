@@ -18,7 +18,8 @@ const CONVS: [&str; 3] = ["team", "a:{b}", "z/1"];
 
 #[derive(Debug, Clone)]
 enum ConvOp {
-    Create(Vec<usize>),
+    /// Members, and whether the kind is `feed` (only the first creation decides).
+    Create(Vec<usize>, bool),
     Join(usize),
     Leave(usize),
     /// gap 0 repeats the head (a duplicate), otherwise seq = head + gap.
@@ -41,7 +42,8 @@ enum UserOp {
 
 fn conv_op() -> impl Strategy<Value = ConvOp> {
     prop_oneof![
-        1 => proptest::collection::vec(0..USERS.len(), 0..4).prop_map(ConvOp::Create),
+        1 => (proptest::collection::vec(0..USERS.len(), 0..4), proptest::bool::weighted(0.4))
+            .prop_map(|(m, feed)| ConvOp::Create(m, feed)),
         3 => (0..USERS.len()).prop_map(ConvOp::Join),
         2 => (0..USERS.len()).prop_map(ConvOp::Leave),
         8 => (0..USERS.len(), 0u64..3, proptest::bool::weighted(0.8), proptest::collection::vec(0..USERS.len(), 0..3),
@@ -76,11 +78,11 @@ fn events(convs: &[Vec<ConvOp>], users: &[Vec<UserOp>]) -> (Vec<Vec<Conversation
                 .map(|op| {
                     let (event_id, occurred_at) = meta(&mut n);
                     match op {
-                        ConvOp::Create(m) => ConversationEvent::Created(ConversationCreated {
+                        ConvOp::Create(m, feed) => ConversationEvent::Created(ConversationCreated {
                             event_id,
                             occurred_at,
                             conversation_id: cid.clone(),
-                            kind: ConversationKind::Group,
+                            kind: if *feed { ConversationKind::Feed } else { ConversationKind::Group },
                             members: m.iter().map(|u| USERS[*u].to_owned()).collect(),
                         }),
                         ConvOp::Join(u) => ConversationEvent::Joined(MemberJoined {
@@ -165,6 +167,7 @@ fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>])
     let mut joined: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut messages: HashMap<String, Vec<Msg>> = HashMap::new();
     let mut recalled: HashMap<String, BTreeSet<u64>> = HashMap::new();
+    let mut feeds: HashMap<String, bool> = HashMap::new();
     for events in conv_events {
         let mut head = 0;
         for e in events {
@@ -173,7 +176,10 @@ fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>])
                 joined.entry((u.to_owned(), c.clone())).or_insert(head);
             };
             match e {
-                ConversationEvent::Created(x) => x.members.iter().for_each(|u| join(u, head)),
+                ConversationEvent::Created(x) => {
+                    feeds.entry(c.clone()).or_insert(x.kind == ConversationKind::Feed);
+                    x.members.iter().for_each(|u| join(u, head))
+                }
                 ConversationEvent::Joined(x) => join(&x.user_id, head),
                 ConversationEvent::Left(x) => {
                     joined.remove(&(x.user_id.clone(), c.clone()));
@@ -232,7 +238,11 @@ fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>])
             muted: muted.get(&(u.clone(), c.clone())).copied().unwrap_or(false),
         };
         let v = views.entry(u.clone()).or_insert_with(|| UserView { user_id: u.clone(), ..Default::default() });
-        v.conversations.insert(c.clone(), cv);
+        if feeds.get(c).copied().unwrap_or(false) {
+            v.feed_unread += if cv.muted { 0 } else { cv.unread };
+        } else {
+            v.conversations.insert(c.clone(), cv);
+        }
     }
     for v in views.values_mut() {
         v.total_unread = v.conversations.values().filter(|c| !c.muted).map(|c| c.unread).sum();
@@ -382,7 +392,7 @@ proptest! {
 #[test]
 fn regression_cases() {
     let send = |sender, gap, countable| ConvOp::Send { sender, gap, countable, mentions: vec![], all: false };
-    let pad = |n| vec![ConvOp::Create(vec![]); n];
+    let pad = |n| vec![ConvOp::Create(vec![], false); n];
     let none = || vec![vec![]; USERS.len()];
     let mut acks = none();
     acks[1] = vec![UserOp::Ack { conv: 0, seq: 0 }; 14];
@@ -392,7 +402,7 @@ fn regression_cases() {
         (
             vec![[
                 pad(16),
-                vec![ConvOp::Create(vec![2]), send(0, 0, false), send(0, 1, false), ConvOp::Recall(0)],
+                vec![ConvOp::Create(vec![2], false), send(0, 0, false), send(0, 1, false), ConvOp::Recall(0)],
                 pad(1),
                 vec![send(0, 0, true), send(0, 0, false)],
                 pad(3),
@@ -405,7 +415,7 @@ fn regression_cases() {
             vec![
                 pad(32),
                 vec![],
-                [pad(16), vec![ConvOp::Create(vec![2]), send(0, 0, true), ConvOp::Recall(1)], pad(1)].concat(),
+                [pad(16), vec![ConvOp::Create(vec![2], false), send(0, 0, true), ConvOp::Recall(1)], pad(1)].concat(),
             ],
             none(),
             10808886810266849206,

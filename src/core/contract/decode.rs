@@ -323,22 +323,28 @@ impl<'a> Fields<'a> {
                 conversation_id: self.id(CONVERSATION_ID)?,
                 muted: self.boolean(MUTED)?.ok_or(DecodeError::MissingField { field: "muted" })?,
             })),
-            "broadcast.published" => Event::Conversation(ConversationEvent::Published(BroadcastPublished {
-                event_id,
-                occurred_at,
-                broadcast_id: self.id(BROADCAST_ID)?,
-                seq: self.seq(SEQ, 1)?,
-                countable: self.boolean(COUNTABLE)?.unwrap_or(true),
-            })),
-            "broadcast.recalled" => Event::Conversation(ConversationEvent::Unpublished(BroadcastRecalled {
-                event_id,
-                occurred_at,
-                broadcast_id: self.id(BROADCAST_ID)?,
-                seq: self.seq(SEQ, 1)?,
-            })),
+            "broadcast.published" | "broadcast.recalled" => {
+                Event::Conversation(self.list_event(type_name, event_id, occurred_at)?)
+            }
             other => Event::User(self.user_v2(other, event_id, occurred_at)?),
         };
         Ok(event)
+    }
+
+    /// The broadcast list events of contract v2 (`type_name` is one of them).
+    fn list_event(
+        &self,
+        type_name: &str,
+        event_id: String,
+        occurred_at: String,
+    ) -> Result<ConversationEvent, DecodeError> {
+        let (broadcast_id, seq) = (self.id(BROADCAST_ID)?, self.seq(SEQ, 1)?);
+        Ok(if type_name == "broadcast.published" {
+            let countable = self.boolean(COUNTABLE)?.unwrap_or(true);
+            ConversationEvent::Published(BroadcastPublished { event_id, occurred_at, broadcast_id, seq, countable })
+        } else {
+            ConversationEvent::Unpublished(BroadcastRecalled { event_id, occurred_at, broadcast_id, seq })
+        })
     }
 
     /// The user events of contract v2 (`type_name` is one of them).
