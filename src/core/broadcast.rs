@@ -57,7 +57,7 @@ pub trait Lists {
     fn unread_above(&self, broadcast_id: &str, cursor: u64) -> u64;
 }
 
-impl<S: std::hash::BuildHasher> Lists for std::collections::HashMap<String, ListState, S> {
+impl Lists for crate::core::Map<String, ListState> {
     fn unread_above(&self, broadcast_id: &str, cursor: u64) -> u64 {
         self.get(broadcast_id).map_or(0, |l| l.unread_above(cursor))
     }

@@ -13,7 +13,7 @@
 //! included: a fan-out restarted from its checkpoint may batch the same events differently, and a message that an
 //! earlier batching already delivered must still be taken back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,7 @@ use crate::core::broadcast::{ListOp, ListState};
 use crate::core::contract::{ConversationEvent, ConversationKind, Target};
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::seqset::SeqSet;
+use crate::core::Map;
 
 /// The fan-out's state of one conversation; serializes for checkpoints.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,8 +37,8 @@ pub struct ConversationState {
 /// The fan-out's state of every conversation and broadcast list it has seen.
 #[derive(Debug, Default, Clone)]
 pub struct FanOut {
-    conversations: HashMap<String, ConversationState>,
-    lists: HashMap<String, ListState>,
+    conversations: Map<String, ConversationState>,
+    lists: Map<String, ListState>,
     /// The list changes of the batches since [`FanOut::take_list_ops`], in order.
     list_ops: Vec<(String, ListOp)>,
 }
@@ -65,15 +66,14 @@ struct ConvBatch<'e> {
     /// The kind was decided `feed` in this batch: every member hears of it.
     became_feed: bool,
     start_head: u64,
-    start_members: Vec<String>,
     /// Countable, not recalled seqs sent in the batch.
     countable: SeqSet,
     /// The seqs of `countable` with `mention_all`.
     mention_all: SeqSet,
     /// Per user: the seqs of `countable` that mention the user by name.
-    mentioned: HashMap<&'e str, SeqSet>,
+    mentioned: Map<&'e str, SeqSet>,
     /// Per user whose membership changed or who sent: marks in order.
-    timeline: HashMap<&'e str, Vec<Mark>>,
+    timeline: Map<&'e str, Vec<Mark>>,
     /// Every effective recall of the batch (seq at or below the head when it arrived).
     recalls: SeqSet,
 }
@@ -100,7 +100,7 @@ impl FanOut {
     }
 
     /// Every broadcast list's state, by id.
-    pub fn lists(&self) -> &HashMap<String, ListState> {
+    pub fn lists(&self) -> &Map<String, ListState> {
         &self.lists
     }
 
@@ -128,22 +128,19 @@ impl FanOut {
     {
         let mut stats = BatchStats::default();
         let mut batches: Vec<ConvBatch<'e>> = Vec::new();
-        let mut index: HashMap<&'e str, usize> = HashMap::new();
+        let mut index: Map<&'e str, usize> = Map::default();
         for event in events {
             let cid = match event.target() {
                 Target::Conversation(cid) => cid,
                 Target::Broadcast(bid) => {
                     // Broadcasts are never fanned out: the list changes once, whatever the number of readers.
-                    if let Some(op) = self.lists.entry(bid.to_owned()).or_default().apply(event) {
+                    if let Some(op) = self.lists.entry_ref(bid).or_default().apply(event) {
                         self.list_ops.push((bid.to_owned(), op));
                     }
                     continue;
                 }
             };
-            if !self.conversations.contains_key(cid) {
-                self.conversations.insert(cid.to_owned(), ConversationState::default());
-            }
-            let state = self.conversations.get_mut(cid).expect("inserted above");
+            let state = self.conversations.entry_ref(cid).or_default();
             let b = *index.entry(cid).or_insert_with(|| {
                 batches.push(ConvBatch::start(cid, state));
                 batches.len() - 1
@@ -152,8 +149,7 @@ impl FanOut {
         }
         let mut deltas = Vec::new();
         for batch in &batches {
-            let state = &self.conversations[batch.conversation_id];
-            batch.emit(state.head, state.kind == Some(ConversationKind::Feed), &mut deltas);
+            batch.emit(&self.conversations[batch.conversation_id], &mut deltas);
         }
         (deltas, stats)
     }
@@ -165,11 +161,10 @@ impl<'e> ConvBatch<'e> {
             conversation_id,
             became_feed: false,
             start_head: state.head,
-            start_members: state.members.keys().cloned().collect(),
             countable: SeqSet::new(),
             mention_all: SeqSet::new(),
-            mentioned: HashMap::new(),
-            timeline: HashMap::new(),
+            mentioned: Map::default(),
+            timeline: Map::default(),
             recalls: SeqSet::new(),
         }
     }
@@ -254,7 +249,35 @@ impl<'e> ConvBatch<'e> {
         Some(DeltaOp::Messages { unread, mentions, read_to: own })
     }
 
-    fn emit(&self, end_head: u64, feed: bool, out: &mut Vec<Delta>) {
+    /// Whether `user` was a member at the start of the batch, from its first membership mark in the batch (a
+    /// join: no; a leave: yes) or, without one, from the membership at the end (`state`).
+    fn was_member(&self, state: &ConversationState, user: &str) -> bool {
+        let first = self.timeline.get(user).and_then(|m| m.iter().find(|m| !matches!(m, Mark::Own(_))));
+        match first {
+            Some(Mark::Join(_)) => false,
+            Some(Mark::Leave(_)) => true,
+            _ => state.members.contains_key(user),
+        }
+    }
+
+    /// The members at the start of the batch, without copying the membership: those still members (by id), then
+    /// those who left during the batch (by id).
+    fn start_members<'s>(&'s self, state: &'s ConversationState) -> Vec<&'s str> {
+        let mut members: Vec<&str> =
+            state.members.keys().map(String::as_str).filter(|u| self.was_member(state, u)).collect();
+        let mut left: Vec<&str> = self
+            .timeline
+            .keys()
+            .copied()
+            .filter(|u| !state.members.contains_key(*u) && self.was_member(state, u))
+            .collect();
+        left.sort_unstable();
+        members.extend(left);
+        members
+    }
+
+    fn emit(&self, state: &ConversationState, out: &mut Vec<Delta>) {
+        let (end_head, feed) = (state.head, state.kind == Some(ConversationKind::Feed));
         let shared = self.messages("", self.start_head, end_head, 0);
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
@@ -263,11 +286,11 @@ impl<'e> ConvBatch<'e> {
             feed,
         };
         let recalled = || (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
-        for user in &self.start_members {
+        for user in self.start_members(state) {
             let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
-            match self.timeline.get(user.as_str()) {
+            match self.timeline.get(user) {
                 Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, &mut ops),
-                None if self.mentioned.contains_key(user.as_str()) => {
+                None if self.mentioned.contains_key(user) => {
                     ops.extend(self.messages(user, self.start_head, end_head, 0))
                 }
                 None => ops.extend(shared.clone()),
@@ -276,15 +299,11 @@ impl<'e> ConvBatch<'e> {
                 out.push(delta(user, ops));
             }
         }
-        let mut others: Vec<&&str> = self
-            .timeline
-            .keys()
-            .filter(|u| self.start_members.binary_search_by(|m| m.as_str().cmp(u)).is_err())
-            .collect();
+        let mut others: Vec<&str> = self.timeline.keys().copied().filter(|u| !self.was_member(state, u)).collect();
         others.sort_unstable();
         for user in others {
             let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
-            self.walk(user, None, &self.timeline[*user], end_head, &mut ops);
+            self.walk(user, None, &self.timeline[user], end_head, &mut ops);
             if !ops.is_empty() {
                 out.push(delta(user, ops));
             }

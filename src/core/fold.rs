@@ -14,7 +14,7 @@
 //! Conversations the user is not a member of are kept only while they carry information (a floor above 0 or a
 //! mute), at most [`MAX_DETACHED_PER_USER`] per user, least recently touched evicted first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +23,7 @@ use crate::core::contract::{BroadcastView, ConversationView, NotificationView, U
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::seqset::SeqSet;
+use crate::core::Map;
 
 /// Most conversations a user is not a member of whose floor and mute are kept (the retention bound).
 pub const MAX_DETACHED_PER_USER: usize = 1024;
@@ -375,15 +376,12 @@ impl UserState {
     /// then brings the totals, the detached count and retention up to date.
     fn update(&mut self, conversation_id: &str, create: bool, f: impl FnOnce(&mut ConvState) -> u64) -> u64 {
         self.clock += 1;
-        let (before, existed) = match self.conversations.get(conversation_id) {
-            Some(c) => (c.contribution(), true),
-            None if create => (Totals::default(), false),
+        let (c, existed) = match self.conversations.get_mut(conversation_id) {
+            Some(c) => (c, true),
+            None if create => (self.conversations.entry(conversation_id.to_owned()).or_default(), false),
             None => return 0,
         };
-        if !existed {
-            self.conversations.insert(conversation_id.to_owned(), ConvState::default());
-        }
-        let c = self.conversations.get_mut(conversation_id).expect("present");
+        let before = c.contribution();
         let result = f(c);
         c.touched = self.clock;
         let after = c.contribution();
@@ -423,7 +421,7 @@ pub struct FoldStats {
 /// Every user's state: what one fold task owns for its partition (or, in `unread fold`, for everything).
 #[derive(Debug, Default, Clone)]
 pub struct Fold {
-    users: HashMap<String, UserState>,
+    users: Map<String, UserState>,
     stats: FoldStats,
 }
 
@@ -444,15 +442,21 @@ impl Fold {
         if delta.feed {
             user.mark_feed(&delta.conversation_id);
         }
+        let empty = user.is_empty();
         self.stats.increments += added;
-        self.forget_if_empty(&delta.user_id);
+        if empty {
+            self.users.remove(&delta.user_id);
+        }
     }
 
     /// Applies one of a user's own events.
     pub fn apply_user_event(&mut self, event: &UserEvent) {
         self.stats.user_events += 1;
-        self.user_mut(event.user_id()).apply_event(event);
-        self.forget_if_empty(event.user_id());
+        let user = self.user_mut(event.user_id());
+        user.apply_event(event);
+        if user.is_empty() {
+            self.users.remove(event.user_id());
+        }
     }
 
     /// One user's state, if anything is kept for them.
@@ -497,15 +501,6 @@ impl Fold {
     }
 
     fn user_mut(&mut self, user_id: &str) -> &mut UserState {
-        if !self.users.contains_key(user_id) {
-            self.users.insert(user_id.to_owned(), UserState::default());
-        }
-        self.users.get_mut(user_id).expect("present")
-    }
-
-    fn forget_if_empty(&mut self, user_id: &str) {
-        if self.users.get(user_id).is_some_and(UserState::is_empty) {
-            self.users.remove(user_id);
-        }
+        self.users.entry_ref(user_id).or_default()
     }
 }

@@ -9,6 +9,11 @@
 //! - [`broadcast`]: broadcast lists, kept once and combined with each reader's cursor at read time;
 //! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them.
 
+/// The hash map of the core's per-entity state: hashbrown's (std's own table, with `entry_ref`, which looks an id up
+/// without copying it) keyed with aHash, several times faster than SipHash on short ids and still seeded at random
+/// per process (no hash flooding from chosen ids).
+pub type Map<K, V> = hashbrown::HashMap<K, V, ahash::RandomState>;
+
 pub mod broadcast;
 pub mod contract;
 pub mod delta;

@@ -16,11 +16,12 @@
 //! ones of the category, which are drained from per-category indexes: each notification enters and leaves each
 //! index once, so a mark costs what it changes, not the user's history.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::core::contract::UserEvent;
+use crate::core::Map;
 
 /// Most done notifications remembered per user (the bound on a user's notification history): 4,096.
 pub const MAX_DONE_NOTES: usize = 4096;
@@ -86,7 +87,7 @@ impl Note {
 /// A user's remembered notifications, with the indexes that make marks cost what they change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NoteBook {
-    notes: HashMap<String, Note>,
+    notes: Map<String, Note>,
     /// category → order → id, of the notifications that count as unread / unseen.
     unread: BTreeMap<String, BTreeMap<u64, String>>,
     unseen: BTreeMap<String, BTreeMap<u64, String>>,
@@ -178,8 +179,13 @@ impl NoteBook {
         }
         self.unindex(&before);
         self.index(id, &after);
-        self.notes.insert(id.to_owned(), after);
-        self.dirty.insert(id.to_owned());
+        match self.notes.get_mut(id) {
+            Some(n) => *n = after,
+            None => drop(self.notes.insert(id.to_owned(), after)),
+        }
+        if !self.dirty.contains(id) {
+            self.dirty.insert(id.to_owned());
+        }
         self.evict();
     }
 

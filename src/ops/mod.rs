@@ -50,8 +50,8 @@ impl CheckpointVersions {
 /// Every broadcast list of the checkpoint, by id (for the broadcast counts of views built from the checkpoint).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn load_lists(store: &CheckpointStore) -> anyhow::Result<HashMap<String, ListState>> {
-    let mut lists = HashMap::new();
+pub async fn load_lists(store: &CheckpointStore) -> anyhow::Result<crate::core::Map<String, ListState>> {
+    let mut lists = crate::core::Map::default();
     for row in store.lists(None).await? {
         let state = checkpoint::decode_list(&row.state).with_context(|| format!("checkpoint of list {:?}", row.id))?;
         lists.insert(row.id, state);
