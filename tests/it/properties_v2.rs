@@ -216,3 +216,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_flush_writes_the_notifications_that_changed_not_the_history() {
+    let mut fold = Fold::new();
+    let created = |id: usize| NoteOp::Created { id: 0, category: id % 3 };
+    let mut n = 0;
+    let mut create = |fold: &mut Fold| {
+        n += 1;
+        let mut e = note_event(&created(n));
+        if let UserEvent::NotificationCreated(c) = &mut e {
+            c.notification_id = format!("n{n}");
+        }
+        fold.apply_user_event(&e);
+    };
+    for _ in 0..3000 {
+        create(&mut fold);
+    }
+    fold.apply_user_event(&note_event(&NoteOp::ReadAll(None)));
+    let users = ["u".to_owned()];
+    let first = unread::service::fold_stage::changes(&mut fold, &users);
+    assert_eq!(first.notes.len(), 3000, "the first flush writes every notification once");
+    create(&mut fold);
+    let next = unread::service::fold_stage::changes(&mut fold, &users);
+    assert_eq!((next.states.len(), next.notes.len()), (1, 1), "one user row and one notification row");
+    let (_, bytes) = next.size();
+    assert!(bytes < 200, "{bytes} bytes for one notification after 3,000: the history is not rewritten");
+    let view = fold.view("u", &NoLists);
+    assert_eq!((view.total_notifications_unread, view.total_notifications_unseen), (1, 1));
+}

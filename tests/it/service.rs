@@ -365,6 +365,11 @@ fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
         (u, Some(user), Some(format!(r#"{{"type":"conversation.muted",{meta},"user_id":"{user}","conversation_id":"{conv}","muted":"true"}}"#).into_bytes()), "wrong_type"),
         (u, Some(conv), Some(sent(r#""seq":999999,"sender_id":"a""#).into_bytes()), "wrong_topic"),
         (u, Some(user), Some(ack(r#""read_seq":999999"#).replace(r#""type":"read.ack""#, r#""type":7"#).into_bytes()), "wrong_type"),
+        // Contract v2's types are dead-lettered the same way.
+        (c, Some("system"), Some(format!(r#"{{"type":"broadcast.published",{meta},"broadcast_id":"system","seq":0}}"#).into_bytes()), "out_of_range"),
+        (c, Some(user), Some(format!(r#"{{"type":"broadcast.read",{meta},"user_id":"{user}","broadcast_id":"system","read_seq":9}}"#).into_bytes()), "wrong_topic"),
+        (u, Some(user), Some(format!(r#"{{"type":"notification.created",{meta},"user_id":"{user}","notification_id":"n1"}}"#).into_bytes()), "missing_field"),
+        (u, Some(user), Some(format!(r#"{{"type":"notifications.read",{meta},"user_id":"{user}","category":""}}"#).into_bytes()), "invalid_id"),
     ];
     assert!(cases.len() >= 30);
     let rt = tokio::runtime::Runtime::new().unwrap();
