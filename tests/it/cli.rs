@@ -51,7 +51,7 @@ fn fold_reads_stdin_and_prints_reader_shape() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        "{\"user_id\":\"a\",\"total_unread\":1,\"total_mentions\":1,\"unread_conversations\":1,\"conversations\":{\"c\":{\"unread\":1,\"mentions\":1,\"muted\":false}}}\n"
+        "{\"user_id\":\"a\",\"total_unread\":1,\"total_mentions\":1,\"unread_conversations\":1,\"conversations\":{\"c\":{\"unread\":1,\"mentions\":1,\"muted\":false}},\"feed_unread\":0,\"broadcasts\":{},\"notifications\":{},\"total_notifications_unread\":0,\"total_notifications_unseen\":0}\n"
     );
 }
 
