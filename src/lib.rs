@@ -22,6 +22,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod api;
+pub mod auth;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

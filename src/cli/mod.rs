@@ -82,6 +82,8 @@ pub enum Command {
         #[command(subcommand)]
         action: dead_letter::DeadLetterAction,
     },
+    /// Mint a bearer token (HS256, from the configured secret) for development and tests; prints it.
+    Token(service::TokenArgs),
     /// Operate on the Redis projection.
     Projection {
         /// What to do with it.
@@ -108,6 +110,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect { what } => what.run(),
         Command::DeadLetter { action } => action.run(),
         Command::Projection { action } => action.run(),
+        Command::Token(args) => args.run(),
     }
 }
 

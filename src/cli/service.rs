@@ -75,3 +75,29 @@ impl MigrateArgs {
         })
     }
 }
+
+/// Arguments of `unread token`.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The user the token is for (`sub`).
+    #[arg(long)]
+    user: String,
+    /// A service token: reads any user, may use the batch route.
+    #[arg(long)]
+    service: bool,
+    /// How long it is valid, e.g. `1h`, `30m`.
+    #[arg(long, default_value = "1h", value_parser = crate::config::parse_duration)]
+    ttl: std::time::Duration,
+    #[command(flatten)]
+    auth: crate::auth::AuthOptions,
+}
+
+impl TokenArgs {
+    /// Prints the token.
+    ///
+    /// Errors: no HS256 secret configured.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        println!("{}", crate::auth::mint(&self.auth, &self.user, self.service, self.ttl)?);
+        Ok(ExitCode::SUCCESS)
+    }
+}

@@ -295,6 +295,41 @@ impl RedisProjection {
         Ok(self.read_with_cursors(user_id).await?.0)
     }
 
+    /// Several users' counts, in the order asked, in one pipelined round trip (one read script call each).
+    ///
+    /// Errors: as [`RedisProjection::read`].
+    pub async fn read_many(&self, user_ids: &[String]) -> ProjectionResult<Vec<UserView>> {
+        let results = match self.read_pipeline(user_ids).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let mut conn = self.conn.clone();
+                let load = redis::cmd("SCRIPT").arg("LOAD").arg(READ_SCRIPT).query_async::<String>(&mut conn).await;
+                load.map_err(redis_err("loading scripts"))?;
+                self.read_pipeline(user_ids).await
+            }
+            other => other,
+        }
+        .map_err(redis_err("reading users"))?;
+        let mut views = Vec::with_capacity(results.len());
+        for (user_id, flat) in user_ids.iter().zip(results) {
+            let mut it = flat.into_iter();
+            views.push(decode_view(user_id, std::iter::from_fn(|| Some((it.next()?, it.next()?))))?);
+        }
+        Ok(views)
+    }
+
+    async fn read_pipeline(&self, user_ids: &[String]) -> Result<Vec<Vec<String>>, RedisError> {
+        let mut pipe = redis::pipe();
+        for id in user_ids {
+            pipe.cmd("EVALSHA")
+                .arg(self.read.get_hash())
+                .arg(1)
+                .arg(user_key(&self.prefix, id))
+                .arg(list_key(&self.prefix, ""));
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async(&mut conn).await
+    }
+
     /// A user's counts and broadcast cursors (what a repair must write back whole).
     ///
     /// Errors: as [`RedisProjection::read`].

@@ -67,6 +67,32 @@ pub struct RunOptions {
     /// Users each background verify samples.
     #[arg(long, env = "UNREAD_VERIFY_SAMPLE", default_value_t = 1000)]
     pub verify_sample: usize,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub auth: crate::auth::AuthOptions,
+    /// Serve the read API without authorization: every caller reads every user. For a demo on loopback only;
+    /// without it, `run` refuses to start the API with no key configured.
+    #[arg(long, env = "UNREAD_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+}
+
+impl RunOptions {
+    /// The API's token verifier: `None` with `--insecure-no-auth`.
+    ///
+    /// Errors: no key configured and no `--insecure-no-auth`; a key file that does not load.
+    pub fn verifier(&self) -> anyhow::Result<Option<Arc<crate::auth::Verifier>>> {
+        if self.insecure_no_auth {
+            tracing::warn!("--insecure-no-auth: the read API answers every caller about every user");
+            return Ok(None);
+        }
+        match crate::auth::Verifier::from_options(&self.auth)? {
+            Some(v) => Ok(Some(Arc::new(v))),
+            None => anyhow::bail!(
+                "the read API needs a key to verify tokens (--auth-hs256-secret, --auth-public-key or --auth-jwks, \
+                 or UNREAD_AUTH_*); pass --insecure-no-auth to serve without authorization"
+            ),
+        }
+    }
 }
 
 /// Runs a sampled verify of the namespace every `every` for as long as the process runs, into the metrics.
@@ -285,10 +311,12 @@ impl Parts {
     }
 
     /// Starts the read API on `listen`, following the live pointer.
-    async fn start_api(&mut self, s: &Settings, listen: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    async fn start_api(&mut self, opts: &RunOptions, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+        let (s, listen) = (&opts.settings, opts.listen);
+        let auth = opts.verifier()?;
         let live = crate::namespace::LiveProjection::connect(s).await?;
         live.follow();
-        let state = crate::api::ApiState { live, assignments: self.assignments.clone(), metrics };
+        let state = crate::api::ApiState { live, assignments: self.assignments.clone(), metrics, auth };
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))?;
         info!(addr = %listen, "read API listening");
@@ -310,6 +338,9 @@ impl Parts {
 /// Errors: a service unreachable at start, the API address in use, or a part stopping unexpectedly.
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let s = &opts.settings;
+    if opts.roles.contains(&Role::Api) {
+        opts.verifier()?; // refuse before connecting anything
+    }
     let shared = connect(&opts).await?;
     if let Some(every) = opts.verify_every {
         spawn_verifier(s.clone(), &shared, every, opts.verify_sample);
@@ -327,7 +358,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     }
     shared.metrics.set_assignments(parts.assignments.clone());
     if opts.roles.contains(&Role::Api) {
-        parts.start_api(s, opts.listen, shared.metrics.clone()).await?;
+        parts.start_api(&opts, shared.metrics.clone()).await?;
     }
     wait_for_stop(parts.tasks, stop_tx).await
 }

@@ -1,5 +1,6 @@
 //! The crate's one integration-test binary (one link step on 2 cores); each module is one concern.
 
+mod api;
 mod cli;
 mod dataset;
 mod decoder;

@@ -25,9 +25,57 @@ fn agent() -> &'static ureq::Agent {
     })
 }
 
-/// A GET on loopback: (status, header lines `name: value` lower-cased, body); `None` when nothing answers.
+/// The HS256 secret every test service verifies tokens with (`UNREAD_AUTH_HS256_SECRET`, set by [`super::Ns`]).
+pub const TEST_SECRET: &str = "unread-integration-tests-secret";
+
+/// The auth settings of the test services.
+pub fn test_auth() -> unread::auth::AuthOptions {
+    unread::auth::AuthOptions {
+        hs256_secret: Some(TEST_SECRET.to_owned()),
+        service_scope: "unread:any".to_owned(),
+        ..Default::default()
+    }
+}
+
+/// A token of the test secret: for `user`, or a service token.
+pub fn token(user: &str, service: bool) -> String {
+    unread::auth::mint(&test_auth(), user, service, Duration::from_secs(3600)).unwrap()
+}
+
+/// The service token the helpers below send.
+fn service_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| token("integration-tests", true))
+}
+
+/// A GET on loopback with `token` as bearer (none: no header): (status, body); `None` when nothing answers.
+pub fn http_get_as(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let mut request = agent().get(&format!("http://127.0.0.1:{port}{path}"));
+    if let Some(t) = token {
+        request = request.header("authorization", &format!("Bearer {t}"));
+    }
+    let mut response = request.call().ok()?;
+    let body = response.body_mut().read_to_string().ok()?;
+    Some((response.status().as_u16(), body))
+}
+
+/// A POST of a JSON body on loopback with `token` as bearer: (status, body).
+pub fn http_post_as(port: u16, path: &str, token: Option<&str>, body: &serde_json::Value) -> Option<(u16, String)> {
+    let mut request =
+        agent().post(&format!("http://127.0.0.1:{port}{path}")).header("content-type", "application/json");
+    if let Some(t) = token {
+        request = request.header("authorization", &format!("Bearer {t}"));
+    }
+    let mut response = request.send(body.to_string()).ok()?;
+    let text = response.body_mut().read_to_string().ok()?;
+    Some((response.status().as_u16(), text))
+}
+
+/// A GET on loopback with the tests' service token: (status, header lines `name: value` lower-cased, body);
+/// `None` when nothing answers.
 pub fn http_get_full(port: u16, path: &str) -> Option<(u16, Vec<String>, String)> {
-    let mut response = agent().get(&format!("http://127.0.0.1:{port}{path}")).call().ok()?;
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let mut response = agent().get(&url).header("authorization", &format!("Bearer {}", service_token())).call().ok()?;
     let headers = response
         .headers()
         .iter()

@@ -56,6 +56,7 @@ impl<'s> Ns<'s> {
             .env("UNREAD_TOPIC_PREFIX", format!("{}.", self.name))
             .env("UNREAD_GROUP_ID", &self.name)
             .env("UNREAD_REDIS_PREFIX", format!("{}:", self.name))
+            .env("UNREAD_AUTH_HS256_SECRET", super::http::TEST_SECRET)
             .env("UNREAD_LOG", "info,rdkafka=warn,sqlx=warn");
         c
     }

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `GET /v1/users/{user_id}/unread` | the contract's reader shape; zeros for an unknown user |
 //! | `GET /v1/users/{user_id}/conversations/{conversation_id}/unread` | `{user_id, conversation_id, member, unread, mentions, muted}` |
+//! | `POST /v1/unread:batch` `{"user_ids": [...]}` | `{"users": [reader shape, ...]}` in the order asked (service tokens, at most 1,000 ids) |
 //! | `GET /healthz` | 200 while the process runs |
 //! | `GET /readyz` | 200 when Redis answers and every running stage has partitions; 503 otherwise |
 //! | `GET /metrics` | Prometheus text |
@@ -13,19 +14,30 @@
 //!
 //! Ids are percent-encoded path segments, decoded as UTF-8 and checked against the contract's id rule, so every
 //! valid id is reachable (`/` as `%2F`, `%` as `%25`, spaces, braces, 256 bytes). Errors are JSON:
-//! `{"error": {"code": "...", "message": "..."}}` — 400 `invalid_path` / `invalid_id`, 404 `not_found`,
-//! 503 `unavailable` (Redis down: retry later), 500 `malformed` (a stored hash does not decode: a bug to report).
+//! `{"error": {"code": "...", "message": "..."}}` — 400 `invalid_path` / `invalid_id` / `invalid_body`, 401
+//! `unauthorized` (no valid bearer token), 403 `forbidden` (the token may not read that user: the same answer for
+//! every other user, so ids cannot be probed), 404 `not_found`, 503 `unavailable` (Redis down: retry later), 500
+//! `malformed` (a stored hash does not decode: a bug to report).
+//!
+//! The `/v1` routes need a bearer JWT ([`crate::auth`]); `/healthz`, `/readyz` and `/metrics` do not. Every read
+//! takes `?cap=N` ([`caps`]).
+
+pub mod caps;
 
 use std::sync::Arc;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
-use serde::Serialize;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+use crate::auth::{Access, AuthError, Verifier};
+use caps::ReadQuery;
 
 use crate::checkpoint::Stage;
 use crate::core::contract::validate_id;
@@ -43,6 +55,8 @@ pub struct ApiState {
     pub assignments: Vec<(Stage, Arc<Assignment>)>,
     /// The service's metrics, rendered at `/metrics`.
     pub metrics: Arc<Metrics>,
+    /// The token verifier; `None` with `--insecure-no-auth` (every request may read every user).
+    pub auth: Option<Arc<Verifier>>,
 }
 
 /// The response header naming the namespace an answer was read from.
@@ -64,8 +78,29 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        if self.status == StatusCode::UNAUTHORIZED {
+            return (self.status, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response();
+        }
+        (self.status, body).into_response()
     }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", r.body_text())
+    }
+}
+
+/// The answer to a token that may not read a user: the same for every user, naming none.
+fn forbidden() -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token may not read this user")
 }
 
 impl From<PathRejection> for ApiError {
@@ -89,6 +124,7 @@ impl From<ProjectionError> for ApiError {
 }
 
 fn check_id(name: &str, id: &str) -> Result<(), ApiError> {
+    // The id in the message is the caller's own input, never another user's data.
     validate_id(id).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", format!("{name} {e}")))
 }
 
@@ -110,9 +146,13 @@ async fn reject_bad_escapes(req: axum::extract::Request, next: axum::middleware:
 
 /// The API's routes.
 pub fn router(state: ApiState) -> Router {
-    Router::new()
+    let v1 = Router::new()
         .route("/v1/users/{user_id}/unread", get(user_unread))
         .route("/v1/users/{user_id}/conversations/{conversation_id}/unread", get(conversation_unread))
+        .route("/v1/unread:batch", post(batch_unread))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .merge(v1)
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -121,14 +161,85 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
+/// Verifies the bearer token of a `/v1` request and hands its [`Access`] to the handler.
+async fn authenticate(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
+    let access = match &s.auth {
+        None => Ok(Access::Service),
+        Some(verifier) => bearer(&req).and_then(|token| verifier.verify(token)),
+    };
+    match access {
+        Ok(access) => {
+            req.extensions_mut().insert(access);
+            next.run(req).await
+        }
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// The token of an `Authorization: Bearer …` header.
+fn bearer(req: &Request) -> Result<&str, AuthError> {
+    let value = req.headers().get(header::AUTHORIZATION).ok_or(AuthError::Missing)?;
+    let value = value.to_str().map_err(|_| AuthError::Invalid("the header is not text".into()))?;
+    let (scheme, token) = value.split_once(' ').ok_or(AuthError::Missing)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+        return Err(AuthError::Missing);
+    }
+    Ok(token.trim())
+}
+
+/// A JSON answer with the namespace header, capped when asked.
+fn answer(namespace: String, body: impl Serialize, query: &ReadQuery) -> Response {
+    let mut value = serde_json::to_value(body).expect("answers serialize");
+    if let Some(cap) = query.cap {
+        caps::apply(&mut value, cap);
+    }
+    ([(NAMESPACE_HEADER, namespace)], Json(value)).into_response()
+}
+
 async fn user_unread(
     State(s): State<ApiState>,
+    Extension(access): Extension<Access>,
+    Query(query): Query<ReadQuery>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     check_id("user_id", &user_id)?;
+    if !access.may_read(&user_id) {
+        return Err(forbidden());
+    }
     let (namespace, projection) = s.live.current();
-    Ok(([(NAMESPACE_HEADER, namespace)], Json(projection.read(&user_id).await?)).into_response())
+    Ok(answer(namespace, projection.read(&user_id).await?, &query))
+}
+
+/// The body of `POST /v1/unread:batch`.
+#[derive(Deserialize)]
+struct BatchRequest {
+    user_ids: Vec<String>,
+}
+
+/// Most ids of one batch read.
+pub const MAX_BATCH_IDS: usize = 1000;
+
+async fn batch_unread(
+    State(s): State<ApiState>,
+    Extension(access): Extension<Access>,
+    Query(query): Query<ReadQuery>,
+    body: Result<Json<BatchRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    if access != Access::Service {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the batch route needs a service token"));
+    }
+    let Json(BatchRequest { user_ids }) = body?;
+    if user_ids.len() > MAX_BATCH_IDS {
+        let message = format!("{} user_ids: at most {MAX_BATCH_IDS} per batch", user_ids.len());
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "too_many_ids", message));
+    }
+    for (i, id) in user_ids.iter().enumerate() {
+        check_id(&format!("user_ids[{i}]"), id)?;
+    }
+    let (namespace, projection) = s.live.current();
+    let users = projection.read_many(&user_ids).await?;
+    Ok(answer(namespace, json!({ "users": users }), &query))
 }
 
 #[derive(Serialize)]
@@ -143,11 +254,16 @@ struct ConversationAnswer {
 
 async fn conversation_unread(
     State(s): State<ApiState>,
+    Extension(access): Extension<Access>,
+    Query(query): Query<ReadQuery>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path((user_id, conversation_id)) = path?;
     check_id("user_id", &user_id)?;
     check_id("conversation_id", &conversation_id)?;
+    if !access.may_read(&user_id) {
+        return Err(forbidden());
+    }
     let (namespace, projection) = s.live.current();
     let c = projection.read_conversation(&user_id, &conversation_id).await?;
     let answer = ConversationAnswer {
@@ -158,7 +274,7 @@ async fn conversation_unread(
         user_id,
         conversation_id,
     };
-    Ok(([(NAMESPACE_HEADER, namespace)], Json(answer)).into_response())
+    Ok(self::answer(namespace, answer, &query))
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {

@@ -1,0 +1,69 @@
+//! Display caps (`?cap=N` on every read): each count above the cap is answered as the cap, and the object holding
+//! it gets `"capped": true` (the "99+" badge), so that clients stop re-implementing it. The totals are capped the
+//! same way, in the top-level object.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The count fields a cap applies to, in any object of an answer.
+const COUNTS: [&str; 9] = [
+    "total_unread",
+    "total_mentions",
+    "unread_conversations",
+    "feed_unread",
+    "total_notifications_unread",
+    "total_notifications_unseen",
+    "unread",
+    "mentions",
+    "unseen",
+];
+
+/// The query of a read: `?cap=N` (1 to 2^53).
+#[derive(Debug, Default, Deserialize)]
+pub struct ReadQuery {
+    /// Cap every count at this value.
+    pub cap: Option<u64>,
+}
+
+/// Caps every count of `answer` (recursively) at `cap`; an object with a capped count gets `"capped": true`.
+pub fn apply(answer: &mut Value, cap: u64) {
+    match answer {
+        Value::Object(fields) => {
+            let mut capped = false;
+            for (key, value) in fields.iter_mut() {
+                match value {
+                    Value::Number(n) if COUNTS.contains(&key.as_str()) && n.as_u64().is_some_and(|n| n > cap) => {
+                        *value = cap.into();
+                        capped = true;
+                    }
+                    Value::Object(_) | Value::Array(_) => apply(value, cap),
+                    _ => {}
+                }
+            }
+            if capped {
+                fields.insert("capped".to_owned(), Value::Bool(true));
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| apply(v, cap)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn counts_above_the_cap_are_the_cap_with_a_capped_sibling() {
+        let mut v = json!({"user_id": "u", "total_unread": 120, "total_mentions": 3,
+            "conversations": {"a": {"unread": 100, "mentions": 2, "muted": false}, "b": {"unread": 5, "mentions": 0, "muted": true}},
+            "broadcasts": {"s": {"unread": 99, "dot": true}}});
+        super::apply(&mut v, 99);
+        assert_eq!(
+            v,
+            json!({"user_id": "u", "total_unread": 99, "total_mentions": 3, "capped": true,
+            "conversations": {"a": {"unread": 99, "mentions": 2, "muted": false, "capped": true}, "b": {"unread": 5, "mentions": 0, "muted": true}},
+            "broadcasts": {"s": {"unread": 99, "dot": true}}})
+        );
+    }
+}

@@ -1,0 +1,238 @@
+//! Per-user authorization of the HTTP API: bearer JWTs (`jsonwebtoken`), HS256 with a shared secret, or RS256/ES256
+//! with public keys from a PEM or JWKS file.
+//!
+//! A token is accepted when its signature verifies with a configured key **of the algorithm that key is for** (an
+//! HS256 token is never checked against an RSA key's bytes, `alg: none` is never accepted), `exp` is in the future,
+//! `nbf` (if any) in the past, and `iss`/`aud` present and equal to the configured ones when configured; `sub` is
+//! the user id (60 s of leeway on `exp` and `nbf`, for clock skew). A
+//! token whose `scope` (space-separated) holds the configured service scope (`unread:any` by default) is a service
+//! token: it reads any user and may use the batch route. Any other token reads its own `sub` only.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+/// Where the keys are and what the claims must say (every `unread` command that serves or mints tokens).
+#[derive(Debug, Clone, Default, Args)]
+pub struct AuthOptions {
+    /// HS256 shared secret (tokens signed with it are accepted; `unread token` signs with it).
+    #[arg(long = "auth-hs256-secret", env = "UNREAD_AUTH_HS256_SECRET", hide_env_values = true)]
+    pub hs256_secret: Option<String>,
+    /// A PEM public key: RSA (RS256) or EC P-256 (ES256).
+    #[arg(long = "auth-public-key", env = "UNREAD_AUTH_PUBLIC_KEY", value_name = "PEM_FILE")]
+    pub public_key: Option<PathBuf>,
+    /// A JWKS file (RS256 and ES256 keys; a token's `kid` picks its key).
+    #[arg(long = "auth-jwks", env = "UNREAD_AUTH_JWKS", value_name = "JSON_FILE")]
+    pub jwks: Option<PathBuf>,
+    /// The required `iss`, if any.
+    #[arg(long = "auth-issuer", env = "UNREAD_AUTH_ISSUER")]
+    pub issuer: Option<String>,
+    /// The required `aud`, if any.
+    #[arg(long = "auth-audience", env = "UNREAD_AUTH_AUDIENCE")]
+    pub audience: Option<String>,
+    /// The `scope` entry that makes a service token (reads any user, uses the batch route).
+    #[arg(long = "auth-service-scope", env = "UNREAD_AUTH_SERVICE_SCOPE", default_value = "unread:any")]
+    pub service_scope: String,
+}
+
+/// The claims unread reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The user id.
+    pub sub: String,
+    /// Expiry, seconds since the Unix epoch.
+    pub exp: u64,
+    /// Not before, seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
+    /// Issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    /// Audience.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<String>,
+    /// Space-separated scopes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// What a verified token may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// A user token: reads and writes its own user only.
+    User(String),
+    /// A service token (or no authorization configured: `--insecure-no-auth`): any user, the batch route.
+    Service,
+}
+
+impl Access {
+    /// Whether this access may read `user_id`.
+    pub fn may_read(&self, user_id: &str) -> bool {
+        match self {
+            Access::Service => true,
+            Access::User(sub) => sub == user_id,
+        }
+    }
+}
+
+/// Why a request is not authenticated (always answered 401, never with a count).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization: Bearer …` header.
+    #[error("a bearer token is required (Authorization: Bearer <JWT>)")]
+    Missing,
+    /// The token does not verify: its reason, without echoing any claim.
+    #[error("the bearer token is not valid: {0}")]
+    Invalid(String),
+}
+
+/// The configured keys, each with the one algorithm it verifies.
+pub struct Verifier {
+    keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    options: AuthOptions,
+}
+
+impl Verifier {
+    /// Loads the configured keys; `None` when none is configured.
+    ///
+    /// Errors: a key file that cannot be read or parsed, or a JWKS key of another algorithm than RS256/ES256.
+    pub fn from_options(options: &AuthOptions) -> anyhow::Result<Option<Self>> {
+        let mut keys = Vec::new();
+        if let Some(secret) = &options.hs256_secret {
+            keys.push((None, Algorithm::HS256, DecodingKey::from_secret(secret.as_bytes())));
+        }
+        if let Some(path) = &options.public_key {
+            let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            keys.push(pem_key(&pem).with_context(|| format!("public key {}", path.display()))?);
+        }
+        if let Some(path) = &options.jwks {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let set: JwkSet = serde_json::from_str(&text).with_context(|| format!("JWKS {}", path.display()))?;
+            for jwk in &set.keys {
+                keys.push(jwks_key(jwk).with_context(|| format!("a key of JWKS {}", path.display()))?);
+            }
+        }
+        Ok((!keys.is_empty()).then(|| Self { keys, options: options.clone() }))
+    }
+
+    fn validation(&self, alg: Algorithm) -> Validation {
+        let mut v = Validation::new(alg);
+        v.validate_nbf = true;
+        let mut required = vec!["exp", "sub"];
+        if let Some(iss) = &self.options.issuer {
+            v.set_issuer(&[iss]);
+            required.push("iss");
+        }
+        match &self.options.audience {
+            Some(aud) => {
+                v.set_audience(&[aud]);
+                required.push("aud");
+            }
+            None => v.validate_aud = false,
+        }
+        v.set_required_spec_claims(&required);
+        v
+    }
+
+    /// Verifies a bearer token and says what it may do.
+    ///
+    /// Errors: [`AuthError::Invalid`] for a token of no configured algorithm (`none` included) or key, a bad
+    /// signature, an expired or not yet valid token, a wrong issuer or audience, a missing `sub`.
+    pub fn verify(&self, token: &str) -> Result<Access, AuthError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let mut last = AuthError::Invalid(format!("no key for algorithm {:?}", header.alg));
+        for (kid, alg, key) in &self.keys {
+            if *alg != header.alg || (kid.is_some() && header.kid.is_some() && *kid != header.kid) {
+                continue;
+            }
+            match jsonwebtoken::decode::<Claims>(token, key, &self.validation(*alg)) {
+                Ok(data) => return Ok(self.access(data.claims)),
+                Err(e) => last = AuthError::Invalid(e.to_string()),
+            }
+        }
+        Err(last)
+    }
+
+    fn access(&self, claims: Claims) -> Access {
+        let service = claims.scope.as_deref().is_some_and(|s| s.split(' ').any(|s| s == self.options.service_scope));
+        if service {
+            Access::Service
+        } else {
+            Access::User(claims.sub)
+        }
+    }
+}
+
+/// A PEM public key and its algorithm: RSA → RS256, EC P-256 → ES256.
+fn pem_key(pem: &[u8]) -> anyhow::Result<(Option<String>, Algorithm, DecodingKey)> {
+    if let Ok(key) = DecodingKey::from_rsa_pem(pem) {
+        return Ok((None, Algorithm::RS256, key));
+    }
+    let key = DecodingKey::from_ec_pem(pem).context("neither an RSA nor an EC public key in PEM")?;
+    Ok((None, Algorithm::ES256, key))
+}
+
+/// A JWKS key and its algorithm (from `alg`, or from the key type).
+fn jwks_key(jwk: &jsonwebtoken::jwk::Jwk) -> anyhow::Result<(Option<String>, Algorithm, DecodingKey)> {
+    use jsonwebtoken::jwk::AlgorithmParameters;
+    let alg = match (&jwk.common.key_algorithm, &jwk.algorithm) {
+        (Some(a), _) => a.to_string().parse::<Algorithm>().context("key algorithm")?,
+        (None, AlgorithmParameters::RSA(_)) => Algorithm::RS256,
+        (None, AlgorithmParameters::EllipticCurve(_)) => Algorithm::ES256,
+        (None, _) => bail!("only RSA (RS256) and EC (ES256) keys are accepted"),
+    };
+    if !matches!(alg, Algorithm::RS256 | Algorithm::ES256) {
+        bail!("algorithm {alg:?} is not accepted (RS256 or ES256)");
+    }
+    Ok((jwk.common.key_id.clone(), alg, DecodingKey::from_jwk(jwk).context("decoding key")?))
+}
+
+/// Mints an HS256 token for `user` valid for `ttl` (`unread token`, development and tests), with the configured
+/// issuer and audience, and the service scope when `service`.
+///
+/// Errors: no HS256 secret configured.
+pub fn mint(options: &AuthOptions, user: &str, service: bool, ttl: Duration) -> anyhow::Result<String> {
+    let secret = options.hs256_secret.as_deref().context("no HS256 secret configured (--auth-hs256-secret)")?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let claims = Claims {
+        sub: user.to_owned(),
+        exp: now + ttl.as_secs(),
+        nbf: Some(now.saturating_sub(1)),
+        iss: options.issuer.clone(),
+        aud: options.audience.clone(),
+        scope: service.then(|| options.service_scope.clone()),
+    };
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))
+        .context("signing the token")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> AuthOptions {
+        AuthOptions { hs256_secret: Some("s3cret".into()), service_scope: "unread:any".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn minted_tokens_verify_as_their_user_or_as_a_service() {
+        let o = options();
+        let v = Verifier::from_options(&o).unwrap().unwrap();
+        let user = mint(&o, "alice", false, Duration::from_secs(60)).unwrap();
+        assert_eq!(v.verify(&user), Ok(Access::User("alice".into())));
+        assert!(v.verify(&user).unwrap().may_read("alice") && !v.verify(&user).unwrap().may_read("bob"));
+        let service = mint(&o, "svc", true, Duration::from_secs(60)).unwrap();
+        assert_eq!(v.verify(&service), Ok(Access::Service));
+        let other = AuthOptions { hs256_secret: Some("other".into()), ..o.clone() };
+        assert!(matches!(
+            v.verify(&mint(&other, "alice", false, Duration::from_secs(60)).unwrap()),
+            Err(AuthError::Invalid(_))
+        ));
+        assert!(Verifier::from_options(&AuthOptions::default()).unwrap().is_none());
+    }
+}

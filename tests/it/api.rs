@@ -1,0 +1,139 @@
+//! The read API's authorization, batch reads and display caps, through the real service: every kind of bad token
+//! gets a 401 or 403 with a JSON error and never a count; a service token reads anyone; a batch equals the single
+//! reads; caps give the "99+" badge.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::json;
+use unread::auth::Claims;
+
+use crate::support::*;
+
+const AUDIENCE: &str = "unread-api";
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+fn claims(sub: &str, aud: Option<&str>) -> Claims {
+    Claims { sub: sub.into(), exp: now() + 3600, nbf: None, iss: None, aud: aud.map(Into::into), scope: None }
+}
+
+fn hs256(c: &Claims, secret: &[u8]) -> String {
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), c, &EncodingKey::from_secret(secret)).unwrap()
+}
+
+fn rs256(c: &Claims) -> String {
+    let pem = std::fs::read(repo_path("tests/data/auth/rsa-private.pem")).unwrap();
+    jsonwebtoken::encode(&Header::new(Algorithm::RS256), c, &EncodingKey::from_rsa_pem(&pem).unwrap()).unwrap()
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    // base64url without padding, written out to keep the test free of another dependency
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..=chunk.len() {
+            let _ = out.write_char(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_bad_token_is_refused_with_json_and_never_a_count() {
+    let Some(stack) = stack("every_bad_token_is_refused_with_json_and_never_a_count") else { return };
+    let ns = Ns::new(&stack, "auth");
+    let public = repo_path("tests/data/auth/rsa-public.pem");
+    let svc = ns.start(&["--auth-public-key", public.to_str().unwrap(), "--auth-audience", AUDIENCE]);
+    ns.ok(&["produce", &dev_events()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let path = "/v1/users/epod/unread";
+    let secret = TEST_SECRET.as_bytes();
+    let alice = claims("epod", Some(AUDIENCE));
+    let expired = Claims { exp: now() - 3600, ..alice.clone() };
+    let early = Claims { nbf: Some(now() + 3600), ..alice.clone() };
+    let alg_none = format!(
+        "{}.{}.",
+        b64(br#"{"alg":"none","typ":"JWT"}"#),
+        b64(serde_json::to_string(&alice).unwrap().as_bytes())
+    );
+    let public_pem = std::fs::read(&public).unwrap();
+    let refused: Vec<(&str, Option<String>, u16)> = vec![
+        ("no token", None, 401),
+        ("malformed", Some("not-a-jwt".into()), 401),
+        ("wrong signature", Some(hs256(&alice, b"another secret")), 401),
+        ("alg none", Some(alg_none), 401),
+        ("HS256 signed with the RSA public key (HS/RS confusion)", Some(hs256(&alice, &public_pem)), 401),
+        ("expired", Some(hs256(&expired, secret)), 401),
+        ("not yet valid", Some(hs256(&early, secret)), 401),
+        ("wrong audience", Some(hs256(&claims("epod", Some("elsewhere")), secret)), 401),
+        ("no audience", Some(hs256(&claims("epod", None), secret)), 401),
+        ("another user's token", Some(hs256(&claims("tweaked", Some(AUDIENCE)), secret)), 403),
+    ];
+    for (case, token, status) in &refused {
+        let (code, body) = http_get_as(svc.port, path, token.as_deref()).expect("API answers");
+        assert_eq!(code, *status, "{case}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{case}: not JSON: {body}"));
+        assert!(v["error"]["code"].is_string() && !body.contains("total_unread"), "{case}: {body}");
+    }
+    // A 403 is the same for every other user: ids cannot be probed.
+    let other = hs256(&claims("tweaked", Some(AUDIENCE)), secret);
+    let a = http_get_as(svc.port, "/v1/users/epod/unread", Some(&other)).unwrap();
+    let b = http_get_as(svc.port, "/v1/users/nobody-at-all/unread", Some(&other)).unwrap();
+    assert_eq!(a, b);
+    // Accepted: the user's own token (HS256 and RS256), and a service token for anyone.
+    for token in [hs256(&alice, secret), rs256(&alice)] {
+        let (code, body) = http_get_as(svc.port, path, Some(&token)).unwrap();
+        assert!(code == 200 && body.contains(r#""user_id":"epod""#), "{body}");
+    }
+    let service = hs256(&Claims { scope: Some("openid unread:any".into()), ..claims("ops", Some(AUDIENCE)) }, secret);
+    let (code, body) = http_get_as(svc.port, "/v1/users/tweaked/unread", Some(&service)).unwrap();
+    assert!(code == 200 && body.contains(r#""user_id":"tweaked""#), "{body}");
+    // A user token may not use the batch route.
+    let (code, _) =
+        http_post_as(svc.port, "/v1/unread:batch", Some(&hs256(&alice, secret)), &json!({"user_ids": ["epod"]}))
+            .unwrap();
+    assert_eq!(code, 403);
+    // Health, readiness and metrics stay open.
+    assert_eq!(http_get_as(svc.port, "/readyz", None).unwrap().0, 200);
+    svc.stop();
+}
+
+#[test]
+fn a_batch_of_1000_users_equals_1000_single_reads_and_caps_give_the_badge() {
+    let Some(stack) = stack("a_batch_of_1000_users_equals_1000_single_reads_and_caps_give_the_badge") else { return };
+    let ns = Ns::new(&stack, "batch");
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &v2_dev_events()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let expected = v2_dev_expected();
+    let ids: Vec<&str> = expected.iter().take(1000).map(|v| v.user_id.as_str()).collect();
+    let service = token("ops", true);
+    let (code, body) = http_post_as(svc.port, "/v1/unread:batch", Some(&service), &json!({ "user_ids": ids })).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let got: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let users: Vec<unread::core::contract::UserView> = serde_json::from_value(got["users"].clone()).unwrap();
+    assert_eq!(users.len(), 1000);
+    for (user, id) in users.iter().zip(&ids) {
+        let single = http_get(svc.port, &format!("/v1/users/{}/unread", encode(id))).unwrap().1;
+        assert_eq!(user, &serde_json::from_str::<unread::core::contract::UserView>(&single).unwrap(), "{id}");
+    }
+    assert_eq!(&users[..], &expected[..1000]);
+    let too_many: Vec<String> = (0..1001).map(|i| format!("u{i}")).collect();
+    let (code, body) =
+        http_post_as(svc.port, "/v1/unread:batch", Some(&service), &json!({ "user_ids": too_many })).unwrap();
+    assert!(code == 400 && body.contains("too_many_ids"), "{body}");
+    // Caps: [[mandrix]] has 169 unread in one conversation.
+    let (_, body) = http_get(svc.port, "/v1/users/%5B%5Bmandrix%5D%5D/unread?cap=99").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((v["total_unread"].as_u64(), v["capped"].as_bool()), (Some(99), Some(true)), "{body}");
+    let conv = &v["conversations"]["ubuntu.2011-05-29_19"];
+    assert_eq!((conv["unread"].as_u64(), conv["capped"].as_bool()), (Some(99), Some(true)), "{body}");
+    let (_, body) = http_get(svc.port, "/v1/users/%5B%5Bmandrix%5D%5D/unread?cap=1000").unwrap();
+    assert!(body.contains(r#""total_unread":169"#) && !body.contains("capped"), "{body}");
+    svc.stop();
+}
