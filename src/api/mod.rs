@@ -189,10 +189,9 @@ fn bearer(req: &Request) -> Result<&str, AuthError> {
 
 /// A JSON answer with the namespace header, capped when asked.
 fn answer(namespace: String, body: impl Serialize, query: &ReadQuery) -> Response {
+    let Some(cap) = query.cap else { return ([(NAMESPACE_HEADER, namespace)], Json(body)).into_response() };
     let mut value = serde_json::to_value(body).expect("answers serialize");
-    if let Some(cap) = query.cap {
-        caps::apply(&mut value, cap);
-    }
+    caps::apply(&mut value, cap);
     ([(NAMESPACE_HEADER, namespace)], Json(value)).into_response()
 }
 

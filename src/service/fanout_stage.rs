@@ -131,15 +131,16 @@ impl FanOutTask {
         let commit_started = Instant::now();
         retry(&sh.metrics, "postgres", || sh.store.commit(Stage::FanOut, p, self.generation, &changes, &offsets))
             .await?;
+        // The checkpoint's counters first: the lag probe below may wait up to 1 s for the broker.
+        let (rows, bytes) = changes.size();
+        sh.metrics.checkpoint_rows(rows, bytes);
+        sh.metrics.checkpoint(started.elapsed());
         sh.metrics.flush_latency(Stage::FanOut, started.elapsed(), commit_started.elapsed());
+        self.dirty.clear();
+        self.input.store_offsets(&offsets);
         if let Some(lag) = self.input.lag(offsets[0].0, next) {
             sh.metrics.lag(Stage::FanOut, offsets[0].0, p, lag);
         }
-        let (rows, bytes) = changes.size();
-        sh.metrics.checkpoint_rows(rows, bytes);
-        self.dirty.clear();
-        self.input.store_offsets(&offsets);
-        sh.metrics.checkpoint(started.elapsed());
         debug!(
             partition = p,
             next,

@@ -213,16 +213,17 @@ impl FoldTask {
             [(sh.topics.user_events.as_str(), next.user_events), (sh.topics.user_deltas.as_str(), next.user_deltas)];
         let commit_started = Instant::now();
         retry(&sh.metrics, "postgres", || sh.store.commit(Stage::Fold, p, self.generation, changes, &offsets)).await?;
+        // The checkpoint's counters first: the lag probe below may wait up to 1 s for the broker.
+        let (rows, bytes) = changes.size();
+        sh.metrics.checkpoint_rows(rows, bytes);
+        sh.metrics.checkpoint(started.elapsed());
         sh.metrics.flush_latency(Stage::Fold, started.elapsed(), commit_started.elapsed());
+        self.input.store_offsets(&offsets);
         for (topic, next) in offsets {
             if let Some(lag) = self.input.lag(topic, next) {
                 sh.metrics.lag(Stage::Fold, topic, p, lag);
             }
         }
-        let (rows, bytes) = changes.size();
-        sh.metrics.checkpoint_rows(rows, bytes);
-        self.input.store_offsets(&offsets);
-        sh.metrics.checkpoint(started.elapsed());
         Ok(())
     }
 }

@@ -512,7 +512,11 @@ fn read_api_under_30_s_of_load_during_ingest_has_no_errors() {
     let paths: Vec<String> = users.iter().map(|u| format!("\"/v1/users/{u}/unread\"")).collect();
     std::fs::write(
         &script,
-        format!("local p = {{{}}}\nlocal i = 0\nrequest = function()\n  i = i % #p + 1\n  return wrk.format(\"GET\", p[i])\nend\n", paths.join(",")),
+        format!(
+            "wrk.headers[\"Authorization\"] = \"Bearer {}\"\nlocal p = {{{}}}\nlocal i = 0\nrequest = function()\n  i = i % #p + 1\n  return wrk.format(\"GET\", p[i])\nend\n",
+            token("load-test", true),
+            paths.join(",")
+        ),
     )
     .unwrap();
     let wrk = Command::new("wrk")
