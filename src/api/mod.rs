@@ -23,6 +23,7 @@
 //! takes `?cap=N` ([`caps`]).
 
 pub mod caps;
+pub mod fallback;
 
 use std::sync::Arc;
 
@@ -40,7 +41,7 @@ use crate::auth::{Access, AuthError, Verifier};
 use caps::ReadQuery;
 
 use crate::checkpoint::Stage;
-use crate::core::contract::validate_id;
+use crate::core::contract::{validate_id, UserView};
 use crate::namespace::LiveProjection;
 use crate::projection::ProjectionError;
 use crate::service::group::Assignment;
@@ -57,6 +58,22 @@ pub struct ApiState {
     pub metrics: Arc<Metrics>,
     /// The token verifier; `None` with `--insecure-no-auth` (every request may read every user).
     pub auth: Option<Arc<Verifier>>,
+    /// Degraded reads from the PostgreSQL checkpoint ([`fallback`]); `None`: Redis only.
+    pub fallback: Option<Arc<fallback::Fallback>>,
+}
+
+/// The response header saying where an answer was read from: `redis` or `checkpoint`.
+pub const SOURCE_HEADER: &str = "x-unread-source";
+
+/// Where a user's answer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Redis, as always.
+    Redis,
+    /// The checkpoint, because Redis had no hash for the user (refilled since).
+    Checkpoint,
+    /// The checkpoint, because Redis is down: the answer is marked `"stale": true`.
+    Stale,
 }
 
 /// The response header naming the namespace an answer was read from.
@@ -195,6 +212,45 @@ fn answer(namespace: String, body: impl Serialize, query: &ReadQuery) -> Respons
     ([(NAMESPACE_HEADER, namespace)], Json(value)).into_response()
 }
 
+/// A user's answer with where it came from: `x-unread-source`, and `"stale": true` when Redis is down.
+fn sourced(namespace: String, view: UserView, source: Source, query: &ReadQuery) -> Response {
+    let mut value = serde_json::to_value(view).expect("answers serialize");
+    if source == Source::Stale {
+        value["stale"] = true.into();
+    }
+    let mut response = answer(namespace, value, query);
+    let name = if source == Source::Redis { "redis" } else { "checkpoint" };
+    response.headers_mut().insert(SOURCE_HEADER, header::HeaderValue::from_static(name));
+    response
+}
+
+/// A user's counts: from Redis; from the checkpoint when Redis has no hash for the user (then refilled); from the
+/// checkpoint, stale, while Redis is down ([`fallback`]).
+async fn read_user(s: &ApiState, namespace: &str, user_id: &str) -> Result<(UserView, Source), ApiError> {
+    let projection = s.live.current().1;
+    let Some(fb) = &s.fallback else { return Ok((projection.read(user_id).await?, Source::Redis)) };
+    let zero = || UserView { user_id: user_id.to_owned(), ..UserView::default() };
+    let unavailable =
+        |e: anyhow::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"));
+    if fb.breaker.allows() {
+        match tokio::time::timeout(fallback::REDIS_TIMEOUT, projection.read_existing(user_id)).await {
+            Ok(Ok(Some(view))) => {
+                fb.breaker.success();
+                return Ok((view, Source::Redis));
+            }
+            Ok(Ok(None)) => {
+                fb.breaker.success();
+                let view = fb.read_and_refill(namespace, user_id, &projection).await.map_err(unavailable)?;
+                return Ok(view.map_or_else(|| (zero(), Source::Redis), |v| (v, Source::Checkpoint)));
+            }
+            Ok(Err(e @ ProjectionError::Malformed(_))) => return Err(e.into()),
+            Ok(Err(_)) | Err(_) => fb.breaker.failure(),
+        }
+    }
+    let view = fb.read(namespace, user_id).await.map_err(unavailable)?;
+    Ok((view.unwrap_or_else(zero), Source::Stale))
+}
+
 async fn user_unread(
     State(s): State<ApiState>,
     Extension(access): Extension<Access>,
@@ -206,8 +262,9 @@ async fn user_unread(
     if !access.may_read(&user_id) {
         return Err(forbidden());
     }
-    let (namespace, projection) = s.live.current();
-    Ok(answer(namespace, projection.read(&user_id).await?, &query))
+    let namespace = s.live.current().0;
+    let (view, source) = read_user(&s, &namespace, &user_id).await?;
+    Ok(sourced(namespace, view, source, &query))
 }
 
 /// The body of `POST /v1/unread:batch`.

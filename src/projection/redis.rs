@@ -330,10 +330,25 @@ impl RedisProjection {
         pipe.query_async(&mut conn).await
     }
 
+    /// A user's counts, or `None` when the user has no hash (never written, or lost by Redis).
+    ///
+    /// Errors: as [`RedisProjection::read`].
+    pub async fn read_existing(&self, user_id: &str) -> ProjectionResult<Option<UserView>> {
+        let (view, cursors, present) = self.read_all(user_id).await?;
+        let _ = cursors;
+        Ok(present.then_some(view))
+    }
+
     /// A user's counts and broadcast cursors (what a repair must write back whole).
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_with_cursors(&self, user_id: &str) -> ProjectionResult<(UserView, BTreeMap<String, u64>)> {
+        let (view, cursors, _) = self.read_all(user_id).await?;
+        Ok((view, cursors))
+    }
+
+    /// A user's counts, cursors, and whether the hash exists.
+    async fn read_all(&self, user_id: &str) -> ProjectionResult<(UserView, BTreeMap<String, u64>, bool)> {
         let mut conn = self.conn.clone();
         let flat: Vec<String> = self
             .read
@@ -348,7 +363,8 @@ impl RedisProjection {
             .iter()
             .filter_map(|(f, v)| Some((f.strip_prefix(super::CURSOR_PREFIX)?.to_owned(), v.parse().ok()?)))
             .collect();
-        Ok((decode_view(user_id, fields)?, cursors))
+        let present = !fields.is_empty();
+        Ok((decode_view(user_id, fields)?, cursors, present))
     }
 
     /// One conversation's counts for a user; `None` when the user is not a member.

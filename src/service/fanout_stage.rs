@@ -67,6 +67,10 @@ async fn run_with(shared: Arc<Shared>, input: PartitionInput, producer: FuturePr
         if pending >= flush.events || (pending > 0 && last_checkpoint.elapsed() >= flush.interval) {
             task.checkpoint().await?;
             (pending, last_checkpoint) = (0, Instant::now());
+        } else if batch.is_empty() && pending == 0 && last_checkpoint.elapsed() >= super::fold_stage::IDLE_CHECK {
+            // Idle: rewrite the partition's broadcast lists if Redis lost them (no marker).
+            task.write_lists().await?;
+            last_checkpoint = Instant::now();
         }
     }
 }

@@ -66,12 +66,17 @@ pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> Result<(), TaskE
             return done;
         };
         pending += task.apply(&batch).await?;
-        if pending >= flush.events || (pending > 0 && last_flush.elapsed() >= flush.interval) {
+        let idle = batch.is_empty() && pending == 0 && last_flush.elapsed() >= IDLE_CHECK;
+        if pending >= flush.events || (pending > 0 && last_flush.elapsed() >= flush.interval) || idle {
+            // Idle: a flush with nothing pending only rewrites the partition when Redis lost it (no marker).
             task.flush().await?;
             (pending, last_flush) = (0, Instant::now());
         }
     }
 }
+
+/// How often an idle task checks that Redis still holds its partition (and rewrites it when not): 1 s.
+pub const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl FoldTask {
     /// Takes the partition's lease and loads its users and both next offsets from the checkpoint.
@@ -199,6 +204,9 @@ impl FoldTask {
             warn!(partition = p, refused, "projection refused older writes (another task is ahead)");
         }
         metrics.redis_writes(written);
+        if self.dirty.is_empty() && !full {
+            return Ok(()); // an idle check: Redis still holds the partition
+        }
         let changes = changes(&mut self.fold, self.dirty.keys());
         self.checkpoint(&changes, started).await?;
         self.dirty.clear();

@@ -316,7 +316,8 @@ impl Parts {
         let auth = opts.verifier()?;
         let live = crate::namespace::LiveProjection::connect(s).await?;
         live.follow();
-        let state = crate::api::ApiState { live, assignments: self.assignments.clone(), metrics, auth };
+        let fallback = Some(Arc::new(crate::api::fallback::Fallback::new(s.clone())));
+        let state = crate::api::ApiState { live, assignments: self.assignments.clone(), metrics, auth, fallback };
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))?;
         info!(addr = %listen, "read API listening");

@@ -137,3 +137,76 @@ fn a_batch_of_1000_users_equals_1000_single_reads_and_caps_give_the_badge() {
     assert!(body.contains(r#""total_unread":169"#) && !body.contains("capped"), "{body}");
     svc.stop();
 }
+
+/// (status, `x-unread-source`, body) of a user read with the tests' service token.
+fn read(port: u16, user: &str) -> (u16, String, String) {
+    let (code, headers, body) =
+        http_get_full(port, &format!("/v1/users/{}/unread", encode(user))).expect("API answers");
+    let source = headers.iter().find_map(|h| h.strip_prefix("x-unread-source: ")).unwrap_or_default().to_owned();
+    (code, source, body)
+}
+
+#[test]
+fn reads_come_from_the_checkpoint_when_redis_lacks_a_user_or_is_down() {
+    let Some(stack) = stack("reads_come_from_the_checkpoint_when_redis_lacks_a_user_or_is_down") else { return };
+    let port = free_port();
+    let redis = PrivateRedis::start(port);
+    let redis_url = format!("redis://127.0.0.1:{port}");
+    let ns = Ns::with(&stack, "degraded", &redis_url, &stack.database_url);
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &v2_dev_events()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let expected = v2_dev_expected();
+    let view = |body: &str| serde_json::from_str::<unread::core::contract::UserView>(body).unwrap();
+    // A hash deleted from Redis: answered from the checkpoint (not zeros), and refilled.
+    let user = &expected[0];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let key = format!("{}:u:{}", ns.name, user.user_id);
+    let exists = |key: &str| {
+        rt.block_on(async {
+            let mut c =
+                redis::Client::open(redis_url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+            redis::cmd("DEL").arg(key).query_async::<i64>(&mut c).await.unwrap()
+        })
+    };
+    assert_eq!(exists(&key), 1, "deleted");
+    let (code, source, body) = read(svc.port, &user.user_id);
+    assert_eq!((code, source.as_str()), (200, "checkpoint"), "{body}");
+    assert_eq!(&view(&body), user);
+    let (_, source, body) = read(svc.port, &user.user_id);
+    assert_eq!((source.as_str(), &view(&body)), ("redis", user), "refilled");
+    // Redis down: every read from the checkpoint, marked stale, fast once the breaker is open.
+    redis.stop();
+    let sample: Vec<_> = expected.iter().step_by(8).take(200).collect();
+    for e in &sample[..5] {
+        read(svc.port, &e.user_id); // the failures that open the breaker
+    }
+    let mut latencies = Vec::new();
+    for e in &sample {
+        let started = std::time::Instant::now();
+        let (code, source, body) = read(svc.port, &e.user_id);
+        latencies.push(started.elapsed());
+        assert_eq!((code, source.as_str()), (200, "checkpoint"), "{body}");
+        assert!(body.contains(r#""stale":true"#), "{body}");
+        assert_eq!(&view(&body), *e);
+    }
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    assert!(p99 < std::time::Duration::from_millis(50), "p99 {p99:?} with the breaker open");
+    // Redis back (empty): answers from Redis again, exact (hashes refilled from the checkpoint on first read).
+    let _redis = PrivateRedis::start(port);
+    std::thread::sleep(fallback_open_for());
+    for e in &sample {
+        read(svc.port, &e.user_id);
+    }
+    for e in &sample {
+        let (code, source, body) = read(svc.port, &e.user_id);
+        assert_eq!((code, source.as_str()), (200, "redis"), "{body}");
+        assert_eq!(&view(&body), *e);
+    }
+    svc.stop();
+}
+
+fn fallback_open_for() -> std::time::Duration {
+    unread::api::fallback::OPEN_FOR + std::time::Duration::from_millis(200)
+}

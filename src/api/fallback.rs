@@ -1,0 +1,154 @@
+//! Degraded reads: when Redis lacks a user's hash, or is down, the read API answers from the PostgreSQL checkpoint
+//! instead of zeros or a 503.
+//!
+//! - **Missing hash** (Redis answers, the user has no hash): the user's checkpointed state is read, answered with
+//!   `x-unread-source: checkpoint`, and written back to Redis at its checkpoint version (the version guard refuses
+//!   it wherever the service wrote newer state meanwhile). Only a user with state in neither answers zeros.
+//! - **Redis down**: a [`Breaker`] opens after [`FAILURES_TO_OPEN`] failed reads in a row (each bounded by
+//!   [`REDIS_TIMEOUT`]); while it is open, reads skip Redis entirely (no per-request timeout) and come from the
+//!   checkpoint, marked `x-unread-source: checkpoint` and `"stale": true`. After [`OPEN_FOR`] one read tries Redis
+//!   again (half-open): success closes the breaker and answers come from Redis again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::{self, Stage};
+use crate::config::Settings;
+use crate::core::contract::UserView;
+use crate::core::fold::UserState;
+use crate::projection::redis::{RedisProjection, UserWrite};
+
+/// Longest a Redis read may take before it counts as failed: 250 ms.
+pub const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
+/// Failed Redis reads in a row that open the breaker: 3.
+pub const FAILURES_TO_OPEN: u32 = 3;
+/// How long the breaker stays open before one read tries Redis again: 2 s.
+pub const OPEN_FOR: Duration = Duration::from_secs(2);
+
+/// A circuit breaker around Redis reads.
+#[derive(Debug, Default)]
+pub struct Breaker {
+    failures: AtomicU32,
+    open_until: Mutex<Option<Instant>>,
+}
+
+impl Breaker {
+    /// Whether a read should try Redis: the breaker is closed, or its open time passed (one probe).
+    pub fn allows(&self) -> bool {
+        let mut open = self.open_until.lock().expect("not poisoned");
+        match *open {
+            Some(until) if Instant::now() < until => false,
+            Some(_) => {
+                *open = Some(Instant::now() + OPEN_FOR); // one probe per open period
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// A Redis read succeeded: close.
+    pub fn success(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        *self.open_until.lock().expect("not poisoned") = None;
+    }
+
+    /// A Redis read failed: open after [`FAILURES_TO_OPEN`] in a row.
+    pub fn failure(&self) {
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= FAILURES_TO_OPEN {
+            *self.open_until.lock().expect("not poisoned") = Some(Instant::now() + OPEN_FOR);
+        }
+    }
+
+    /// Whether the breaker is open now.
+    pub fn is_open(&self) -> bool {
+        self.open_until.lock().expect("not poisoned").is_some_and(|until| Instant::now() < until)
+    }
+}
+
+/// The checkpoint side of the read API: one store per namespace served, connected on first use.
+pub struct Fallback {
+    settings: Settings,
+    stores: tokio::sync::Mutex<HashMap<String, CheckpointStore>>,
+    /// The breaker around Redis reads.
+    pub breaker: Breaker,
+}
+
+impl Fallback {
+    /// A fallback over the settings' PostgreSQL (no connection yet).
+    pub fn new(settings: Settings) -> Self {
+        Self { settings, stores: tokio::sync::Mutex::new(HashMap::new()), breaker: Breaker::default() }
+    }
+
+    async fn store(&self, namespace: &str) -> anyhow::Result<CheckpointStore> {
+        let mut stores = self.stores.lock().await;
+        if let Some(s) = stores.get(namespace) {
+            return Ok(s.clone());
+        }
+        let ns = self.settings.in_namespace(namespace)?;
+        let store = CheckpointStore::connect(&ns.database_url, &ns.ns_db_schema(), 4).await?;
+        stores.insert(namespace.to_owned(), store.clone());
+        Ok(store)
+    }
+
+    /// The user's checkpointed state and its fold partition, if any.
+    async fn state(&self, store: &CheckpointStore, user_id: &str) -> anyhow::Result<Option<(UserState, i32)>> {
+        let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
+        Ok(Some((checkpoint::decode_user(&row.row.state)?, row.row.partition)))
+    }
+
+    /// The user's counts from the checkpoint of `namespace` (broadcast counts from the checkpointed lists), or
+    /// `None` when the checkpoint has no state for the user.
+    ///
+    /// Errors: PostgreSQL unreachable, or a corrupt row.
+    pub async fn read(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserView>> {
+        let store = self.store(namespace).await?;
+        let Some((state, _)) = self.state(&store, user_id).await? else { return Ok(None) };
+        let lists = crate::ops::load_lists(&store).await?;
+        Ok(Some(state.view(user_id, &lists)))
+    }
+
+    /// [`Fallback::read`], then writes the user back to Redis at the checkpoint's version (refused where Redis
+    /// holds newer state). A failed refill is only logged: the answer stands.
+    ///
+    /// Errors: as [`Fallback::read`].
+    pub async fn read_and_refill(
+        &self,
+        namespace: &str,
+        user_id: &str,
+        projection: &RedisProjection,
+    ) -> anyhow::Result<Option<UserView>> {
+        let store = self.store(namespace).await?;
+        let Some((state, partition)) = self.state(&store, user_id).await? else { return Ok(None) };
+        let lists = crate::ops::load_lists(&store).await?;
+        let ns = self.settings.in_namespace(namespace)?;
+        let versions = crate::ops::CheckpointVersions::load(&ns.topics(), &store).await?;
+        let write = UserWrite::of_state(user_id, Some(&state), versions.of(partition));
+        if let Err(e) = projection.write(&[write]).await {
+            tracing::warn!(error = %e, "refilling a user's hash from the checkpoint failed");
+        }
+        Ok(Some(state.view(user_id, &lists)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_breaker_opens_after_failures_and_probes_after_its_open_time() {
+        let b = Breaker::default();
+        assert!(b.allows());
+        for _ in 0..FAILURES_TO_OPEN {
+            b.failure();
+        }
+        assert!(b.is_open() && !b.allows(), "open: reads skip Redis");
+        *b.open_until.lock().unwrap() = Some(Instant::now()); // the open time passed
+        assert!(b.allows(), "one probe");
+        assert!(!b.allows(), "only one probe per open period");
+        b.success();
+        assert!(!b.is_open() && b.allows(), "closed again");
+    }
+}
