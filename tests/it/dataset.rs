@@ -22,6 +22,15 @@ fn fold_file(path: &str, batch: usize) -> (Vec<unread::core::contract::UserView>
     (views, bytes)
 }
 
+/// The pipeline after folding a bundled file (under the crate root).
+fn fold_pipeline(rel: &str) -> Pipeline {
+    let mut pipeline = Pipeline::new();
+    let path = repo_path(rel);
+    let input = open_input(path.to_str().unwrap()).unwrap();
+    for_each_batch(input, MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).unwrap();
+    pipeline
+}
+
 fn read_expected(path: &str) -> String {
     let mut text = String::new();
     open_input(path).expect("open expected").read_to_string(&mut text).expect("read expected");
@@ -66,15 +75,7 @@ fn full_set_is_exact_when_present() {
 #[test]
 fn every_dev_state_survives_checkpoint_and_projection_encoding() {
     use unread::{checkpoint, projection};
-    let mut pipeline = Pipeline::new();
-    let path = repo_path("tests/data/ubuntu-irc/dev-events.jsonl");
-    for_each_batch(
-        open_input(path.to_str().unwrap()).unwrap(),
-        MAX_BATCH,
-        |bad| panic!("{bad}"),
-        |b| pipeline.process_batch(b),
-    )
-    .unwrap();
+    let pipeline = fold_pipeline("tests/data/ubuntu-irc/dev-events.jsonl");
     let mut users = 0;
     for (id, state) in pipeline.fold().users() {
         state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
@@ -124,15 +125,7 @@ fn v2_full_set_is_exact_when_present() {
 fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
     use unread::checkpoint;
     use unread::core::notifications::NoteBook;
-    let mut pipeline = Pipeline::new();
-    let path = repo_path("tests/data/ubuntu-irc/v2-dev-events.jsonl");
-    for_each_batch(
-        open_input(path.to_str().unwrap()).unwrap(),
-        MAX_BATCH,
-        |bad| panic!("{bad}"),
-        |b| pipeline.process_batch(b),
-    )
-    .unwrap();
+    let pipeline = fold_pipeline("tests/data/ubuntu-irc/v2-dev-events.jsonl");
     let lists = pipeline.fanout().lists().clone();
     let mut with_notes = 0;
     for (id, state) in pipeline.fold().users() {
