@@ -11,12 +11,11 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::read::PerStream;
 use crate::checkpoint::store::{CheckpointStore, Snapshot};
-use crate::checkpoint::{self, Stage};
+use crate::checkpoint::Stage;
 use crate::core::broadcast::ListOp;
 use crate::core::contract::{ConversationEvent, Stream, Target, UserEvent};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
-use crate::core::notifications::{Note, NoteBook};
 use crate::kafka::{self, partition_for_key};
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
 use crate::service::fanout_stage;
@@ -200,28 +199,17 @@ impl Replay {
     ///
     /// Errors: PostgreSQL or Kafka failing, or a corrupt row.
     pub async fn seed_from(&mut self, snap: Snapshot, source: &Topics, c: &StreamConsumer) -> anyhow::Result<u64> {
-        for row in snap.conversations {
-            let state = checkpoint::decode_conversation(&row.state).with_context(|| format!("{:?}", row.id))?;
-            self.dirty_convs.insert((false, row.id.clone()));
-            self.fanout.restore(row.id, state);
-        }
-        for row in snap.lists {
-            let state = checkpoint::decode_list(&row.state).with_context(|| format!("{:?}", row.id))?;
-            self.dirty_convs.insert((true, row.id.clone()));
-            self.fanout.restore_list(row.id, state);
-        }
-        let mut notes: HashMap<String, Vec<(String, Note)>> = HashMap::new();
-        for row in snap.notes {
-            let note = checkpoint::decode_note(&row.state).with_context(|| format!("{:?}", row.notification_id))?;
-            notes.entry(row.user_id).or_default().push((row.notification_id, note));
-        }
-        for row in snap.users {
-            let mut state = checkpoint::decode_user(&row.state).with_context(|| format!("{:?}", row.id))?;
-            let mut book = NoteBook::restore(notes.remove(&row.id).unwrap_or_default());
-            book.mark_all_dirty();
-            state.set_notes(book);
-            self.dirty_users.insert(row.id.clone());
-            self.fold.restore(row.id, state);
+        // Every entity of the snapshot is written by the first checkpoint.
+        self.dirty_convs.extend(snap.conversations.iter().map(|r| (false, r.id.clone())));
+        self.dirty_convs.extend(snap.lists.iter().map(|r| (true, r.id.clone())));
+        let users: Vec<String> = snap.users.iter().map(|r| r.id.clone()).collect();
+        self.fanout = fanout_stage::fanout_from_rows(snap.conversations, snap.lists)?;
+        self.fold = fold_stage::fold_from_rows(snap.users, snap.notes)?;
+        for user in users {
+            if let Some(state) = self.fold.user_mut_existing(&user) {
+                state.notes_mut().mark_all_dirty();
+            }
+            self.dirty_users.insert(user);
         }
         // A partition never checkpointed starts at 0, which check_retained requires to be retained.
         self.seek_to(&snap.fanout_offsets, &source.conversation_events, &snap.fold_offsets, &source.user_events);

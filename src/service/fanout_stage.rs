@@ -18,7 +18,7 @@ use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
 use super::{records, retry, Shared, TaskError};
-use crate::checkpoint::store::{Changes, CheckpointStore};
+use crate::checkpoint::store::{Changes, CheckpointStore, StateRow};
 use crate::checkpoint::{self, Stage};
 use crate::core::broadcast::{ListOp, ListState};
 use crate::core::contract::{ConversationEvent, Event, Stream, Target};
@@ -159,6 +159,9 @@ impl FanOutTask {
     /// number of readers), or every list of the partition whole when Redis lost them (no marker).
     async fn write_lists(&mut self) -> Result<(), TaskError> {
         let (sh, p, generation) = (&*self.shared, self.input.partition, self.generation);
+        if self.fanout.lists().is_empty() {
+            return Ok(()); // a chat-only partition keeps nothing in Redis: no round trip, no dependency on it
+        }
         let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?;
         let ops = self.fanout.take_list_ops();
         if ops.is_empty() && !full {
@@ -223,13 +226,20 @@ pub fn changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a (bool, S
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
 pub async fn load_fanout(store: &CheckpointStore, partition: Option<i32>) -> Result<FanOut, TaskError> {
+    fanout_from_rows(store.states(Stage::FanOut, partition).await?, store.lists(partition).await?)
+}
+
+/// A fan-out from checkpoint rows of conversations and broadcast lists.
+///
+/// Errors: a corrupt row.
+pub fn fanout_from_rows(conversations: Vec<StateRow>, lists: Vec<StateRow>) -> Result<FanOut, TaskError> {
     let mut fanout = FanOut::new();
-    for row in store.states(Stage::FanOut, partition).await? {
+    for row in conversations {
         let state = checkpoint::decode_conversation(&row.state)
             .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
         fanout.restore(row.id, state);
     }
-    for row in store.lists(partition).await? {
+    for row in lists {
         let state =
             checkpoint::decode_list(&row.state).map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
         fanout.restore_list(row.id, state);

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::group::{PartitionInput, Verdict};
 use super::{records, retry, Shared, TaskError};
-use crate::checkpoint::store::{Changes, CheckpointStore};
+use crate::checkpoint::store::{Changes, CheckpointStore, NoteRow, StateRow};
 use crate::checkpoint::{self, Stage};
 use crate::core::contract::{Event, Stream};
 use crate::core::fold::Fold;
@@ -66,11 +66,15 @@ pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> Result<(), TaskE
             return done;
         };
         pending += task.apply(&batch).await?;
-        let idle = batch.is_empty() && pending == 0 && last_flush.elapsed() >= IDLE_CHECK;
-        if pending >= flush.events || (pending > 0 && last_flush.elapsed() >= flush.interval) || idle {
-            // Idle: a flush with nothing pending only rewrites the partition when Redis lost it (no marker).
+        if pending >= flush.events || (pending > 0 && last_flush.elapsed() >= flush.interval) {
             task.flush().await?;
             (pending, last_flush) = (0, Instant::now());
+        } else if batch.is_empty() && pending == 0 && last_flush.elapsed() >= IDLE_CHECK {
+            // Idle: rewrite the partition only when Redis lost it (no marker).
+            if !task.redis_holds_partition().await? {
+                task.flush().await?;
+            }
+            last_flush = Instant::now();
         }
     }
 }
@@ -181,6 +185,12 @@ impl FoldTask {
         writes
     }
 
+    /// Whether Redis still holds the partition's users (its marker is there).
+    async fn redis_holds_partition(&self) -> Result<bool, TaskError> {
+        let (sh, p) = (&*self.shared, self.input.partition);
+        Ok(retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::Fold, p)).await?)
+    }
+
     /// Writes Redis (all changed users, version-guarded), then checkpoints the changed users' states with both
     /// offsets in one PostgreSQL transaction.
     async fn flush(&mut self) -> Result<(), TaskError> {
@@ -204,9 +214,6 @@ impl FoldTask {
             warn!(partition = p, refused, "projection refused older writes (another task is ahead)");
         }
         metrics.redis_writes(written);
-        if self.dirty.is_empty() && !full {
-            return Ok(()); // an idle check: Redis still holds the partition
-        }
         let changes = changes(&mut self.fold, self.dirty.keys());
         self.checkpoint(&changes, started).await?;
         self.dirty.clear();
@@ -255,17 +262,24 @@ pub fn changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a String>)
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
 pub async fn load_users(store: &CheckpointStore, partition: Option<i32>) -> Result<Fold, TaskError> {
-    let mut notes: HashMap<String, Vec<(String, crate::core::notifications::Note)>> = HashMap::new();
-    for row in store.notes(partition).await? {
+    fold_from_rows(store.states(Stage::Fold, partition).await?, store.notes(partition).await?)
+}
+
+/// A fold from checkpoint rows of users and their remembered notifications.
+///
+/// Errors: a corrupt row.
+pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>) -> Result<Fold, TaskError> {
+    let mut by_user: HashMap<String, Vec<(String, crate::core::notifications::Note)>> = HashMap::new();
+    for row in notes {
         let id = format!("{}/{}", row.user_id, row.notification_id);
         let note = checkpoint::decode_note(&row.state).map_err(|source| TaskError::Corrupt { id, source })?;
-        notes.entry(row.user_id).or_default().push((row.notification_id, note));
+        by_user.entry(row.user_id).or_default().push((row.notification_id, note));
     }
     let mut fold = Fold::new();
-    for row in store.states(Stage::Fold, partition).await? {
+    for row in users {
         let mut state =
             checkpoint::decode_user(&row.state).map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
-        state.set_notes(NoteBook::restore(notes.remove(&row.id).unwrap_or_default()));
+        state.set_notes(NoteBook::restore(by_user.remove(&row.id).unwrap_or_default()));
         fold.restore(row.id, state);
     }
     Ok(fold)
