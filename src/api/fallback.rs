@@ -93,21 +93,21 @@ impl Fallback {
         Ok(store)
     }
 
-    /// The user's checkpointed state and its fold partition, if any.
-    async fn state(&self, store: &CheckpointStore, user_id: &str) -> anyhow::Result<Option<(UserState, i32)>> {
+    /// The user's checkpointed state, its fold partition, the store it came from and its counts (broadcast
+    /// counts from the checkpointed lists); `None` when the checkpoint has no state for the user.
+    async fn checkpointed(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<Checkpointed>> {
+        let store = self.store(namespace).await?;
         let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
-        Ok(Some((checkpoint::decode_user(&row.row.state)?, row.row.partition)))
+        let state = checkpoint::decode_user(&row.row.state)?;
+        let view = state.view(user_id, &crate::ops::load_lists(&store).await?);
+        Ok(Some(Checkpointed { store, state, partition: row.row.partition, view }))
     }
 
-    /// The user's counts from the checkpoint of `namespace` (broadcast counts from the checkpointed lists), or
-    /// `None` when the checkpoint has no state for the user.
+    /// The user's counts from the checkpoint of `namespace`, or `None` when it has no state for the user.
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.
     pub async fn read(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserView>> {
-        let store = self.store(namespace).await?;
-        let Some((state, _)) = self.state(&store, user_id).await? else { return Ok(None) };
-        let lists = crate::ops::load_lists(&store).await?;
-        Ok(Some(state.view(user_id, &lists)))
+        Ok(self.checkpointed(namespace, user_id).await?.map(|c| c.view))
     }
 
     /// [`Fallback::read`], then writes the user back to Redis at the checkpoint's version (refused where Redis
@@ -120,17 +120,23 @@ impl Fallback {
         user_id: &str,
         projection: &RedisProjection,
     ) -> anyhow::Result<Option<UserView>> {
-        let store = self.store(namespace).await?;
-        let Some((state, partition)) = self.state(&store, user_id).await? else { return Ok(None) };
-        let lists = crate::ops::load_lists(&store).await?;
-        let ns = self.settings.in_namespace(namespace)?;
-        let versions = crate::ops::CheckpointVersions::load(&ns.topics(), &store).await?;
-        let write = UserWrite::of_state(user_id, Some(&state), versions.of(partition));
+        let Some(c) = self.checkpointed(namespace, user_id).await? else { return Ok(None) };
+        let topics = self.settings.in_namespace(namespace)?.topics();
+        let versions = crate::ops::CheckpointVersions::load(&topics, &c.store).await?;
+        let write = UserWrite::of_state(user_id, Some(&c.state), versions.of(c.partition));
         if let Err(e) = projection.write(&[write]).await {
             tracing::warn!(error = %e, "refilling a user's hash from the checkpoint failed");
         }
-        Ok(Some(state.view(user_id, &lists)))
+        Ok(Some(c.view))
     }
+}
+
+/// What the checkpoint holds for one user.
+struct Checkpointed {
+    store: CheckpointStore,
+    state: UserState,
+    partition: i32,
+    view: UserView,
 }
 
 #[cfg(test)]

@@ -214,11 +214,13 @@ fn answer(namespace: String, body: impl Serialize, query: &ReadQuery) -> Respons
 
 /// A user's answer with where it came from: `x-unread-source`, and `"stale": true` when Redis is down.
 fn sourced(namespace: String, view: UserView, source: Source, query: &ReadQuery) -> Response {
-    let mut value = serde_json::to_value(view).expect("answers serialize");
-    if source == Source::Stale {
+    let mut response = if source == Source::Stale {
+        let mut value = serde_json::to_value(view).expect("answers serialize");
         value["stale"] = true.into();
-    }
-    let mut response = answer(namespace, value, query);
+        answer(namespace, value, query)
+    } else {
+        answer(namespace, view, query)
+    };
     let name = if source == Source::Redis { "redis" } else { "checkpoint" };
     response.headers_mut().insert(SOURCE_HEADER, header::HeaderValue::from_static(name));
     response

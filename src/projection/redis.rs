@@ -334,8 +334,7 @@ impl RedisProjection {
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_existing(&self, user_id: &str) -> ProjectionResult<Option<UserView>> {
-        let (view, cursors, present) = self.read_all(user_id).await?;
-        let _ = cursors;
+        let (view, _, present) = self.read_all(user_id).await?;
         Ok(present.then_some(view))
     }
 
