@@ -46,14 +46,21 @@ pub fn base(brokers: &str) -> ClientConfig {
 /// (`enable.auto.offset.store=false`, committed in the background as a progress hint), the **range** assignor
 /// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after 10 s.
 pub fn group_member(brokers: &str, group: &str) -> ClientConfig {
-    let mut c = base(brokers);
-    c.set("group.id", group)
-        .set("enable.auto.commit", "true")
-        .set("enable.auto.offset.store", "false")
+    let mut c = consumer(brokers, group);
+    c.set("enable.auto.commit", "true")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "range")
         .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
+        .set("heartbeat.interval.ms", "1000");
+    c
+}
+
+/// What every consumer shares: its `group.id`, offsets stored only by unread itself, fetches answered within
+/// 50 ms, and a 64 MiB local queue.
+fn consumer(brokers: &str, group: &str) -> ClientConfig {
+    let mut c = base(brokers);
+    c.set("group.id", group)
+        .set("enable.auto.offset.store", "false")
         .set("fetch.wait.max.ms", "50")
         .set("queued.max.messages.kbytes", "65536");
     c
@@ -62,12 +69,8 @@ pub fn group_member(brokers: &str, group: &str) -> ClientConfig {
 /// A consumer outside any consumer group, which assigns itself partitions and commits nothing (replay, the
 /// dead-letter tools). `name` only labels it on the broker (`group.id`, never joined).
 pub fn reader(brokers: &str, name: &str) -> ClientConfig {
-    let mut c = base(brokers);
-    c.set("group.id", name)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("fetch.wait.max.ms", "50")
-        .set("queued.max.messages.kbytes", "65536")
+    let mut c = consumer(brokers, name);
+    c.set("enable.auto.commit", "false")
         // When the local queue is full, fetch again after 10 ms, not librdkafka's default 1 s: a reader that
         // decodes more slowly than the broker sends would otherwise sit idle for whole seconds.
         .set("fetch.queue.backoff.ms", "10");
