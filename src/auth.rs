@@ -62,19 +62,21 @@ pub struct Claims {
 }
 
 /// What a verified token may do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Both kinds carry the token's `sub`, so that a rate limit ([`crate::api::limits`]) keys on who asks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Access {
     /// A user token: reads and writes its own user only.
     User(String),
-    /// A service token (or no authorization configured: `--insecure-no-auth`): any user, the batch route.
-    Service,
+    /// A service token, with its `sub` (or no authorization configured, `--insecure-no-auth`, with an empty one):
+    /// any user, the batch route.
+    Service(String),
 }
 
 impl Access {
     /// Whether this access may read `user_id`.
     pub fn may_read(&self, user_id: &str) -> bool {
         match self {
-            Access::Service => true,
+            Access::Service(_) => true,
             Access::User(sub) => sub == user_id,
         }
     }
@@ -161,7 +163,7 @@ impl Verifier {
     fn access(&self, claims: Claims) -> Access {
         let service = claims.scope.as_deref().is_some_and(|s| s.split(' ').any(|s| s == self.options.service_scope));
         if service {
-            Access::Service
+            Access::Service(claims.sub)
         } else {
             Access::User(claims.sub)
         }
@@ -227,7 +229,7 @@ mod tests {
         assert_eq!(v.verify(&user), Ok(Access::User("alice".into())));
         assert!(v.verify(&user).unwrap().may_read("alice") && !v.verify(&user).unwrap().may_read("bob"));
         let service = mint(&o, "svc", true, Duration::from_secs(60)).unwrap();
-        assert_eq!(v.verify(&service), Ok(Access::Service));
+        assert_eq!(v.verify(&service), Ok(Access::Service("svc".into())));
         let other = AuthOptions { hs256_secret: Some("other".into()), ..o.clone() };
         assert!(matches!(
             v.verify(&mint(&other, "alice", false, Duration::from_secs(60)).unwrap()),

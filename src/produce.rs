@@ -136,7 +136,7 @@ pub fn produce(brokers: &str, topic_prefix: &str, path: &str) -> anyhow::Result<
                 Err((e, _)) => return Err(e).context("enqueueing a record"),
             }
         }
-        if n % 5000 == 0 {
+        if n.is_multiple_of(5000) {
             let sent = report.conversation_events + report.user_events;
             bar.set_message(format!("{sent} events, {:.0}/s", sent as f64 / started.elapsed().as_secs_f64()));
         }

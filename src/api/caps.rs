@@ -19,9 +19,10 @@ const COUNTS: [&str; 9] = [
 ];
 
 /// The query of a read: `?cap=N` (1 to 2^53).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ReadQuery {
-    /// Cap every count at this value.
+    /// Answer each count above this value as the value, with `"capped": true` beside it (the "99+" badge).
     pub cap: Option<u64>,
 }
 

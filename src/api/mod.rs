@@ -24,21 +24,27 @@
 
 pub mod caps;
 pub mod fallback;
+pub mod limits;
+pub mod openapi;
+pub mod serve;
 
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use utoipa::OpenApi;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::auth::{Access, AuthError, Verifier};
 use caps::ReadQuery;
+use limits::{LimitOptions, RateLimits};
+use openapi::{ErrorBody, ErrorDetail, ReadErrors};
 
 use crate::checkpoint::Stage;
 use crate::core::contract::{validate_id, UserView};
@@ -60,6 +66,10 @@ pub struct ApiState {
     pub auth: Option<Arc<Verifier>>,
     /// Degraded reads from the PostgreSQL checkpoint ([`fallback`]); `None`: Redis only.
     pub fallback: Option<Arc<fallback::Fallback>>,
+    /// Size and time limits ([`limits`]).
+    pub limits: Arc<LimitOptions>,
+    /// Per-token rate limits ([`limits`]).
+    pub rates: Arc<RateLimits>,
 }
 
 /// The response header saying where an answer was read from: `redis` or `checkpoint`.
@@ -95,7 +105,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        let body = Json(ErrorBody { error: ErrorDetail { code: self.code.to_owned(), message: self.message } });
         if self.status == StatusCode::UNAUTHORIZED {
             return (self.status, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response();
         }
@@ -111,6 +121,9 @@ impl From<AuthError> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::new(r.status(), "too_large", r.body_text());
+        }
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", r.body_text())
     }
 }
@@ -153,44 +166,70 @@ fn escapes_are_valid(path: &str) -> bool {
     })
 }
 
-async fn reject_bad_escapes(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if escapes_are_valid(req.uri().path()) {
-        next.run(req).await
-    } else {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", "invalid percent-encoding in the path").into_response()
-    }
-}
-
-/// The API's routes.
+/// The API's routes, each from its handler's `#[utoipa::path]` (so every served route is in `/openapi.json`), with
+/// the limits of [`limits`] around them.
 pub fn router(state: ApiState) -> Router {
-    let v1 = Router::new()
-        .route("/v1/users/{user_id}/unread", get(user_unread))
-        .route("/v1/users/{user_id}/conversations/{conversation_id}/unread", get(conversation_unread))
-        .route("/v1/unread:batch", post(batch_unread))
+    let v1 = OpenApiRouter::new()
+        .routes(routes!(user_unread))
+        .routes(routes!(conversation_unread))
+        .routes(routes!(batch_unread))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authenticate));
-    Router::new()
+    let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1)
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi_json))
+        .split_for_parts();
+    let doc = Arc::new(doc.to_json().expect("the OpenAPI document serializes"));
+    let limits = state.limits.clone();
+    router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .layer(axum::middleware::from_fn(reject_bad_escapes))
+        .layer(Extension(doc))
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(limits, guard))
         .with_state(state)
 }
 
-/// Verifies the bearer token of a `/v1` request and hands its [`Access`] to the handler.
+/// Refuses a request with invalid percent-escapes (400) or an oversized head (431), and bounds its time (408).
+async fn guard(State(limits): State<Arc<LimitOptions>>, req: Request, next: Next) -> Response {
+    if !escapes_are_valid(req.uri().path()) {
+        return ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", "invalid percent-encoding in the path")
+            .into_response();
+    }
+    let head = limits::head_bytes(&req);
+    if head > limits.max_header_bytes {
+        let message = format!("the request line and headers are {head} bytes: at most {}", limits.max_header_bytes);
+        return ApiError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large", message)
+            .into_response();
+    }
+    match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => {
+            let message = format!("the request took longer than {:?}", limits.request_timeout);
+            ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout", message).into_response()
+        }
+    }
+}
+
+/// Verifies the bearer token of a `/v1` request, applies its rate limit, and hands its [`Access`] to the handler.
 async fn authenticate(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
     let access = match &s.auth {
-        None => Ok(Access::Service),
+        None => Ok(Access::Service(String::new())),
         Some(verifier) => bearer(&req).and_then(|token| verifier.verify(token)),
     };
-    match access {
-        Ok(access) => {
-            req.extensions_mut().insert(access);
-            next.run(req).await
-        }
-        Err(e) => ApiError::from(e).into_response(),
+    let access = match access {
+        Ok(access) => access,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    if let Err(wait) = s.rates.check(&access) {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let message = format!("over this token's rate limit: retry in {seconds} s");
+        let error = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
+        return ([(header::RETRY_AFTER, seconds.to_string())], error).into_response();
     }
+    req.extensions_mut().insert(access);
+    next.run(req).await
 }
 
 /// The token of an `Authorization: Bearer …` header.
@@ -253,6 +292,15 @@ async fn read_user(s: &ApiState, namespace: &str, user_id: &str) -> Result<(User
     Ok((view.unwrap_or_else(zero), Source::Stale))
 }
 
+/// One user's counts: the contract's reader shape (zeros for a user with state nowhere).
+#[utoipa::path(get, path = "/v1/users/{user_id}/unread", tag = "reads", security(("bearer" = [])),
+    params(("user_id" = String, Path, description = "The user, percent-encoded (CONTRACT.md id rule)"), ReadQuery),
+    responses(
+        (status = 200, description = "The reader shape; `\"stale\": true` when read from the checkpoint while \
+            Redis is down; `\"capped\": true` beside a count cut to `cap`", body = UserView, headers(
+            ("x-unread-source" = String, description = "`redis` or `checkpoint`"),
+            ("x-unread-namespace" = String, description = "The live namespace answered from"))),
+        ReadErrors))]
 async fn user_unread(
     State(s): State<ApiState>,
     Extension(access): Extension<Access>,
@@ -270,21 +318,36 @@ async fn user_unread(
 }
 
 /// The body of `POST /v1/unread:batch`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct BatchRequest {
+    /// The users to read, at most 1,000.
     user_ids: Vec<String>,
+}
+
+/// The answer of `POST /v1/unread:batch`.
+#[derive(Serialize, utoipa::ToSchema)]
+struct BatchAnswer {
+    /// Each user's reader shape, in the order asked (zeros for a user with no hash).
+    users: Vec<UserView>,
 }
 
 /// Most ids of one batch read.
 pub const MAX_BATCH_IDS: usize = 1000;
 
+/// Many users' counts in one pipelined Redis round trip (service tokens only).
+#[utoipa::path(post, path = "/v1/unread:batch", tag = "reads", security(("bearer" = [])), params(ReadQuery),
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "Every user's reader shape, in the order asked", body = BatchAnswer,
+            headers(("x-unread-namespace" = String, description = "The live namespace answered from"))),
+        ReadErrors))]
 async fn batch_unread(
     State(s): State<ApiState>,
     Extension(access): Extension<Access>,
     Query(query): Query<ReadQuery>,
     body: Result<Json<BatchRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    if access != Access::Service {
+    if !matches!(access, Access::Service(_)) {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the batch route needs a service token"));
     }
     let Json(BatchRequest { user_ids }) = body?;
@@ -297,19 +360,35 @@ async fn batch_unread(
     }
     let (namespace, projection) = s.live.current();
     let users = projection.read_many(&user_ids).await?;
-    Ok(answer(namespace, json!({ "users": users }), &query))
+    Ok(answer(namespace, BatchAnswer { users }, &query))
 }
 
-#[derive(Serialize)]
+/// One conversation's counts for one user.
+#[derive(Serialize, utoipa::ToSchema)]
 struct ConversationAnswer {
+    /// The user.
     user_id: String,
+    /// The conversation.
     conversation_id: String,
+    /// Whether the user is a member (all counts are 0 when not).
     member: bool,
+    /// Unread messages.
     unread: u64,
+    /// Unread messages that mention the user.
     mentions: u64,
+    /// Whether the user muted the conversation.
     muted: bool,
 }
 
+/// One conversation's counts for one user, from Redis.
+#[utoipa::path(get, path = "/v1/users/{user_id}/conversations/{conversation_id}/unread", tag = "reads",
+    security(("bearer" = [])),
+    params(("user_id" = String, Path, description = "The user, percent-encoded (CONTRACT.md id rule)"),
+        ("conversation_id" = String, Path, description = "The conversation, percent-encoded"), ReadQuery),
+    responses(
+        (status = 200, description = "The conversation's counts", body = ConversationAnswer,
+            headers(("x-unread-namespace" = String, description = "The live namespace answered from"))),
+        ReadErrors))]
 async fn conversation_unread(
     State(s): State<ApiState>,
     Extension(access): Extension<Access>,
@@ -335,10 +414,31 @@ async fn conversation_unread(
     Ok(self::answer(namespace, answer, &query))
 }
 
+/// Liveness: 200 while the process runs.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "`{\"status\": \"ok\"}`", body = serde_json::Value)))]
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
+async fn openapi_json(Extension(doc): Extension<Arc<String>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], doc.as_str().to_owned()).into_response()
+}
+
+/// The service's metrics, OpenMetrics text.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
 async fn metrics(State(s): State<ApiState>) -> Response {
     ([(axum::http::header::CONTENT_TYPE, crate::service::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
 }
 
+/// Readiness: 200 when Redis answers and every running stage has partitions.
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
+    (status = 200, description = "`{ready, redis, namespace, assigned_partitions}`", body = serde_json::Value),
+    (status = 503, description = "Not ready: the same shape, saying why", body = serde_json::Value)))]
 async fn readyz(State(s): State<ApiState>) -> Response {
     let (namespace, projection) = s.live.current();
     let redis = projection.ping().await.map_err(|e| e.to_string());

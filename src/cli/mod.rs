@@ -38,7 +38,7 @@ pub enum Command {
     ///
     /// Consumes the input topics, materializes every user's counts into Redis and checkpoints state with the input
     /// offsets to PostgreSQL (migrations applied at start). Stops cleanly on SIGINT/SIGTERM.
-    Run(RunOptions),
+    Run(Box<RunOptions>),
     /// Create the topics of topology/topics.toml (under --topic-prefix) and check existing ones' partition counts.
     Topics {
         /// What to do with them.
@@ -98,7 +98,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Fold(args) => args.run(),
-        Command::Run(opts) => block_on(crate::service::run(opts)).map(|()| ExitCode::SUCCESS),
+        Command::Run(opts) => block_on(crate::service::run(*opts)).map(|()| ExitCode::SUCCESS),
         Command::Topics { action } => action.run(),
         Command::Produce(args) => args.run(),
         Command::Migrate(args) => args.run(),

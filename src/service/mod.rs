@@ -70,6 +70,9 @@ pub struct RunOptions {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub auth: crate::auth::AuthOptions,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub limits: crate::api::limits::LimitOptions,
     /// Serve the read API without authorization: every caller reads every user. For a demo on loopback only;
     /// without it, `run` refuses to start the API with no key configured.
     #[arg(long, env = "UNREAD_INSECURE_NO_AUTH")]
@@ -317,18 +320,20 @@ impl Parts {
         let live = crate::namespace::LiveProjection::connect(s).await?;
         live.follow();
         let fallback = Some(Arc::new(crate::api::fallback::Fallback::new(s.clone())));
-        let state = crate::api::ApiState { live, assignments: self.assignments.clone(), metrics, auth, fallback };
+        let limits = Arc::new(opts.limits.clone());
+        let rates = Arc::new(crate::api::limits::RateLimits::new(&limits));
+        let assignments = self.assignments.clone();
+        let state = crate::api::ApiState { live, assignments, metrics, auth, fallback, limits: limits.clone(), rates };
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))?;
         info!(addr = %listen, "read API listening");
         let mut stop = self.stop.clone();
         self.tasks.spawn(async move {
-            axum::serve(listener, crate::api::router(state))
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-                .context("read API")
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            crate::api::serve::serve(listener, crate::api::router(state), &limits, stopped).await;
+            Ok(())
         });
         Ok(())
     }

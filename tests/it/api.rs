@@ -201,3 +201,128 @@ fn reads_come_from_the_checkpoint_when_redis_lacks_a_user_or_is_down() {
 fn fallback_open_for() -> std::time::Duration {
     unread::api::fallback::OPEN_FOR + std::time::Duration::from_millis(200)
 }
+
+/// The documented `(METHOD, path)` pairs of `/openapi.json`.
+fn documented(doc: &serde_json::Value) -> Vec<(String, String)> {
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut pairs: Vec<_> = paths
+        .iter()
+        .flat_map(|(path, item)| item.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone())))
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+/// The `(METHOD, path)` pairs of the route table in docs/api.md.
+fn routes_in_api_md() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo_path("docs/api.md")).unwrap();
+    let mut pairs: Vec<_> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| {
+            let (method, rest) = l.split_once(' ')?;
+            let path = rest.split(['`', ' ']).next()?;
+            ["GET", "POST"].contains(&method).then(|| (method.to_owned(), path.to_owned()))
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    pairs
+}
+
+#[test]
+fn openapi_documents_every_route_the_router_serves() {
+    let Some(stack) = stack("openapi_documents_every_route_the_router_serves") else { return };
+    let ns = Ns::new(&stack, "openapi");
+    let svc = ns.start(&[]);
+    let (code, body) = http_get_as(svc.port, "/openapi.json", None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    let pairs = documented(&doc);
+    assert_eq!(pairs, routes_in_api_md(), "openapi.json and the route table of docs/api.md");
+    for (method, path) in &pairs {
+        let op = &doc["paths"][path][method.to_lowercase()];
+        if path.starts_with("/v1/") {
+            assert!(op["security"][0]["bearer"].is_array(), "{method} {path}: no bearer security");
+            for status in ["401", "403", "429", "503"] {
+                assert!(op["responses"][status].is_object(), "{method} {path}: {status} undocumented");
+            }
+        }
+        // Served: the route answers something other than the fallback's 404 or a 405.
+        let url = path.replace("{user_id}", "epod").replace("{conversation_id}", "c");
+        let (code, body) = if method == "POST" {
+            http_post_as(svc.port, &url, Some(&token("ops", true)), &json!({"user_ids": ["epod"]})).unwrap()
+        } else {
+            http_get_as(svc.port, &url, Some(&token("ops", true))).unwrap()
+        };
+        assert!(code != 405 && !body.contains("no such route"), "{method} {path}: {code} {body}");
+    }
+    // The router is built only from the handlers' `#[utoipa::path]` (utoipa_axum's `routes!`), so nothing is served
+    // that the document lacks: no plain axum route may be added beside them.
+    for file in std::fs::read_dir(repo_path("src/api")).unwrap() {
+        let path = file.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for call in [".route(", ".route_service(", ".nest(", ".nest_service("] {
+            assert!(!text.contains(call), "{} adds a route with {call}: use routes!(…)", path.display());
+        }
+    }
+    svc.stop();
+}
+
+/// Sends raw bytes to the API and returns what it answers before closing (or before `wait` passes).
+fn raw_exchange(port: u16, bytes: &[u8], wait: std::time::Duration) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn limits_answer_json_with_the_right_status() {
+    let Some(stack) = stack("limits_answer_json_with_the_right_status") else { return };
+    let ns = Ns::new(&stack, "limits");
+    let args = ["--max-body-bytes", "2000", "--max-header-bytes", "4096", "--rate-limit", "5"];
+    let svc = ns.start(&[&args[..], &["--request-timeout", "1s", "--header-read-timeout", "1s"]].concat());
+    let service = token("ops", true);
+    let code_of = |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap()["error"]["code"].clone();
+    // Body over the limit: 413.
+    let ids: Vec<String> = (0..200).map(|i| format!("user-{i:05}")).collect();
+    let (code, body) = http_post_as(svc.port, "/v1/unread:batch", Some(&service), &json!({ "user_ids": ids })).unwrap();
+    assert_eq!((code, code_of(&body)), (413, json!("too_large")), "{body}");
+    // Headers over the limit: 431.
+    let head = format!(
+        "GET /v1/users/epod/unread HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-pad: {}\r\n\r\n",
+        "a".repeat(5000)
+    );
+    let answer = raw_exchange(svc.port, head.as_bytes(), std::time::Duration::from_secs(5));
+    assert!(answer.starts_with("HTTP/1.1 431") && answer.contains("headers_too_large"), "{answer}");
+    // A user token: a burst of 10 (two seconds at 5/s), then 429 with retry-after; a service token is not limited.
+    let epod = token("epod", false);
+    let started = std::time::Instant::now();
+    let answers: Vec<_> =
+        (0..40).map(|_| http_get_as(svc.port, "/v1/users/epod/unread", Some(&epod)).unwrap()).collect();
+    let passed = answers.iter().take_while(|(code, _)| *code == 200).count();
+    let allowed = 10 + (started.elapsed().as_secs_f64() * 5.0).ceil() as usize;
+    assert!((10..=allowed).contains(&passed), "{passed} passed before the limit (at most {allowed})");
+    let (code, body) = &answers[passed];
+    assert_eq!((*code, code_of(body)), (429, json!("rate_limited")), "{body}");
+    assert_eq!(http_get_as(svc.port, "/v1/users/epod/unread", Some(&service)).unwrap().0, 200);
+    // A body that never finishes: 408 after the request timeout.
+    let slow = format!(
+        "POST /v1/unread:batch HTTP/1.1\r\nhost: x\r\nconnection: close\r\nauthorization: Bearer {service}\r\ncontent-type: \
+         application/json\r\ncontent-length: 100\r\n\r\n{{\"user_ids\": ["
+    );
+    let answer = raw_exchange(svc.port, slow.as_bytes(), std::time::Duration::from_secs(5));
+    assert!(answer.starts_with("HTTP/1.1 408") && answer.contains(r#""timeout""#), "{answer}");
+    // A head that never finishes: the connection is closed after the header-read timeout.
+    let started = std::time::Instant::now();
+    let answer = raw_exchange(svc.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\n", std::time::Duration::from_secs(5));
+    assert!(started.elapsed() < std::time::Duration::from_secs(4), "closed after {:?}: {answer}", started.elapsed());
+    assert!(!answer.contains("200 OK"), "{answer}");
+    svc.stop();
+}

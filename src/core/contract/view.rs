@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+// `utoipa::ToSchema` describes these shapes in the API's OpenAPI document (metadata only: no I/O here).
+
 /// One user's counts. Serializes with fields in the contract's order and conversations sorted by id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UserView {
     /// The user (the record key on `unread.user-events`).
     pub user_id: String,
@@ -36,7 +38,7 @@ pub struct UserView {
 }
 
 /// One broadcast list's counts for one user (`CONTRACT.md` § v2, "Broadcasts").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BroadcastView {
     /// Countable, not recalled publications above the user's cursor.
     pub unread: u64,
@@ -45,7 +47,7 @@ pub struct BroadcastView {
 }
 
 /// One notification category's counts for one user (`CONTRACT.md` § v2, "Notifications").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NotificationView {
     /// Created, not read, not retracted.
     pub unread: u64,
@@ -54,7 +56,7 @@ pub struct NotificationView {
 }
 
 /// One conversation's counts for one user.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ConversationView {
     /// Unread messages.
     pub unread: u64,
