@@ -8,7 +8,9 @@
 //! token whose `scope` (space-separated) holds the configured service scope (`unread:any` by default) is a service
 //! token: it reads any user and may use the batch route. Any other token reads its own `sub` only.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -93,10 +95,25 @@ pub enum AuthError {
     Invalid(String),
 }
 
-/// The configured keys, each with the one algorithm it verifies.
+/// The configured keys, each with the one algorithm it verifies, and the tokens verified lately.
 pub struct Verifier {
     keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
     options: AuthOptions,
+    verified: Mutex<HashMap<String, Verified>>,
+}
+
+/// Seconds of clock skew allowed on `exp` and `nbf`.
+const LEEWAY_SECS: u64 = 60;
+
+/// Most tokens remembered as verified; the memory is cleared when full (about 300 bytes a token).
+const VERIFIED_CAPACITY: usize = 10_000;
+
+/// A token that verified: what it may do and the times it is valid between (seconds since the epoch).
+#[derive(Debug, Clone)]
+struct Verified {
+    access: Access,
+    nbf: u64,
+    exp: u64,
 }
 
 impl Verifier {
@@ -119,12 +136,13 @@ impl Verifier {
                 keys.push(jwks_key(jwk).with_context(|| format!("a key of JWKS {}", path.display()))?);
             }
         }
-        Ok((!keys.is_empty()).then(|| Self { keys, options: options.clone() }))
+        Ok((!keys.is_empty()).then(|| Self { keys, options: options.clone(), verified: Mutex::default() }))
     }
 
     fn validation(&self, alg: Algorithm) -> Validation {
         let mut v = Validation::new(alg);
         v.validate_nbf = true;
+        v.leeway = LEEWAY_SECS;
         let mut required = vec!["exp", "sub"];
         if let Some(iss) = &self.options.issuer {
             v.set_issuer(&[iss]);
@@ -143,9 +161,30 @@ impl Verifier {
 
     /// Verifies a bearer token and says what it may do.
     ///
+    /// A token that verified before is not decoded again: its signature, issuer and audience cannot have changed
+    /// (the keys are loaded once), so only its `exp` and `nbf` are checked against the clock.
+    ///
     /// Errors: [`AuthError::Invalid`] for a token of no configured algorithm (`none` included) or key, a bad
     /// signature, an expired or not yet valid token, a wrong issuer or audience, a missing `sub`.
     pub fn verify(&self, token: &str) -> Result<Access, AuthError> {
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some(v) = self.verified.lock().expect("not poisoned").get(token) {
+            if v.nbf <= now + LEEWAY_SECS && now <= v.exp + LEEWAY_SECS {
+                return Ok(v.access.clone());
+            }
+        }
+        let claims = self.decode(token)?;
+        let verified = Verified { nbf: claims.nbf.unwrap_or(0), exp: claims.exp, access: self.access(claims) };
+        let mut remembered = self.verified.lock().expect("not poisoned");
+        if remembered.len() >= VERIFIED_CAPACITY {
+            remembered.clear();
+        }
+        remembered.insert(token.to_owned(), verified.clone());
+        Ok(verified.access)
+    }
+
+    /// Decodes and fully validates a token.
+    fn decode(&self, token: &str) -> Result<Claims, AuthError> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| AuthError::Invalid(e.to_string()))?;
         let mut last = AuthError::Invalid(format!("no key for algorithm {:?}", header.alg));
         for (kid, alg, key) in &self.keys {
@@ -153,7 +192,7 @@ impl Verifier {
                 continue;
             }
             match jsonwebtoken::decode::<Claims>(token, key, &self.validation(*alg)) {
-                Ok(data) => return Ok(self.access(data.claims)),
+                Ok(data) => return Ok(data.claims),
                 Err(e) => last = AuthError::Invalid(e.to_string()),
             }
         }
@@ -219,6 +258,21 @@ mod tests {
 
     fn options() -> AuthOptions {
         AuthOptions { hs256_secret: Some("s3cret".into()), service_scope: "unread:any".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn a_remembered_token_still_expires() {
+        let o = options();
+        let v = Verifier::from_options(&o).unwrap().unwrap();
+        let token = mint(&o, "alice", false, Duration::from_secs(3600)).unwrap();
+        assert_eq!(v.verify(&token), Ok(Access::User("alice".into())));
+        assert_eq!(v.verify(&token), Ok(Access::User("alice".into())), "remembered");
+        let past = jsonwebtoken::get_current_timestamp() - LEEWAY_SECS - 10;
+        v.verified.lock().unwrap().get_mut(&token).unwrap().exp = past;
+        let remembered = Verified { access: Access::Service("forged".into()), nbf: 0, exp: past };
+        v.verified.lock().unwrap().insert("not-a-jwt".into(), remembered);
+        assert!(v.verify(&token).is_ok(), "expired in memory only: decoded again, and valid");
+        assert!(v.verify("not-a-jwt").is_err(), "an expired memory is not trusted");
     }
 
     #[test]

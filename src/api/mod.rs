@@ -53,8 +53,7 @@ use crate::projection::ProjectionError;
 use crate::service::group::Assignment;
 use crate::service::metrics::Metrics;
 
-/// What the handlers share.
-#[derive(Clone)]
+/// What the handlers share (behind one `Arc`).
 pub struct ApiState {
     /// The live namespace's projection, following the live pointer.
     pub live: Arc<LiveProjection>,
@@ -169,6 +168,7 @@ fn escapes_are_valid(path: &str) -> bool {
 /// The API's routes, each from its handler's `#[utoipa::path]` (so every served route is in `/openapi.json`), with
 /// the limits of [`limits`] around them.
 pub fn router(state: ApiState) -> Router {
+    let state = Arc::new(state); // cloned per request by every extractor: one reference count, no copies
     let v1 = OpenApiRouter::new()
         .routes(routes!(user_unread))
         .routes(routes!(conversation_unread))
@@ -213,7 +213,7 @@ async fn guard(State(limits): State<Arc<LimitOptions>>, req: Request, next: Next
 }
 
 /// Verifies the bearer token of a `/v1` request, applies its rate limit, and hands its [`Access`] to the handler.
-async fn authenticate(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
+async fn authenticate(State(s): State<Arc<ApiState>>, mut req: Request, next: Next) -> Response {
     let access = match &s.auth {
         None => Ok(Access::Service(String::new())),
         Some(verifier) => bearer(&req).and_then(|token| verifier.verify(token)),
@@ -302,7 +302,7 @@ async fn read_user(s: &ApiState, namespace: &str, user_id: &str) -> Result<(User
             ("x-unread-namespace" = String, description = "The live namespace answered from"))),
         ReadErrors))]
 async fn user_unread(
-    State(s): State<ApiState>,
+    State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
     Query(query): Query<ReadQuery>,
     path: Result<Path<String>, PathRejection>,
@@ -342,7 +342,7 @@ pub const MAX_BATCH_IDS: usize = 1000;
             headers(("x-unread-namespace" = String, description = "The live namespace answered from"))),
         ReadErrors))]
 async fn batch_unread(
-    State(s): State<ApiState>,
+    State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
     Query(query): Query<ReadQuery>,
     body: Result<Json<BatchRequest>, JsonRejection>,
@@ -390,7 +390,7 @@ struct ConversationAnswer {
             headers(("x-unread-namespace" = String, description = "The live namespace answered from"))),
         ReadErrors))]
 async fn conversation_unread(
-    State(s): State<ApiState>,
+    State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
     Query(query): Query<ReadQuery>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -431,7 +431,7 @@ async fn openapi_json(Extension(doc): Extension<Arc<String>>) -> Response {
 /// The service's metrics, OpenMetrics text.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
-async fn metrics(State(s): State<ApiState>) -> Response {
+async fn metrics(State(s): State<Arc<ApiState>>) -> Response {
     ([(axum::http::header::CONTENT_TYPE, crate::service::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
 }
 
@@ -439,7 +439,7 @@ async fn metrics(State(s): State<ApiState>) -> Response {
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
     (status = 200, description = "`{ready, redis, namespace, assigned_partitions}`", body = serde_json::Value),
     (status = 503, description = "Not ready: the same shape, saying why", body = serde_json::Value)))]
-async fn readyz(State(s): State<ApiState>) -> Response {
+async fn readyz(State(s): State<Arc<ApiState>>) -> Response {
     let (namespace, projection) = s.live.current();
     let redis = projection.ping().await.map_err(|e| e.to_string());
     let stages: Vec<_> = s.assignments.iter().map(|(stage, a)| (stage.as_str(), a.partitions().len())).collect();
