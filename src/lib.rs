@@ -12,7 +12,8 @@
 //! - [`checkpoint`]: the bytes of state checkpointed to PostgreSQL, and the transactional store;
 //! - [`projection`]: the Redis hash layout readers are served from, its version, and its guarded writer;
 //! - [`kafka`]: every Kafka client's configuration, the broker queries, the partitioner, header names;
-//! - [`service`]: `unread run`, the consumer-group stages around the core; [`api`]: the read API;
+//! - [`service`]: `unread run`, the consumer-group stages around the core; [`api`]: the read API and the stream;
+//! - [`push`]: the hub that turns the Redis change channel into messages for each connected socket;
 //! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
 //! - [`replay`]: `unread replay`, the log folded into another namespace; [`namespace`]: promote and drop;
 //! - [`ops`]: `lag`, `verify`, `inspect`, `projection rebuild`; [`produce`], [`dead_letter`], [`topology`];
@@ -34,6 +35,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod produce;
 pub mod projection;
+pub mod push;
 pub mod replay;
 pub mod service;
 pub mod topology;

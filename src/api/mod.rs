@@ -27,6 +27,7 @@ pub mod fallback;
 pub mod limits;
 pub mod openapi;
 pub mod serve;
+pub mod stream;
 
 use std::sync::Arc;
 
@@ -69,6 +70,8 @@ pub struct ApiState {
     pub limits: Arc<LimitOptions>,
     /// Per-token rate limits ([`limits`]).
     pub rates: Arc<RateLimits>,
+    /// The push hub of this instance ([`crate::push`]).
+    pub hub: Arc<crate::push::Hub>,
 }
 
 /// The response header saying where an answer was read from: `redis` or `checkpoint`.
@@ -97,7 +100,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into() }
     }
 }
@@ -128,7 +131,7 @@ impl From<JsonRejection> for ApiError {
 }
 
 /// The answer to a token that may not read a user: the same for every user, naming none.
-fn forbidden() -> ApiError {
+pub(crate) fn forbidden() -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token may not read this user")
 }
 
@@ -152,7 +155,7 @@ impl From<ProjectionError> for ApiError {
     }
 }
 
-fn check_id(name: &str, id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_id(name: &str, id: &str) -> Result<(), ApiError> {
     // The id in the message is the caller's own input, never another user's data.
     validate_id(id).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", format!("{name} {e}")))
 }
@@ -173,6 +176,7 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(user_unread))
         .routes(routes!(conversation_unread))
         .routes(routes!(batch_unread))
+        .routes(routes!(stream::stream))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authenticate));
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1)
@@ -216,7 +220,7 @@ async fn guard(State(limits): State<Arc<LimitOptions>>, req: Request, next: Next
 async fn authenticate(State(s): State<Arc<ApiState>>, mut req: Request, next: Next) -> Response {
     let access = match &s.auth {
         None => Ok(Access::Service(String::new())),
-        Some(verifier) => bearer(&req).and_then(|token| verifier.verify(token)),
+        Some(verifier) => bearer(&req).or_else(|e| stream_token(&req).ok_or(e)).and_then(|t| verifier.verify(t)),
     };
     let access = match access {
         Ok(access) => access,
@@ -230,6 +234,16 @@ async fn authenticate(State(s): State<Arc<ApiState>>, mut req: Request, next: Ne
     }
     req.extensions_mut().insert(access);
     next.run(req).await
+}
+
+/// The `access_token` query parameter of a stream request (browsers cannot set headers on a WebSocket or an
+/// `EventSource`); `None` for any other route.
+fn stream_token(req: &Request) -> Option<&str> {
+    if !req.uri().path().ends_with("/stream") {
+        return None;
+    }
+    let query = req.uri().query()?;
+    query.split('&').find_map(|pair| pair.strip_prefix("access_token=")).filter(|t| !t.is_empty())
 }
 
 /// The token of an `Authorization: Bearer …` header.

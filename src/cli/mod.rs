@@ -7,6 +7,7 @@ pub mod fold;
 pub mod namespaces;
 pub mod ops;
 pub mod service;
+pub mod watch;
 
 use std::process::ExitCode;
 
@@ -84,6 +85,8 @@ pub enum Command {
     },
     /// Mint a bearer token (HS256, from the configured secret) for development and tests; prints it.
     Token(service::TokenArgs),
+    /// Follow a user's stream (WebSocket) and print each message as one JSON line.
+    Watch(watch::WatchArgs),
     /// Operate on the Redis projection.
     Projection {
         /// What to do with it.
@@ -111,6 +114,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::DeadLetter { action } => action.run(),
         Command::Projection { action } => action.run(),
         Command::Token(args) => args.run(),
+        Command::Watch(args) => args.run(),
     }
 }
 

@@ -7,7 +7,8 @@
 //! - [`fold`]: per user, deltas and the user's own events → unread state;
 //! - [`seqset`]: the range set both are built on;
 //! - [`broadcast`]: broadcast lists, kept once and combined with each reader's cursor at read time;
-//! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them.
+//! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them;
+//! - [`changes`]: what changed between two reader shapes, as the push stream sends it.
 
 /// The hash map of the core's per-entity state: hashbrown's (std's own table, with `entry_ref`, which looks an id up
 /// without copying it) keyed with aHash, several times faster than SipHash on short ids and still seeded at random
@@ -15,6 +16,7 @@
 pub type Map<K, V> = hashbrown::HashMap<K, V, ahash::RandomState>;
 
 pub mod broadcast;
+pub mod changes;
 pub mod contract;
 pub mod delta;
 pub mod fanout;

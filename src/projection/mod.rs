@@ -43,6 +43,10 @@ pub const NOTIFICATION_PREFIX: &str = "n:";
 pub const CURSOR_PREFIX: &str = "b:";
 /// The prefix of a broadcast count in what the read script returns (computed, never stored).
 pub const COUNT_PREFIX: &str = "B:";
+/// The field holding the user hash's push version (set by every write).
+pub const PUSH_VERSION_FIELD: &str = "_pv";
+/// The prefix of a list's push version in what the read script returns.
+pub const LIST_VERSION_PREFIX: &str = "V:";
 
 /// A hash that does not decode into a user's counts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +92,29 @@ pub fn user_key(prefix: &str, user_id: &str) -> String {
 /// The Redis key of a broadcast list's live seqs (a sorted set, score = member = seq).
 pub fn list_key(prefix: &str, broadcast_id: &str) -> String {
     format!("{prefix}l:{broadcast_id}")
+}
+
+/// The Redis key of a broadcast list's push version: the namespace's version counter when the list last changed.
+pub fn list_version_key(prefix: &str, broadcast_id: &str) -> String {
+    format!("{prefix}lv:{broadcast_id}")
+}
+
+/// The namespace's change channel (pub/sub: every user hash and list key written is published on it) and, as a
+/// key, its push version counter: the last version handed out. Versions are microseconds of the Redis server's
+/// clock or more, so they grow even across a Redis that lost everything.
+pub fn changes_key(prefix: &str) -> String {
+    format!("{prefix}changes")
+}
+
+/// A user's push version: the largest of its hash's `_pv` and its lists' `V:` versions (0 when it has none).
+/// It grows whenever anything the user sees changes.
+pub fn push_version<'a>(fields: impl IntoIterator<Item = &'a (String, String)>) -> u64 {
+    fields
+        .into_iter()
+        .filter(|(f, _)| f == PUSH_VERSION_FIELD || f.starts_with(LIST_VERSION_PREFIX))
+        .filter_map(|(_, v)| v.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
 }
 
 /// The Redis key of a broadcast list's guard: the lease generation of the fan-out task that last wrote it.

@@ -12,8 +12,8 @@ use redis::aio::ConnectionManager;
 use redis::RedisError;
 
 use super::{
-    decode_view, list_guard_key, list_key, user_key, ProjectionError, ProjectionVersion, CONVERSATION_PREFIX,
-    VERSION_FIELD,
+    changes_key, decode_view, list_guard_key, list_key, list_version_key, push_version, user_key, ProjectionError,
+    ProjectionVersion, CONVERSATION_PREFIX, VERSION_FIELD,
 };
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListOp, NoLists};
@@ -28,11 +28,28 @@ fn redis_err(doing: &'static str) -> impl FnOnce(RedisError) -> ProjectionError 
 /// A result of the projection.
 pub type ProjectionResult<T> = Result<T, ProjectionError>;
 
-/// The write script. KEYS[1]: the user's hash. ARGV[1]: the version, `"{g} {a} {b}"` (the writing task's lease
+/// Lua that sets `v` to the namespace's next push version (KEYS[2] holds the last one): one more than the last, or
+/// the server's clock in µs if that is larger, so versions only grow, even after Redis lost everything.
+macro_rules! next_push_version {
+    () => {
+        r#"
+local t = redis.call('TIME')
+local v = redis.call('INCR', KEYS[2])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if v < now then v = now; redis.call('SET', KEYS[2], string.format('%d', v)) end
+v = string.format('%d', v)
+"#
+    };
+}
+
+/// The write script. KEYS[1]: the user's hash; KEYS[2]: the namespace's change channel and version counter
+/// ([`super::changes_key`]). ARGV[1]: the version, `"{g} {a} {b}"` (the writing task's lease
 /// generation and its two next offsets);
 /// ARGV[2]: the totals value; ARGV[3]: `patch` (touch only the fields named) or `replace` (first delete every
 /// conversation field); ARGV[4]: n, the number of fields to set; ARGV[5 .. 4+2n]: field, value pairs; the
-/// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused.
+/// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused. A write also sets the hash's push
+/// version (`_pv`, [`super::PUSH_VERSION_FIELD`]) to the namespace's next one and publishes the hash's key on the
+/// change channel, for the push stream ([`crate::push`]).
 ///
 /// A write is refused when it comes from an older generation (a paused task whose partition moved: fencing), or
 /// from the same generation with a position the stored one dominates: at least as far in both offsets and not
@@ -40,7 +57,8 @@ pub type ProjectionResult<T> = Result<T, ProjectionError>;
 /// write can only be older. Two positions neither of which dominates the other (a task restarted from its
 /// checkpoint reads the two topics in another interleaving) are both accepted: the live task only moves forward
 /// from there and rewrites every user it touches, so Redis converges; refusing them would leave a user stale.
-pub const WRITE_SCRIPT: &str = r#"
+pub const WRITE_SCRIPT: &str = concat!(
+    r#"
 local cur = redis.call('HGET', KEYS[1], '_version')
 if cur then
   local g, a, b = string.match(cur, '^(%d+) (%d+) (%d+)$')
@@ -61,12 +79,19 @@ redis.call('HSET', KEYS[1], '_version', ARGV[1], '_totals', ARGV[2])
 local n = tonumber(ARGV[4])
 for i = 5, 4 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
+"#,
+    next_push_version!(),
+    r#"
+redis.call('HSET', KEYS[1], '_pv', v)
+redis.call('PUBLISH', KEYS[2], KEYS[1])
 return 1
-"#;
+"#
+);
 
-/// The read script. KEYS[1]: the user's hash; ARGV[1]: the prefix of the list keys (`{prefix}l:`). Returns the
-/// hash's fields and values flattened, and for every broadcast cursor `b:{id}` = c a computed `B:{id}` = the number
-/// of the list's seqs above c (`ZCOUNT (c +inf`; seqs are at most 2^53, exact as scores). One round trip, atomic.
+/// The read script. KEYS[1]: the user's hash; ARGV[1]: the prefix of the list keys (`{prefix}l:`); ARGV[2]: the
+/// prefix of the list version keys (`{prefix}lv:`). Returns the hash's fields and values flattened, and for every
+/// broadcast cursor `b:{id}` = c a computed `B:{id}` = the number of the list's seqs above c (`ZCOUNT (c +inf`;
+/// seqs are at most 2^53, exact as scores) and `V:{id}` = the list's push version. One round trip, atomic.
 pub const READ_SCRIPT: &str = r#"
 local h = redis.call('HGETALL', KEYS[1])
 local out = {}
@@ -78,17 +103,35 @@ for i = 1, #h, 2 do
     local id = string.sub(f, 3)
     out[#out + 1] = 'B:' .. id
     out[#out + 1] = tostring(redis.call('ZCOUNT', ARGV[1] .. id, '(' .. v, '+inf'))
+    out[#out + 1] = 'V:' .. id
+    out[#out + 1] = redis.call('GET', ARGV[2] .. id) or '0'
   end
 end
 return out
 "#;
 
+/// [`next_push_version`] with the counter in KEYS[4].
+macro_rules! list_push_version {
+    () => {
+        r#"
+local t = redis.call('TIME')
+local v = redis.call('INCR', KEYS[4])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if v < now then v = now; redis.call('SET', KEYS[4], string.format('%d', v)) end
+v = string.format('%d', v)
+"#
+    };
+}
+
 /// The list script. KEYS[1]: the list's sorted set; KEYS[2]: its guard (the generation of the fan-out task that
-/// last wrote it). ARGV[1]: the writer's generation; ARGV[2]: `patch` or `replace` (first empty the set); then the
+/// last wrote it); KEYS[3]: its push version ([`super::list_version_key`]); KEYS[4]: the change channel and version
+/// counter. ARGV[1]: the writer's generation; ARGV[2]: `patch` or `replace` (first empty the set); then the
 /// ops in order, `+{seq}` (add) or `-{seq}` (remove). Refused (0) when the guard holds a newer generation: a paused
 /// fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log order,
-/// every op since the checkpoint, so the set converges to the log's. Returns 1 when written.
-pub const LIST_SCRIPT: &str = r#"
+/// every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also sets the
+/// list's push version and publishes the list's key on the change channel.
+pub const LIST_SCRIPT: &str = concat!(
+    r#"
 local g = tonumber(redis.call('GET', KEYS[2]) or '0')
 local ng = tonumber(ARGV[1])
 if ng < g then return 0 end
@@ -98,8 +141,14 @@ for i = 3, #ARGV do
   local seq = string.sub(ARGV[i], 2)
   if string.sub(ARGV[i], 1, 1) == '+' then redis.call('ZADD', KEYS[1], seq, seq) else redis.call('ZREM', KEYS[1], seq) end
 end
+"#,
+    list_push_version!(),
+    r#"
+redis.call('SET', KEYS[3], v)
+redis.call('PUBLISH', KEYS[4], KEYS[1])
 return 1
-"#;
+"#
+);
 
 /// One broadcast list's write: its ops since the last one, or its whole live set (`replace`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +196,16 @@ impl UserWrite {
         let cursors = state.map(|s| s.broadcasts().clone()).unwrap_or_default();
         Self::replace(view, cursors, version)
     }
+}
+
+/// What the read script says of one user.
+struct UserRead {
+    view: UserView,
+    cursors: BTreeMap<String, u64>,
+    /// Whether the user has a hash.
+    present: bool,
+    /// The push version ([`super::push_version`]).
+    version: u64,
 }
 
 /// A handle on the projection: a reconnecting connection and the key prefix.
@@ -231,7 +290,8 @@ impl RedisProjection {
     async fn eval_pipeline(&self, writes: &[UserWrite]) -> Result<Vec<i64>, RedisError> {
         let mut pipe = redis::pipe();
         for w in writes {
-            let cmd = pipe.cmd("EVALSHA").arg(&self.sha).arg(1).arg(user_key(&self.prefix, &w.user_id));
+            let cmd = pipe.cmd("EVALSHA").arg(&self.sha).arg(2).arg(user_key(&self.prefix, &w.user_id));
+            cmd.arg(changes_key(&self.prefix));
             let mode = if w.replace { "replace" } else { "patch" };
             cmd.arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
             let (set, delete): (Vec<&String>, Vec<&String>) =
@@ -275,7 +335,9 @@ impl RedisProjection {
         let mut pipe = redis::pipe();
         for w in writes {
             let (key, guard) = (list_key(&self.prefix, &w.broadcast_id), list_guard_key(&self.prefix, &w.broadcast_id));
-            let cmd = pipe.cmd("EVALSHA").arg(&self.list_sha).arg(2).arg(key).arg(guard).arg(w.generation);
+            let version = list_version_key(&self.prefix, &w.broadcast_id);
+            let cmd = pipe.cmd("EVALSHA").arg(&self.list_sha).arg(4).arg(key).arg(guard).arg(version);
+            cmd.arg(changes_key(&self.prefix)).arg(w.generation);
             cmd.arg(if w.replace { "replace" } else { "patch" });
             for op in &w.ops {
                 cmd.arg(match op {
@@ -299,6 +361,13 @@ impl RedisProjection {
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_many(&self, user_ids: &[String]) -> ProjectionResult<Vec<UserView>> {
+        Ok(self.read_many_versioned(user_ids).await?.into_iter().map(|(view, _)| view).collect())
+    }
+
+    /// [`RedisProjection::read_many`] with each user's push version ([`super::push_version`]).
+    ///
+    /// Errors: as [`RedisProjection::read`].
+    pub async fn read_many_versioned(&self, user_ids: &[String]) -> ProjectionResult<Vec<(UserView, u64)>> {
         let results = match self.read_pipeline(user_ids).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let mut conn = self.conn.clone();
@@ -312,7 +381,9 @@ impl RedisProjection {
         let mut views = Vec::with_capacity(results.len());
         for (user_id, flat) in user_ids.iter().zip(results) {
             let mut it = flat.into_iter();
-            views.push(decode_view(user_id, std::iter::from_fn(|| Some((it.next()?, it.next()?))))?);
+            let fields: Vec<(String, String)> = std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect();
+            let version = push_version(&fields);
+            views.push((decode_view(user_id, fields)?, version));
         }
         Ok(views)
     }
@@ -324,7 +395,8 @@ impl RedisProjection {
                 .arg(self.read.get_hash())
                 .arg(1)
                 .arg(user_key(&self.prefix, id))
-                .arg(list_key(&self.prefix, ""));
+                .arg(list_key(&self.prefix, ""))
+                .arg(list_version_key(&self.prefix, ""));
         }
         let mut conn = self.conn.clone();
         pipe.query_async(&mut conn).await
@@ -334,25 +406,34 @@ impl RedisProjection {
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_existing(&self, user_id: &str) -> ProjectionResult<Option<UserView>> {
-        let (view, _, present) = self.read_all(user_id).await?;
-        Ok(present.then_some(view))
+        let read = self.read_all(user_id).await?;
+        Ok(read.present.then_some(read.view))
     }
 
     /// A user's counts and broadcast cursors (what a repair must write back whole).
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_with_cursors(&self, user_id: &str) -> ProjectionResult<(UserView, BTreeMap<String, u64>)> {
-        let (view, cursors, _) = self.read_all(user_id).await?;
-        Ok((view, cursors))
+        let read = self.read_all(user_id).await?;
+        Ok((read.view, read.cursors))
     }
 
-    /// A user's counts, cursors, and whether the hash exists.
-    async fn read_all(&self, user_id: &str) -> ProjectionResult<(UserView, BTreeMap<String, u64>, bool)> {
+    /// A user's counts and push version ([`super::push_version`]; 0 for a user with no hash).
+    ///
+    /// Errors: as [`RedisProjection::read`].
+    pub async fn read_versioned(&self, user_id: &str) -> ProjectionResult<(UserView, u64)> {
+        let read = self.read_all(user_id).await?;
+        Ok((read.view, read.version))
+    }
+
+    /// Everything the read script says of a user.
+    async fn read_all(&self, user_id: &str) -> ProjectionResult<UserRead> {
         let mut conn = self.conn.clone();
         let flat: Vec<String> = self
             .read
             .key(user_key(&self.prefix, user_id))
             .arg(list_key(&self.prefix, ""))
+            .arg(list_version_key(&self.prefix, ""))
             .invoke_async(&mut conn)
             .await
             .map_err(redis_err("reading a user"))?;
@@ -362,8 +443,8 @@ impl RedisProjection {
             .iter()
             .filter_map(|(f, v)| Some((f.strip_prefix(super::CURSOR_PREFIX)?.to_owned(), v.parse().ok()?)))
             .collect();
-        let present = !fields.is_empty();
-        Ok((decode_view(user_id, fields)?, cursors, present))
+        let (present, version) = (!fields.is_empty(), push_version(&fields));
+        Ok(UserRead { view: decode_view(user_id, fields)?, cursors, present, version })
     }
 
     /// One conversation's counts for a user; `None` when the user is not a member.

@@ -323,7 +323,9 @@ impl Parts {
         let limits = Arc::new(opts.limits.clone());
         let rates = Arc::new(crate::api::limits::RateLimits::new(&limits));
         let assignments = self.assignments.clone();
-        let state = crate::api::ApiState { live, assignments, metrics, auth, fallback, limits: limits.clone(), rates };
+        let hub = crate::push::Hub::start(live.clone(), &s.redis_url, self.stop.clone());
+        let state =
+            crate::api::ApiState { live, assignments, metrics, auth, fallback, limits: limits.clone(), rates, hub };
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))?;
         info!(addr = %listen, "read API listening");

@@ -1,0 +1,309 @@
+//! Push: the live counts of the users connected to this API instance, sent to their sockets as they change.
+//!
+//! Every write of a user's hash or of a broadcast list (by a fold or fan-out task on any instance) publishes its
+//! key on the namespace's change channel ([`crate::projection::changes_key`], Redis pub/sub) and gives it a new
+//! push version. The [`Hub`] subscribes to that channel; for a key of a user with a socket here, or of a list such a
+//! user reads, it marks the user pending. A refresher reads the pending users from Redis (one pipelined round trip
+//! a batch), compares each with what it last sent ([`crate::core::changes`]) and queues one message per socket:
+//!
+//! - on connect: `{"type": "state", "version", "state": <reader shape>}`, or, with `since` equal to the current
+//!   version, `{"type": "changes", "version"}` with nothing in it: one message either way;
+//! - after a change: `{"type": "changes", "version", "totals"?, "conversations"?, "broadcasts"?,
+//!   "notifications"?}` with new values (`null`: gone).
+//!
+//! Versions come from Redis ([`crate::projection::push_version`]) and only grow, so every instance agrees on them
+//! and a client drops a message whose version is not above the last it applied. Each socket has a queue of
+//! [`QUEUE`] messages: a socket whose queue is full is dropped (its client reconnects with `since`), so a slow
+//! client costs at most that. After a (re)subscription, and when the live namespace changes, every watched user is
+//! read again, so a message lost while the subscription was down is made up for.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::core::changes::{changes, Changes, Message};
+use crate::core::contract::UserView;
+use crate::namespace::LiveProjection;
+use crate::projection::changes_key;
+
+/// Messages a socket may have queued before it is dropped as too slow: 64.
+pub const QUEUE: usize = 64;
+/// Users read from Redis in one round trip.
+const BATCH: usize = 500;
+
+/// One message, serialized once and shared by every socket of its user, with its version.
+#[derive(Debug, Clone)]
+pub struct Text {
+    /// The message's version.
+    pub version: u64,
+    /// The message, JSON.
+    pub json: Arc<str>,
+}
+
+/// What this instance knows of one watched user, and the user's sockets.
+struct Watched {
+    view: UserView,
+    version: u64,
+    sockets: Vec<Socket>,
+}
+
+struct Socket {
+    id: u64,
+    tx: mpsc::Sender<Text>,
+    /// Until its first message: `Some(since)` (the version the client has, if any).
+    fresh: Option<Option<u64>>,
+}
+
+#[derive(Default)]
+struct Watchers {
+    users: HashMap<String, Watched>,
+    /// For each broadcast list, the watched users whose state holds it.
+    lists: HashMap<String, HashSet<String>>,
+}
+
+/// The push hub of one API instance.
+pub struct Hub {
+    live: Arc<LiveProjection>,
+    redis_url: String,
+    watchers: Mutex<Watchers>,
+    pending: Mutex<HashSet<String>>,
+    wake: Notify,
+    next_id: AtomicU64,
+    stop: watch::Receiver<bool>,
+}
+
+/// A socket's side of the hub: its messages, in order. Dropping it leaves the hub.
+pub struct Subscription {
+    hub: Arc<Hub>,
+    user_id: String,
+    id: u64,
+    /// The messages; `None` once the hub dropped the socket (queue full).
+    pub messages: mpsc::Receiver<Text>,
+    /// Turns true when the service is stopping (sockets then close cleanly).
+    pub stop: watch::Receiver<bool>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.leave(&self.user_id, self.id);
+    }
+}
+
+impl Hub {
+    /// A hub following `live`, subscribing with a connection of its own to `redis_url`; it runs until `stop` turns
+    /// true.
+    pub fn start(live: Arc<LiveProjection>, redis_url: &str, stop: watch::Receiver<bool>) -> Arc<Self> {
+        let hub = Arc::new(Self {
+            live,
+            redis_url: redis_url.to_owned(),
+            watchers: Mutex::default(),
+            pending: Mutex::default(),
+            wake: Notify::new(),
+            next_id: AtomicU64::new(1),
+            stop,
+        });
+        tokio::spawn(hub.clone().listen());
+        tokio::spawn(hub.clone().refresh_pending());
+        hub
+    }
+
+    /// Watches `user_id` for a new socket: its first message (the state, or an empty `changes` when the client's
+    /// `since` is current) is queued before this returns.
+    pub async fn subscribe(self: &Arc<Self>, user_id: &str, since: Option<u64>) -> Subscription {
+        let (tx, messages) = mpsc::channel(QUEUE);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut w = self.watchers.lock().expect("not poisoned");
+            let watched = w.users.entry(user_id.to_owned()).or_insert_with(|| Watched {
+                view: UserView { user_id: user_id.to_owned(), ..UserView::default() },
+                version: 0,
+                sockets: Vec::new(),
+            });
+            watched.sockets.push(Socket { id, tx, fresh: Some(since) });
+        }
+        if let Err(e) = self.refresh(vec![user_id.to_owned()]).await {
+            tracing::warn!(error = %e, "reading a subscribed user; retried by the refresher");
+            self.mark([user_id.to_owned()]);
+        }
+        Subscription { hub: self.clone(), user_id: user_id.to_owned(), id, messages, stop: self.stop.clone() }
+    }
+
+    /// Sockets connected to this instance.
+    pub fn sockets(&self) -> usize {
+        self.watchers.lock().expect("not poisoned").users.values().map(|w| w.sockets.len()).sum()
+    }
+
+    fn leave(&self, user_id: &str, id: u64) {
+        let mut w = self.watchers.lock().expect("not poisoned");
+        let Some(watched) = w.users.get_mut(user_id) else { return };
+        watched.sockets.retain(|s| s.id != id);
+        if watched.sockets.is_empty() {
+            let gone = w.users.remove(user_id).expect("present");
+            unindex(&mut w.lists, user_id, &gone.view);
+        }
+    }
+
+    /// Marks users to be read again by the refresher.
+    fn mark(&self, users: impl IntoIterator<Item = String>) {
+        self.pending.lock().expect("not poisoned").extend(users);
+        self.wake.notify_one();
+    }
+
+    /// Reads `users` from Redis and sends each socket what it must get.
+    ///
+    /// Errors: Redis unreachable or a malformed hash.
+    async fn refresh(&self, users: Vec<String>) -> anyhow::Result<()> {
+        let projection = self.live.current().1;
+        let read = projection.read_many_versioned(&users).await?;
+        let mut w = self.watchers.lock().expect("not poisoned");
+        for (view, version) in read {
+            deliver(&mut w, view, version);
+        }
+        Ok(())
+    }
+
+    /// Reads the pending users, a batch at a time, whenever some are marked.
+    async fn refresh_pending(self: Arc<Self>) {
+        let mut stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                () = self.wake.notified() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            loop {
+                let batch: Vec<String> = {
+                    let mut pending = self.pending.lock().expect("not poisoned");
+                    let batch: Vec<String> = pending.iter().take(BATCH).cloned().collect();
+                    batch.iter().for_each(|u| {
+                        pending.remove(u);
+                    });
+                    batch
+                };
+                if batch.is_empty() {
+                    break;
+                }
+                if let Err(e) = self.refresh(batch.clone()).await {
+                    tracing::warn!(error = %format!("{e:#}"), "push: reading changed users; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    self.mark(batch);
+                }
+            }
+        }
+    }
+
+    /// Follows the change channel for as long as the service runs, resubscribing after a failure.
+    async fn listen(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.listen_once().await {
+                tracing::warn!(error = %format!("{e:#}"), "push: the change subscription failed; resubscribing in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            if *self.stop.borrow() {
+                return;
+            }
+        }
+    }
+
+    /// One subscription to the live namespace's channel; ends when the namespace changes or the service stops.
+    async fn listen_once(&self) -> anyhow::Result<()> {
+        let prefix = self.live.current().1.prefix().to_owned();
+        let mut pubsub = redis::Client::open(self.redis_url.as_str())?.get_async_pubsub().await?;
+        pubsub.subscribe(changes_key(&prefix)).await?;
+        let watched: Vec<String> = self.watchers.lock().expect("not poisoned").users.keys().cloned().collect();
+        self.mark(watched); // whatever changed while not subscribed
+        let (users, lists) = (format!("{prefix}u:"), format!("{prefix}l:"));
+        let mut messages = pubsub.on_message();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                message = messages.next() => {
+                    let message = message.ok_or_else(|| anyhow::anyhow!("the subscription closed"))?;
+                    let key = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
+                    self.on_key(&key, &users, &lists);
+                }
+                _ = tick.tick() => if self.live.current().1.prefix() != prefix { return Ok(()) },
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            }
+        }
+    }
+
+    /// A key published on the change channel: marks its user, or the watched readers of its list.
+    fn on_key(&self, key: &str, users: &str, lists: &str) {
+        let marked: Vec<String> = {
+            let w = self.watchers.lock().expect("not poisoned");
+            if let Some(user) = key.strip_prefix(users) {
+                w.users.contains_key(user).then(|| user.to_owned()).into_iter().collect()
+            } else if let Some(list) = key.strip_prefix(lists) {
+                w.lists.get(list).map(|readers| readers.iter().cloned().collect()).unwrap_or_default()
+            } else {
+                Vec::new()
+            }
+        };
+        if !marked.is_empty() {
+            self.mark(marked);
+        }
+    }
+}
+
+/// Sends a user's new state where it must go: the changes to the sockets that have the old one (when the version
+/// is newer), the first message to new sockets. A socket whose queue is full or closed is dropped.
+fn deliver(w: &mut Watchers, view: UserView, version: u64) {
+    let user_id = view.user_id.clone();
+    let Some(watched) = w.users.get_mut(&user_id) else { return };
+    let mut update = None;
+    if version > watched.version {
+        let diff = changes(&watched.view, &view);
+        if !diff.is_empty() {
+            update = Some(text(version, &Message::Changes { version, changes: &diff }));
+        }
+        let old = std::mem::replace(&mut watched.view, view);
+        watched.version = version;
+        unindex(&mut w.lists, &user_id, &old);
+        index(&mut w.lists, &user_id, &w.users[&user_id].view);
+    }
+    let watched = w.users.get_mut(&user_id).expect("present");
+    let (version, empty, view) = (watched.version, Changes::default(), &watched.view);
+    watched.sockets.retain_mut(|s| {
+        let message = match s.fresh.take() {
+            Some(since) if since == Some(version) => text(version, &Message::Changes { version, changes: &empty }),
+            Some(_) => text(version, &Message::State { version, state: view }),
+            None => match &update {
+                Some(u) => u.clone(),
+                None => return true,
+            },
+        };
+        let sent = s.tx.try_send(message).is_ok();
+        if !sent {
+            tracing::info!("push: a socket's queue is full or closed: dropping it");
+        }
+        sent
+    });
+}
+
+fn text(version: u64, message: &Message<'_>) -> Text {
+    Text { version, json: serde_json::to_string(message).expect("messages serialize").into() }
+}
+
+/// Adds `user_id` to the readers of every list in `view`.
+fn index(lists: &mut HashMap<String, HashSet<String>>, user_id: &str, view: &UserView) {
+    for list in view.broadcasts.keys() {
+        lists.entry(list.clone()).or_default().insert(user_id.to_owned());
+    }
+}
+
+/// Removes `user_id` from the readers of every list in `view`.
+fn unindex(lists: &mut HashMap<String, HashSet<String>>, user_id: &str, view: &UserView) {
+    for list in view.broadcasts.keys() {
+        if let Some(readers) = lists.get_mut(list) {
+            readers.remove(user_id);
+            if readers.is_empty() {
+                lists.remove(list);
+            }
+        }
+    }
+}
