@@ -307,3 +307,55 @@ fn unindex(lists: &mut HashMap<String, HashSet<String>>, user_id: &str, view: &U
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watchers(fresh: Option<Option<u64>>) -> (Watchers, mpsc::Receiver<Text>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let mut w = Watchers::default();
+        let view = UserView { user_id: "u".into(), ..UserView::default() };
+        w.users.insert("u".into(), Watched { view, version: 0, sockets: vec![Socket { id: 1, tx, fresh }] });
+        (w, rx)
+    }
+
+    fn counts(unread: u64) -> UserView {
+        UserView { user_id: "u".into(), total_unread: unread, ..UserView::default() }
+    }
+
+    #[test]
+    fn a_socket_that_does_not_read_is_dropped_once_its_queue_is_full() {
+        let (mut w, mut rx) = watchers(None);
+        for v in 1..=(QUEUE as u64 + 10) {
+            deliver(&mut w, counts(v), v);
+        }
+        assert!(w.users["u"].sockets.is_empty(), "dropped");
+        let mut queued = 0;
+        while rx.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, QUEUE, "what it holds is bounded by the queue");
+    }
+
+    #[test]
+    fn a_new_socket_gets_the_state_or_an_empty_message_and_old_versions_send_nothing() {
+        let (mut w, mut rx) = watchers(Some(None));
+        deliver(&mut w, counts(3), 10);
+        let first = rx.try_recv().unwrap();
+        assert!(first.json.starts_with(r#"{"type":"state","version":10,"#), "{}", first.json);
+        deliver(&mut w, counts(1), 9);
+        assert!(rx.try_recv().is_err(), "an older version changes nothing");
+        deliver(&mut w, counts(3), 11);
+        assert!(rx.try_recv().is_err(), "a newer version with the same counts sends nothing");
+        deliver(&mut w, counts(4), 12);
+        assert_eq!(
+            &*rx.try_recv().unwrap().json,
+            r#"{"type":"changes","version":12,"totals":{"total_unread":4,"total_mentions":0,"unread_conversations":0,"feed_unread":0,"total_notifications_unread":0,"total_notifications_unseen":0}}"#
+        );
+        let (tx, mut current) = mpsc::channel(QUEUE);
+        w.users.get_mut("u").unwrap().sockets.push(Socket { id: 2, tx, fresh: Some(Some(12)) });
+        deliver(&mut w, counts(4), 12);
+        assert_eq!(&*current.try_recv().unwrap().json, r#"{"type":"changes","version":12}"#);
+    }
+}

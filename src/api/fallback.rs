@@ -103,6 +103,15 @@ impl Fallback {
         Ok(Some(Checkpointed { store, state, partition: row.row.partition, view }))
     }
 
+    /// The user's checkpointed state in `namespace`, or `None` when it has none.
+    ///
+    /// Errors: PostgreSQL unreachable, or a corrupt row.
+    pub async fn state(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserState>> {
+        let store = self.store(namespace).await?;
+        let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
+        Ok(Some(checkpoint::decode_user(&row.row.state)?))
+    }
+
     /// The user's counts from the checkpoint of `namespace`, or `None` when it has no state for the user.
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.

@@ -24,6 +24,7 @@
 
 pub mod caps;
 pub mod fallback;
+pub mod gateway;
 pub mod limits;
 pub mod openapi;
 pub mod serve;
@@ -72,6 +73,8 @@ pub struct ApiState {
     pub rates: Arc<RateLimits>,
     /// The push hub of this instance ([`crate::push`]).
     pub hub: Arc<crate::push::Hub>,
+    /// The write gateway ([`gateway`]); `None`: writes answer 503.
+    pub gateway: Option<Arc<gateway::Gateway>>,
 }
 
 /// The response header saying where an answer was read from: `redis` or `checkpoint`.
@@ -177,6 +180,13 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(conversation_unread))
         .routes(routes!(batch_unread))
         .routes(routes!(stream::stream))
+        .routes(routes!(gateway::read_conversation))
+        .routes(routes!(gateway::mute_conversation))
+        .routes(routes!(gateway::read_notification))
+        .routes(routes!(gateway::notifications_seen))
+        .routes(routes!(gateway::notifications_read))
+        .routes(routes!(gateway::read_broadcast))
+        .routes(routes!(gateway::read_feed))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authenticate));
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1)

@@ -19,6 +19,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
     components(schemas(ErrorBody)),
     tags(
         (name = "reads", description = "Counts, from Redis or, degraded, from the PostgreSQL checkpoint"),
+        (name = "writes", description = "The write gateway: publishes the contract's user events to Kafka"),
         (name = "stream", description = "Counts pushed as they change, over a WebSocket or Server-Sent Events"),
         (name = "operations", description = "Health, readiness, metrics and this document; no token needed")
     )

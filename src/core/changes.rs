@@ -7,12 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::contract::{BroadcastView, ConversationView, NotificationView, UserView};
 
 /// The six totals of a reader shape (`CONTRACT.md` § "The state a reader sees").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     /// Sum of `unread` over unmuted member conversations.
     pub total_unread: u64,
@@ -44,7 +44,8 @@ impl Totals {
 
 /// The parts of a user's state that changed, with their new values; `None` in a map: that entry left the state
 /// (a conversation left, a list or a category gone).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Changes {
     /// All six totals, when any of them changed.
     #[serde(skip_serializing_if = "Option::is_none")]

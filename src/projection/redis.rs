@@ -447,6 +447,26 @@ impl RedisProjection {
         Ok(UserRead { view: decode_view(user_id, fields)?, cursors, present, version })
     }
 
+    /// A broadcast list's head: its largest live seq (0 for an empty or unknown list).
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn list_head(&self, broadcast_id: &str) -> ProjectionResult<u64> {
+        let mut conn = self.conn.clone();
+        let top: Vec<u64> = redis::cmd("ZRANGE")
+            .arg(list_key(&self.prefix, broadcast_id))
+            .arg("+inf")
+            .arg("-inf")
+            .arg("BYSCORE")
+            .arg("REV")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("reading a list's head"))?;
+        Ok(top.first().copied().unwrap_or(0))
+    }
+
     /// One conversation's counts for a user; `None` when the user is not a member.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed field.

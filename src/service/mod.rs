@@ -324,8 +324,12 @@ impl Parts {
         let rates = Arc::new(crate::api::limits::RateLimits::new(&limits));
         let assignments = self.assignments.clone();
         let hub = crate::push::Hub::start(live.clone(), &s.redis_url, self.stop.clone());
+        let producer = crate::kafka::service_producer(&s.brokers)?;
+        let gateway = crate::api::gateway::Gateway::new(producer, s.topics().user_events, s.redis_prefix.clone());
+        let gateway = Some(Arc::new(gateway));
+        let limits_ = limits.clone();
         let state =
-            crate::api::ApiState { live, assignments, metrics, auth, fallback, limits: limits.clone(), rates, hub };
+            crate::api::ApiState { live, assignments, metrics, auth, fallback, limits: limits_, rates, hub, gateway };
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))?;
         info!(addr = %listen, "read API listening");

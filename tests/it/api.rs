@@ -251,7 +251,9 @@ fn openapi_documents_every_route_the_router_serves() {
             }
         }
         // Served: the route answers something other than the fallback's 404 or a 405.
-        let url = path.replace("{user_id}", "epod").replace("{conversation_id}", "c");
+        let url = ["{user_id}", "{conversation_id}", "{notification_id}", "{broadcast_id}"]
+            .iter()
+            .fold(path.clone(), |url, param| url.replace(param, "epod"));
         let (code, body) = if method == "POST" {
             http_post_as(svc.port, &url, Some(&token("ops", true)), &json!({"user_ids": ["epod"]})).unwrap()
         } else {

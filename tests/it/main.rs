@@ -6,6 +6,7 @@ mod dataset;
 mod decoder;
 mod properties;
 mod properties_v2;
+mod push;
 mod replay;
 mod schemas;
 mod service;

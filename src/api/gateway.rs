@@ -1,0 +1,376 @@
+//! The write gateway: a client marks things read with one call, and the API publishes the contract's user event to
+//! `unread.user-events`, keyed by `user_id` (`CONTRACT.md` § Events), with the idempotent producer. It answers 202
+//! `{"event_ids": [...]}` once the broker has the events; the counts change when the fold has folded them (the
+//! stream shows it).
+//!
+//! An `Idempotency-Key` header (1–256 bytes) makes a retry safe: the first request with a key publishes and
+//! remembers its answer for 24 h (in Redis, so every API instance sees it); a repeat answers the same event ids
+//! with `idempotent-replayed: true` and publishes nothing. Each event is checked by the contract's own decoder
+//! before it is sent, so the gateway cannot publish what the fold would dead-letter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use rdkafka::producer::FutureRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::openapi::ReadErrors;
+use super::{check_id, forbidden, ApiError, ApiState};
+use crate::auth::Access;
+
+/// How long an idempotency key is remembered: 24 h.
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// What the gateway needs beside the read side.
+pub struct Gateway {
+    /// The idempotent producer.
+    pub producer: rdkafka::producer::FutureProducer,
+    /// The input topic of user events.
+    pub user_events: String,
+    /// The prefix of idempotency keys in Redis (the base prefix: keys outlive namespaces).
+    pub redis_prefix: String,
+    /// Random per process, so that event ids of two instances never collide.
+    instance: u64,
+    counter: AtomicU64,
+}
+
+impl Gateway {
+    /// A gateway publishing to `user_events` with `producer`.
+    pub fn new(producer: rdkafka::producer::FutureProducer, user_events: String, redis_prefix: String) -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let instance = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        Self { producer, user_events, redis_prefix, instance, counter: AtomicU64::new(0) }
+    }
+
+    /// A new event id: `gw-{instance}-{time µs}-{counter}`, unique across instances and restarts.
+    fn event_id(&self) -> String {
+        let micros = chrono::Utc::now().timestamp_micros();
+        format!("gw-{:016x}-{micros:x}-{:x}", self.instance, self.counter.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// The answer of every write: the ids of the events published (several for `feed/read`, none when there was
+/// nothing to mark).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Accepted {
+    /// The events' `event_id`s, in the order published.
+    pub event_ids: Vec<String>,
+}
+
+/// The body of a conversation read: `{"read_seq": N}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct ReadBody {
+    /// The user has read every message up to and including this seq (0 to 2^53).
+    pub read_seq: u64,
+}
+
+/// The body of a mute: `{"muted": true|false}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct MuteBody {
+    /// Whether the conversation is muted.
+    pub muted: bool,
+}
+
+/// The optional body of the notification marks: `{"category": "like"}`; absent: every category.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub struct CategoryBody {
+    /// The category marked; absent: every category.
+    pub category: Option<String>,
+}
+
+/// The optional body of a broadcast read: `{"read_seq": N}`; absent: the list's head.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub struct BroadcastReadBody {
+    /// The largest seq seen; absent: the list's current head.
+    pub read_seq: Option<u64>,
+}
+
+/// The checks every write makes: ids valid, the token may write this user.
+fn writable(access: &Access, ids: &[(&str, &str)]) -> Result<(), ApiError> {
+    for (name, id) in ids {
+        check_id(name, id)?;
+    }
+    if !access.may_read(ids[0].1) {
+        return Err(forbidden());
+    }
+    Ok(())
+}
+
+/// Publishes `events` (their `event_id` and `occurred_at` filled in) keyed by `user_id`, deduplicated by the
+/// request's `Idempotency-Key`, and answers 202 with their ids.
+async fn publish(s: &ApiState, user_id: &str, headers: &HeaderMap, events: Vec<Value>) -> Result<Response, ApiError> {
+    let gw = s.gateway.as_ref().ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance has no Kafka producer")
+    })?;
+    let key = idempotency_key(headers)?;
+    let mut events = events;
+    let ids: Vec<String> = events.iter_mut().map(|e| stamp(gw, e)).collect();
+    let remembered = match &key {
+        Some(key) => remember(s, gw, user_id, key, &ids).await?,
+        None => None,
+    };
+    if let Some(ids) = remembered {
+        let answer = Json(Accepted { event_ids: ids });
+        return Ok((StatusCode::ACCEPTED, [("idempotent-replayed", "true")], answer).into_response());
+    }
+    if let Err(e) = send_all(gw, user_id, &events).await {
+        if let Some(key) = &key {
+            forget(s, gw, user_id, key).await; // a retry with the key must publish
+        }
+        return Err(e);
+    }
+    Ok((StatusCode::ACCEPTED, Json(Accepted { event_ids: ids })).into_response())
+}
+
+/// Sets `event_id` and `occurred_at`; returns the id.
+fn stamp(gw: &Gateway, event: &mut Value) -> String {
+    let id = gw.event_id();
+    event["event_id"] = id.clone().into();
+    event["occurred_at"] = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true).into();
+    id
+}
+
+/// Checks each event with the contract's decoder, sends them in order, and waits for the broker's acks.
+async fn send_all(gw: &Gateway, user_id: &str, events: &[Value]) -> Result<(), ApiError> {
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| serde_json::to_vec(e).expect("JSON")).collect();
+    for p in &payloads {
+        crate::core::contract::decode(p)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
+    }
+    for p in &payloads {
+        let record = FutureRecord::to(&gw.user_events).key(user_id).payload(p);
+        gw.producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| {
+            tracing::warn!(error = %e, "gateway: publishing an event failed");
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Kafka did not take the event: retry")
+        })?;
+    }
+    Ok(())
+}
+
+/// The request's `Idempotency-Key`, if any (1–256 bytes of text).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
+    match v.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 256 => Ok(Some(k.to_owned())),
+        _ => Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_header", "Idempotency-Key: 1-256 bytes of text")),
+    }
+}
+
+fn redis_key(gw: &Gateway, user_id: &str, key: &str) -> String {
+    format!("{}idem:{}:{user_id}:{key}", gw.redis_prefix, user_id.len())
+}
+
+/// Claims `key` for `ids`: `None` when this request is the first with it, else the ids of the first.
+async fn remember(
+    s: &ApiState,
+    gw: &Gateway,
+    user_id: &str,
+    key: &str,
+    ids: &[String],
+) -> Result<Option<Vec<String>>, ApiError> {
+    let mut conn = s.live.current().1.connection();
+    let unavailable =
+        |e: redis::RedisError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string());
+    let k = redis_key(gw, user_id, key);
+    let value = serde_json::to_string(ids).expect("JSON");
+    let ttl = IDEMPOTENCY_TTL.as_secs();
+    let set: Option<String> = redis::cmd("SET")
+        .arg(&k)
+        .arg(&value)
+        .arg("NX")
+        .arg("EX")
+        .arg(ttl)
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    if set.is_some() {
+        return Ok(None);
+    }
+    let first: Option<String> = redis::cmd("GET").arg(&k).query_async(&mut conn).await.map_err(unavailable)?;
+    Ok(Some(first.and_then(|f| serde_json::from_str(&f).ok()).unwrap_or_default()))
+}
+
+async fn forget(s: &ApiState, gw: &Gateway, user_id: &str, key: &str) {
+    let mut conn = s.live.current().1.connection();
+    let _: Result<i64, _> = redis::cmd("DEL").arg(redis_key(gw, user_id, key)).query_async(&mut conn).await;
+}
+
+/// A body that may be empty (then `T::default()`), else JSON.
+fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
+}
+
+type Ids2 = Result<Path<(String, String)>, PathRejection>;
+
+/// Marks a conversation read up to `read_seq`: publishes a `read.ack`.
+#[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/read", tag = "writes",
+    security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
+    request_body = ReadBody, responses((status = 202, body = Accepted), ReadErrors))]
+pub async fn read_conversation(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids2,
+    headers: HeaderMap,
+    body: Result<Json<ReadBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Path((user_id, conversation_id)) = path?;
+    writable(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
+    let Json(ReadBody { read_seq }) = body?;
+    let event =
+        json!({"type": "read.ack", "user_id": user_id, "conversation_id": conversation_id, "read_seq": read_seq});
+    publish(&s, &user_id, &headers, vec![event]).await
+}
+
+/// Mutes or unmutes a conversation: publishes a `conversation.muted`.
+#[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/mute", tag = "writes",
+    security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
+    request_body = MuteBody, responses((status = 202, body = Accepted), ReadErrors))]
+pub async fn mute_conversation(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids2,
+    headers: HeaderMap,
+    body: Result<Json<MuteBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Path((user_id, conversation_id)) = path?;
+    writable(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
+    let Json(MuteBody { muted }) = body?;
+    let event =
+        json!({"type": "conversation.muted", "user_id": user_id, "conversation_id": conversation_id, "muted": muted});
+    publish(&s, &user_id, &headers, vec![event]).await
+}
+
+/// Marks one notification read: publishes a `notification.read`.
+#[utoipa::path(post, path = "/v1/users/{user_id}/notifications/{notification_id}/read", tag = "writes",
+    security(("bearer" = [])), params(("user_id" = String, Path), ("notification_id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
+    responses((status = 202, body = Accepted), ReadErrors))]
+pub async fn read_notification(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids2,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path((user_id, notification_id)) = path?;
+    writable(&access, &[("user_id", &user_id), ("notification_id", &notification_id)])?;
+    let event = json!({"type": "notification.read", "user_id": user_id, "notification_id": notification_id});
+    publish(&s, &user_id, &headers, vec![event]).await
+}
+
+/// A `notifications.seen` or `notifications.read` of one category (the body's `category`) or of all.
+async fn mark_notifications(
+    s: &ApiState,
+    access: &Access,
+    path: Result<Path<String>, PathRejection>,
+    headers: &HeaderMap,
+    body: &[u8],
+    kind: &str,
+) -> Result<Response, ApiError> {
+    let Path(user_id) = path?;
+    writable(access, &[("user_id", &user_id)])?;
+    let CategoryBody { category } = optional_json(body)?;
+    let mut event = json!({"type": kind, "user_id": user_id});
+    if let Some(category) = category {
+        check_id("category", &category)?;
+        event["category"] = category.into();
+    }
+    publish(s, &user_id, headers, vec![event]).await
+}
+
+/// Marks every notification (of a category, or all) seen: publishes a `notifications.seen`.
+#[utoipa::path(post, path = "/v1/users/{user_id}/notifications/seen", tag = "writes", security(("bearer" = [])),
+    params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    request_body(content = Option<CategoryBody>, description = "Optional: `{\"category\"}`; absent: all"),
+    responses((status = 202, body = Accepted), ReadErrors))]
+pub async fn notifications_seen(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    mark_notifications(&s, &access, path, &headers, &body, "notifications.seen").await
+}
+
+/// Marks every notification (of a category, or all) read: publishes a `notifications.read`.
+#[utoipa::path(post, path = "/v1/users/{user_id}/notifications/read", tag = "writes", security(("bearer" = [])),
+    params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    request_body(content = Option<CategoryBody>, description = "Optional: `{\"category\"}`; absent: all"),
+    responses((status = 202, body = Accepted), ReadErrors))]
+pub async fn notifications_read(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    mark_notifications(&s, &access, path, &headers, &body, "notifications.read").await
+}
+
+/// Marks a broadcast list read up to `read_seq`, or its current head: publishes a `broadcast.read`.
+#[utoipa::path(post, path = "/v1/users/{user_id}/broadcasts/{broadcast_id}/read", tag = "writes",
+    security(("bearer" = [])), params(("user_id" = String, Path), ("broadcast_id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header)),
+    request_body(content = Option<BroadcastReadBody>, description = "Optional `{\"read_seq\"}`; absent: the head"),
+    responses((status = 202, body = Accepted), ReadErrors))]
+pub async fn read_broadcast(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids2,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let Path((user_id, broadcast_id)) = path?;
+    writable(&access, &[("user_id", &user_id), ("broadcast_id", &broadcast_id)])?;
+    let BroadcastReadBody { read_seq } = optional_json(&body)?;
+    let read_seq = match read_seq {
+        Some(seq) => seq,
+        None => s.live.current().1.list_head(&broadcast_id).await?,
+    };
+    let event =
+        json!({"type": "broadcast.read", "user_id": user_id, "broadcast_id": broadcast_id, "read_seq": read_seq});
+    publish(&s, &user_id, &headers, vec![event]).await
+}
+
+/// Marks the feed seen: a `read.ack` of every followed timeline with unread posts, at the newest post the user
+/// has (from the user's checkpointed state: posts newer than the last checkpoint stay unread).
+#[utoipa::path(post, path = "/v1/users/{user_id}/feed/read", tag = "writes", security(("bearer" = [])),
+    params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 202, description = "One event id per timeline acked (none when nothing was unread)",
+        body = Accepted), ReadErrors))]
+pub async fn read_feed(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(user_id) = path?;
+    writable(&access, &[("user_id", &user_id)])?;
+    let fallback = s.fallback.as_ref().ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance reads no checkpoint")
+    })?;
+    let namespace = s.live.current().0;
+    let state = fallback.state(&namespace, &user_id).await.map_err(|e| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("reading the checkpoint: {e:#}"))
+    })?;
+    let events: Vec<Value> = state
+        .iter()
+        .flat_map(|state| state.conversations())
+        .filter(|(_, c)| c.feed && c.joined_at.is_some())
+        .filter_map(|(id, c)| Some((id, c.unread.max()?)))
+        .map(|(id, head)| json!({"type": "read.ack", "user_id": user_id, "conversation_id": id, "read_seq": head}))
+        .collect();
+    publish(&s, &user_id, &headers, events).await
+}

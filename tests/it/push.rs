@@ -1,0 +1,275 @@
+//! The push stream and the write gateway, through the real service: WebSocket (`unread watch`) and SSE clients
+//! converge to the expected state while the dev set is produced, on an instance that runs no fold; reconnecting
+//! with `since`; a message applied twice; every write route publishes its event with the user as key and changes the counts.
+
+use std::io::BufRead;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use unread::core::changes::{apply, Changes};
+use unread::core::contract::UserView;
+
+use crate::support::*;
+
+/// Users of the v2 dev set with chat, feed, broadcast and notification counts between them.
+const SAMPLE: [&str; 4] = ["aadi", "[[mandrix]]", "_icebreaker_", "epod"];
+
+/// A client's view of a stream: the messages, in order, as JSON.
+struct Follower {
+    messages: mpsc::Receiver<Value>,
+    child: Option<Child>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            c.kill().ok();
+            c.wait().ok();
+        }
+    }
+}
+
+/// `unread watch` (a WebSocket client) for `user` on `port`, with `extra` arguments.
+fn watch(ns: &Ns, port: u16, user: &str, extra: &[&str]) -> Follower {
+    let api = format!("http://127.0.0.1:{port}");
+    let mut child = ns
+        .cmd(&[&["watch", "--user", user, "--api", &api][..], extra].concat())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, messages) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(serde_json::from_str(&line).expect("watch prints JSON lines")).is_err() {
+                return;
+            }
+        }
+    });
+    Follower { messages, child: Some(child) }
+}
+
+/// An SSE client for `user` on `port` (the tests' service token), reading in a thread.
+fn sse(port: u16, user: &str) -> Follower {
+    let url = format!("http://127.0.0.1:{port}/v1/users/{}/stream", encode(user));
+    let token = token("sse-client", true);
+    let response = ureq::get(&url)
+        .header("accept", "text/event-stream")
+        .header("authorization", &format!("Bearer {token}"))
+        .call()
+        .expect("the stream answers");
+    assert_eq!(response.status().as_u16(), 200);
+    let (tx, messages) = mpsc::channel();
+    std::thread::spawn(move || {
+        let reader = std::io::BufReader::new(response.into_body().into_reader());
+        for line in reader.lines() {
+            let Ok(line) = line else { return };
+            if let Some(data) = line.strip_prefix("data: ") {
+                if tx.send(serde_json::from_str(data).expect("SSE data is JSON")).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Follower { messages, child: None }
+}
+
+/// What a client does with a message: a `state` replaces, `changes` of a newer version apply, older ones are
+/// dropped. Returns the version applied.
+fn apply_message(view: &mut UserView, version: &mut u64, m: &Value) {
+    let v = m["version"].as_u64().expect("every message has a version");
+    match m["type"].as_str() {
+        Some("state") => {
+            *view = serde_json::from_value(m["state"].clone()).unwrap();
+            *version = v;
+        }
+        Some("changes") if v > *version => {
+            apply(view, &serde_json::from_value::<Changes>(m.clone()).unwrap());
+            *version = v;
+        }
+        Some("changes") => {}
+        other => panic!("unknown message type {other:?}: {m}"),
+    }
+}
+
+/// Applies the follower's messages until its view equals `expected` (60 s at most); returns the version. Every
+/// message is applied twice, as a client would after a duplicate delivery: the second changes nothing.
+fn converge(f: &Follower, expected: &UserView) -> u64 {
+    let (mut view, mut version) = (UserView::default(), 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while view != *expected {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match f.messages.recv_timeout(left) {
+            Ok(m) => {
+                apply_message(&mut view, &mut version, &m);
+                let once = view.clone();
+                apply_message(&mut view, &mut version, &m);
+                assert_eq!(view, once, "a message applied twice");
+            }
+            Err(_) => panic!("{}: stream state {view:?}\nexpected {expected:?}", expected.user_id),
+        }
+    }
+    version
+}
+
+fn expected_of(user: &str) -> UserView {
+    v2_dev_expected().into_iter().find(|v| v.user_id == user).expect("a dev-set user")
+}
+
+#[test]
+fn streams_converge_on_an_instance_without_the_fold_and_resume_with_since() {
+    let Some(stack) = stack("streams_converge_on_an_instance_without_the_fold_and_resume_with_since") else { return };
+    let ns = Ns::new(&stack, "push");
+    let stages = ns.start(&[]);
+    let api_only = ns.start(&["--roles", "api"]);
+    // Connected before any event: each gets an empty state, then what changes.
+    let ws: Vec<Follower> =
+        SAMPLE.iter().map(|u| watch(&ns, api_only.port, u, &["--token", &token(u, false)])).collect();
+    let events: Vec<Follower> = SAMPLE.iter().map(|u| sse(stages.port, u)).collect();
+    ns.ok(&["produce", &v2_dev_events()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let mut versions = Vec::new();
+    for ((user, w), e) in SAMPLE.iter().zip(&ws).zip(&events) {
+        let expected = expected_of(user);
+        versions.push(converge(w, &expected));
+        converge(e, &expected);
+    }
+    // Reconnect with the version applied: one empty `changes`; with an old one: the whole state.
+    for (user, version) in SAMPLE.iter().zip(&versions) {
+        let since = version.to_string();
+        let out = ns.ok(&[
+            "watch",
+            "--user",
+            user,
+            "--api",
+            &format!("http://127.0.0.1:{}", api_only.port),
+            "--token",
+            &token(user, false),
+            "--since",
+            &since,
+            "--count",
+            "1",
+        ]);
+        let m: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(m, json!({"type": "changes", "version": version}), "{user}");
+        let f = watch(&ns, api_only.port, user, &["--token", &token(user, false), "--since", "1"]);
+        let first = f.messages.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(first["type"], "state");
+        assert_eq!(serde_json::from_value::<UserView>(first["state"].clone()).unwrap(), expected_of(user));
+    }
+    drop((ws, events));
+    api_only.stop();
+    stages.stop();
+}
+
+/// Every record of `topic`: (key, value as JSON).
+fn records(brokers: &str, topic: &str) -> Vec<(String, Value)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    let c: BaseConsumer = unread::kafka::reader(brokers, "it-gateway").create().unwrap();
+    let (mut tpl, mut left) = (TopicPartitionList::new(), 0);
+    for p in 0..unread::kafka::partition_count(&c, topic).unwrap() {
+        let (low, high) = c.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap();
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        left += high - low;
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (out.len() as i64) < left && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_secs(1)) {
+            let key = String::from_utf8(m.key().unwrap_or_default().to_vec()).unwrap();
+            out.push((key, serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or(Value::Null)));
+        }
+    }
+    out
+}
+
+/// A POST with `token`, an optional JSON body and an optional `Idempotency-Key`: (status, body, replayed).
+fn post(port: u16, path: &str, token: &str, body: Option<&Value>, key: Option<&str>) -> (u16, Value, bool) {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut request =
+        agent.post(&format!("http://127.0.0.1:{port}{path}")).header("authorization", &format!("Bearer {token}"));
+    if let Some(k) = key {
+        request = request.header("idempotency-key", k);
+    }
+    let mut response = match body {
+        Some(b) => request.header("content-type", "application/json").send(b.to_string()),
+        None => request.send_empty(),
+    }
+    .unwrap();
+    let replayed = response.headers().get("idempotent-replayed").is_some();
+    let text = response.body_mut().read_to_string().unwrap();
+    (response.status().as_u16(), serde_json::from_str(&text).unwrap_or(Value::Null), replayed)
+}
+
+#[test]
+fn every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change() {
+    let Some(stack) = stack("every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change") else {
+        return;
+    };
+    let ns = Ns::new(&stack, "gateway");
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &v2_dev_events()]);
+    let like = std::env::temp_dir().join(format!("{}-like.jsonl", ns.name));
+    std::fs::write(&like, r#"{"type":"notification.created","event_id":"like-1","occurred_at":"2026-11-22T00:00:00Z","user_id":"aadi","notification_id":"gw-like-1","category":"like"}"#).unwrap();
+    ns.ok(&["produce", like.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let (port, aadi) = (svc.port, token("aadi", false));
+    let base = "/v1/users/aadi";
+    let conv = format!("{base}/conversations/ubuntu.2009-10-01_17");
+    let writes: Vec<(String, Option<Value>, &str)> = vec![
+        (format!("{conv}/read"), Some(json!({"read_seq": 1_000_000})), "read.ack"),
+        (format!("{conv}/mute"), Some(json!({"muted": true})), "conversation.muted"),
+        (format!("{base}/notifications/read"), Some(json!({"category": "mention"})), "notifications.read"),
+        (format!("{base}/notifications/seen"), None, "notifications.seen"),
+        (format!("{base}/notifications/gw-like-1/read"), None, "notification.read"),
+        (format!("{base}/broadcasts/system/read"), None, "broadcast.read"),
+        (format!("{base}/feed/read"), None, "read.ack"),
+    ];
+    let mut published = Vec::new();
+    for (path, body, kind) in &writes {
+        let (code, answer, _) = post(port, path, &aadi, body.as_ref(), None);
+        assert_eq!(code, 202, "{path}: {answer}");
+        let ids = answer["event_ids"].as_array().unwrap().clone();
+        assert!(!ids.is_empty(), "{path}: {answer}");
+        published.extend(ids.into_iter().map(|id| (id.as_str().unwrap().to_owned(), *kind)));
+    }
+    // An idempotency key repeated publishes once and answers the same ids.
+    let unmute = Some(json!({"muted": false}));
+    let first = post(port, &format!("{conv}/mute"), &aadi, unmute.as_ref(), Some("retry-1"));
+    let again = post(port, &format!("{conv}/mute"), &aadi, unmute.as_ref(), Some("retry-1"));
+    assert_eq!((first.0, again.0, first.2, again.2), (202, 202, false, true));
+    assert_eq!(first.1, again.1);
+    published.push((first.1["event_ids"][0].as_str().unwrap().to_owned(), "conversation.muted"));
+    // Bad requests: JSON 400s and 403s, nothing published.
+    for (path, body, token, status) in [
+        (format!("{conv}/read"), Some(json!({"read_seq": "x"})), aadi.clone(), 400),
+        (format!("{conv}/mute"), None, aadi.clone(), 400),
+        (format!("{base}/conversations/%01/read"), Some(json!({"read_seq": 1})), aadi.clone(), 400),
+        (format!("{conv}/read"), Some(json!({"read_seq": 1})), token("epod", false), 403),
+    ] {
+        let (code, answer, _) = post(port, &path, &token, body.as_ref(), None);
+        assert_eq!(code, status, "{path}: {answer}");
+        assert!(answer["error"]["code"].is_string(), "{answer}");
+    }
+    ns.ok(&["lag", "--wait", "2m"]);
+    let topic = format!("{}.unread.user-events", ns.name);
+    let on_topic = records(&stack.brokers, &topic);
+    for (id, kind) in &published {
+        let found: Vec<_> = on_topic.iter().filter(|(_, v)| v["event_id"] == id.as_str()).collect();
+        assert_eq!(found.len(), 1, "{id} published once");
+        assert_eq!((found[0].0.as_str(), found[0].1["type"].as_str()), ("aadi", Some(*kind)), "{id}");
+    }
+    let (_, body) = http_get(port, "/v1/users/aadi/unread").unwrap();
+    let got: UserView = serde_json::from_str(&body).unwrap();
+    let c = got.conversations["ubuntu.2009-10-01_17"];
+    assert_eq!((c.unread, c.muted, got.total_unread, got.feed_unread), (0, false, 0, 0), "{body}");
+    assert_eq!((got.notifications["mention"].unread, got.total_notifications_unseen), (0, 0), "{body}");
+    assert_eq!((got.notifications["like"].unread, got.broadcasts["system"].unread), (0, 0), "{body}");
+    svc.stop();
+}
