@@ -64,11 +64,12 @@ pub struct Accepted {
     pub event_ids: Vec<String>,
 }
 
-/// The body of a conversation read: `{"read_seq": N}`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+/// The optional body of a conversation read: `{"read_seq": N}`; absent: the newest message the user has.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct ReadBody {
-    /// The user has read every message up to and including this seq (0 to 2^53).
-    pub read_seq: u64,
+    /// The user has read every message up to and including this seq (0 to 2^53); absent: the newest unread
+    /// message of the user's checkpointed state.
+    pub read_seq: Option<u64>,
 }
 
 /// The body of a mute: `{"muted": true|false}`.
@@ -212,24 +213,52 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Resul
 
 type Ids2 = Result<Path<(String, String)>, PathRejection>;
 
-/// Marks a conversation read up to `read_seq`: publishes a `read.ack`.
+/// Marks a conversation read up to `read_seq`, or up to the newest message the user has: publishes a `read.ack`
+/// (nothing when there is nothing to mark).
 #[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/read", tag = "writes",
     security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
-    request_body = ReadBody, responses((status = 202, body = Accepted), ReadErrors))]
+    request_body(content = Option<ReadBody>, description = "Optional `{\"read_seq\"}`; absent: the newest"),
+    responses((status = 202, body = Accepted), ReadErrors))]
 pub async fn read_conversation(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
     path: Ids2,
     headers: HeaderMap,
-    body: Result<Json<ReadBody>, JsonRejection>,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let Path((user_id, conversation_id)) = path?;
     writable(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
-    let Json(ReadBody { read_seq }) = body?;
+    let ReadBody { read_seq } = optional_json(&body)?;
+    let read_seq = match read_seq {
+        Some(seq) => Some(seq),
+        None => newest_unread(&s, &user_id, |id, _| id == conversation_id).await?.into_iter().next().map(|(_, n)| n),
+    };
     let event =
-        json!({"type": "read.ack", "user_id": user_id, "conversation_id": conversation_id, "read_seq": read_seq});
-    publish(&s, &user_id, &headers, vec![event]).await
+        |seq| json!({"type": "read.ack", "user_id": user_id, "conversation_id": conversation_id, "read_seq": seq});
+    publish(&s, &user_id, &headers, read_seq.into_iter().map(event).collect()).await
+}
+
+/// Each conversation of the user's checkpointed state that `pick` selects and that has unread messages, with the
+/// newest of them.
+async fn newest_unread(
+    s: &ApiState,
+    user_id: &str,
+    pick: impl Fn(&str, &crate::core::fold::ConvState) -> bool,
+) -> Result<Vec<(String, u64)>, ApiError> {
+    let fallback = s.fallback.as_ref().ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance reads no checkpoint")
+    })?;
+    let namespace = s.live.current().0;
+    let state = fallback.state(&namespace, user_id).await.map_err(|e| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("reading the checkpoint: {e:#}"))
+    })?;
+    Ok(state
+        .iter()
+        .flat_map(|state| state.conversations())
+        .filter(|(id, c)| c.joined_at.is_some() && pick(id, c))
+        .filter_map(|(id, c)| Some((id.clone(), c.unread.max()?)))
+        .collect())
 }
 
 /// Mutes or unmutes a conversation: publishes a `conversation.muted`.
@@ -358,18 +387,9 @@ pub async fn read_feed(
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     writable(&access, &[("user_id", &user_id)])?;
-    let fallback = s.fallback.as_ref().ok_or_else(|| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance reads no checkpoint")
-    })?;
-    let namespace = s.live.current().0;
-    let state = fallback.state(&namespace, &user_id).await.map_err(|e| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("reading the checkpoint: {e:#}"))
-    })?;
-    let events: Vec<Value> = state
-        .iter()
-        .flat_map(|state| state.conversations())
-        .filter(|(_, c)| c.feed && c.joined_at.is_some())
-        .filter_map(|(id, c)| Some((id, c.unread.max()?)))
+    let events: Vec<Value> = newest_unread(&s, &user_id, |_, c| c.feed)
+        .await?
+        .into_iter()
         .map(|(id, head)| json!({"type": "read.ack", "user_id": user_id, "conversation_id": id, "read_seq": head}))
         .collect();
     publish(&s, &user_id, &headers, events).await

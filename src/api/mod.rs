@@ -25,6 +25,7 @@
 pub mod caps;
 pub mod fallback;
 pub mod gateway;
+pub mod inbox;
 pub mod limits;
 pub mod openapi;
 pub mod serve;
@@ -194,6 +195,8 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(readyz))
         .routes(routes!(metrics))
         .routes(routes!(openapi_json))
+        .routes(routes!(inbox::page))
+        .routes(routes!(inbox::script))
         .split_for_parts();
     let doc = Arc::new(doc.to_json().expect("the OpenAPI document serializes"));
     let limits = state.limits.clone();

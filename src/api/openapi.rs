@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
         (name = "reads", description = "Counts, from Redis or, degraded, from the PostgreSQL checkpoint"),
         (name = "writes", description = "The write gateway: publishes the contract's user events to Kafka"),
         (name = "stream", description = "Counts pushed as they change, over a WebSocket or Server-Sent Events"),
+        (name = "inbox", description = "The web inbox: a page and its script, no token needed to load them"),
         (name = "operations", description = "Health, readiness, metrics and this document; no token needed")
     )
 )]

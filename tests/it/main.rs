@@ -4,6 +4,7 @@ mod api;
 mod cli;
 mod dataset;
 mod decoder;
+mod inbox;
 mod properties;
 mod properties_v2;
 mod push;

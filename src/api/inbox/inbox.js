@@ -1,0 +1,156 @@
+// The unread web inbox: one user's counts, live from GET /v1/users/{id}/stream (a WebSocket), marked read
+// through the write gateway. Messages carry values and a version: a state replaces, newer changes apply,
+// older or repeated ones are dropped (docs/api.md, Stream).
+"use strict";
+const $ = (id) => document.getElementById(id);
+let user = "", token = "", view = null, version = 0, socket = null, closing = false;
+
+const path = (rest) => "/v1/users/" + encodeURIComponent(user) + rest;
+const shown = (n) => (n > 99 ? "99+" : String(n));
+const status = (text) => { $("status").textContent = text; };
+
+async function post(rest, body) {
+  const headers = { "content-type": "application/json" };
+  if (token) headers.authorization = "Bearer " + token;
+  const r = await fetch(path(rest), { method: "POST", headers, body: body ? JSON.stringify(body) : "" });
+  if (!r.ok) status("could not mark read: " + r.status + " " + (await r.text()));
+}
+
+function connect() {
+  const q = [];
+  if (token) q.push("access_token=" + encodeURIComponent(token));
+  if (version) q.push("since=" + version);
+  const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+  socket = new WebSocket(scheme + location.host + path("/stream") + (q.length ? "?" + q.join("&") : ""));
+  socket.onopen = () => status("Live: " + user);
+  socket.onmessage = (e) => apply(JSON.parse(e.data));
+  socket.onclose = () => { if (!closing) { status("Reconnecting…"); setTimeout(connect, 1000); } };
+}
+
+function apply(m) {
+  if (m.type === "state") {
+    view = m.state; version = m.version;
+  } else if (m.type === "changes" && m.version > version && view) {
+    if (m.totals) Object.assign(view, m.totals);
+    for (const part of ["conversations", "broadcasts", "notifications"]) {
+      for (const [id, v] of Object.entries(m[part] || {})) {
+        if (v === null) delete view[part][id]; else view[part][id] = v;
+      }
+    }
+    version = m.version;
+  } else {
+    return;
+  }
+  render();
+}
+
+function row(list, key, label, right, onClick, extra) {
+  const li = document.createElement("li");
+  const b = document.createElement("button");
+  b.type = "button";
+  b.dataset[key] = label;
+  b.setAttribute("aria-label", extra);
+  const name = document.createElement("span");
+  name.textContent = label;
+  b.append(name, right);
+  b.addEventListener("click", onClick);
+  li.append(b);
+  list.append(li);
+  return b;
+}
+
+function badge(n, label) {
+  const s = document.createElement("span");
+  s.className = "badge";
+  s.dataset.count = String(n);
+  s.textContent = shown(n);
+  s.setAttribute("aria-label", label);
+  return s;
+}
+
+function renderConversations() {
+  const list = $("conversations");
+  list.replaceChildren();
+  const ids = Object.keys(view.conversations).sort((a, b) =>
+    view.conversations[b].unread - view.conversations[a].unread || a.localeCompare(b));
+  for (const id of ids) {
+    const c = view.conversations[id];
+    const right = document.createElement("span");
+    if (c.mentions) {
+      const m = document.createElement("span");
+      m.className = "mention";
+      m.textContent = "@" + shown(c.mentions) + " ";
+      right.append(m);
+    }
+    right.append(badge(c.unread, c.unread + " unread"));
+    const b = row(list, "conversation", id, right, () => post("/conversations/" + encodeURIComponent(id) + "/read"),
+      id + ": " + c.unread + " unread, " + c.mentions + " mentions" + (c.muted ? ", muted" : ""));
+    if (c.muted) b.classList.add("muted");
+  }
+}
+
+function renderNotifications() {
+  const list = $("notifications");
+  list.replaceChildren();
+  for (const [cat, n] of Object.entries(view.notifications)) {
+    const right = document.createElement("span");
+    right.textContent = n.unseen ? n.unseen + " new · " : "";
+    right.append(badge(n.unread, n.unread + " unread"));
+    row(list, "category", cat, right, () => post("/notifications/read", { category: cat }),
+      cat + ": " + n.unread + " unread, " + n.unseen + " unseen");
+  }
+  const nb = $("notifications-badge");
+  nb.dataset.count = String(view.total_notifications_unread);
+  nb.textContent = shown(view.total_notifications_unread);
+}
+
+function renderBroadcasts() {
+  const list = $("broadcasts");
+  list.replaceChildren();
+  for (const [id, b] of Object.entries(view.broadcasts)) {
+    const dot = document.createElement("span");
+    dot.className = "dot";
+    dot.dataset.on = String(b.dot);
+    row(list, "broadcast", id, dot, () => post("/broadcasts/" + encodeURIComponent(id) + "/read"),
+      id + (b.dot ? ": new" : ": nothing new"));
+  }
+}
+
+function render() {
+  const total = view.total_unread;
+  const b = $("badge");
+  b.dataset.count = String(total);
+  b.textContent = shown(total);
+  b.setAttribute("aria-label", "unread messages: " + total);
+  document.title = (total ? "(" + shown(total) + ") " : "") + "unread inbox";
+  renderConversations();
+  const feed = $("feed");
+  feed.dataset.count = String(view.feed_unread);
+  feed.textContent = shown(view.feed_unread) + " new posts";
+  renderNotifications();
+  renderBroadcasts();
+  $("inbox").hidden = false;
+}
+
+function open(u, t) {
+  closing = true;
+  if (socket) socket.close();
+  closing = false;
+  user = u; token = t; view = null; version = 0;
+  history.replaceState(null, "", "#" + new URLSearchParams(t ? { user: u, token: t } : { user: u }));
+  status("Connecting…");
+  connect();
+}
+
+$("pick").addEventListener("submit", (e) => {
+  e.preventDefault();
+  open($("user").value.trim(), $("token").value.trim());
+});
+$("feed").addEventListener("click", () => post("/feed/read"));
+$("seen-all").addEventListener("click", () => post("/notifications/seen"));
+const start = new URLSearchParams(location.hash.slice(1));
+if (start.get("user")) {
+  $("user").value = start.get("user");
+  $("token").value = start.get("token") || "";
+  open(start.get("user"), start.get("token") || "");
+}

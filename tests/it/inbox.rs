@@ -1,0 +1,128 @@
+//! The web inbox, as a person would use it: a real headless Chromium, driven through chromedriver (WebDriver),
+//! opens the page, sees the badge, sees it change when a message for the user is produced to Kafka, clicks the
+//! conversation and sees it clear. A screenshot is saved under `target/` when it fails.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+
+use crate::support::*;
+
+/// chromedriver on a free port, killed on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+/// Starts chromedriver, or `None` (with a note) when it is not installed and the stack is not required.
+fn chromedriver() -> Option<Driver> {
+    let port = free_port();
+    let child = match Command::new("chromedriver").arg(format!("--port={port}")).stdout(Stdio::null()).spawn() {
+        Ok(c) => c,
+        Err(e) if std::env::var_os("UNREAD_REQUIRE_STACK").is_none() => {
+            eprintln!("skipping the browser test: chromedriver: {e} (scripts/stack up installs it)");
+            return None;
+        }
+        Err(e) => panic!("chromedriver: {e} (scripts/stack up installs chromium and chromium-driver)"),
+    };
+    let driver = Driver { child, port };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while http_get_as(port, "/status", None).is_none() {
+        assert!(Instant::now() < deadline, "chromedriver did not answer within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(driver)
+}
+
+/// A headless Chromium session.
+async fn browser(driver: &Driver) -> Client {
+    let mut caps = serde_json::Map::new();
+    let args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1000,900"];
+    caps.insert("goog:chromeOptions".into(), serde_json::json!({ "args": args }));
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a Chromium session")
+}
+
+/// Waits (20 s at most) until the element at `css` has `attr` = `want`.
+async fn wait_attr(c: &Client, css: &str, attr: &str, want: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    while Instant::now() < deadline {
+        if let Ok(e) = c.find(Locator::Css(css)).await {
+            last = e.attr(attr).await.ok().flatten();
+            if last.as_deref() == Some(want) {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("{css} [{attr}] is {last:?}, not {want:?}, after 20 s"))
+}
+
+/// A message in aadi's conversation from someone else, with a seq above every seq of the dev set.
+fn message_for_aadi(ns: &Ns) -> String {
+    let path = std::env::temp_dir().join(format!("{}-message.jsonl", ns.name));
+    let event = r#"{"type":"message.sent","event_id":"inbox-1","occurred_at":"2026-11-22T00:00:00Z","conversation_id":"ubuntu.2009-10-01_17","seq":1000000,"sender_id":"someone-else","mentions":["aadi"]}"#;
+    std::fs::write(&path, event).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The steps a person takes; `Err` says what they did not see.
+async fn use_the_inbox(c: &Client, ns: &Ns<'_>, port: u16) -> Result<(), String> {
+    let url = format!("http://127.0.0.1:{port}/#user=aadi&token={}", token("aadi", false));
+    c.goto(&url).await.map_err(|e| e.to_string())?;
+    let conversation = r#"button[data-conversation="ubuntu.2009-10-01_17"]"#;
+    wait_attr(c, "#badge", "data-count", "276").await?;
+    wait_attr(c, "#feed", "data-count", "4").await?;
+    ns.ok(&["produce", &message_for_aadi(ns)]);
+    wait_attr(c, "#badge", "data-count", "277").await?;
+    let label = c.find(Locator::Css(conversation)).await.map_err(|e| e.to_string())?;
+    let text = label.attr("aria-label").await.map_err(|e| e.to_string())?.unwrap_or_default();
+    if !text.contains("277 unread, 1 mentions") {
+        return Err(format!("the conversation reads {text:?}"));
+    }
+    label.click().await.map_err(|e| e.to_string())?;
+    wait_attr(c, "#badge", "data-count", "0").await?;
+    c.find(Locator::Css("#feed")).await.map_err(|e| e.to_string())?.click().await.map_err(|e| e.to_string())?;
+    wait_attr(c, "#feed", "data-count", "0").await
+}
+
+#[test]
+fn the_inbox_shows_the_badge_live_and_clears_it_on_click_in_a_real_browser() {
+    let Some(stack) = stack("the_inbox_shows_the_badge_live_and_clears_it_on_click_in_a_real_browser") else { return };
+    let Some(driver) = chromedriver() else { return };
+    let ns = Ns::new(&stack, "inbox");
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &v2_dev_events()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let result = rt.block_on(async {
+        let c = browser(&driver).await;
+        let result = use_the_inbox(&c, &ns, svc.port).await;
+        if result.is_err() {
+            let shot = repo_path("target/inbox-failure.png");
+            if let Ok(png) = c.screenshot().await {
+                std::fs::write(&shot, png).ok();
+                eprintln!("screenshot: {}", shot.display());
+            }
+        }
+        c.close().await.ok();
+        result
+    });
+    svc.stop();
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
