@@ -63,6 +63,9 @@ struct Watchers {
     users: HashMap<String, Watched>,
     /// For each broadcast list, the watched users whose state holds it.
     lists: HashMap<String, HashSet<String>>,
+    /// For each list, the newest version published for it: a read of a user older than that missed the change
+    /// (the user was not yet known to read the list when it was published) and is read again.
+    list_versions: HashMap<String, u64>,
 }
 
 /// The push hub of one API instance.
@@ -159,9 +162,12 @@ impl Hub {
     async fn refresh(&self, users: Vec<String>) -> anyhow::Result<()> {
         let projection = self.live.current().1;
         let read = projection.read_many_versioned(&users).await?;
-        let mut w = self.watchers.lock().expect("not poisoned");
-        for (view, version) in read {
-            deliver(&mut w, view, version);
+        let stale: Vec<String> = {
+            let mut w = self.watchers.lock().expect("not poisoned");
+            read.into_iter().filter_map(|(view, version)| deliver(&mut w, view, version)).collect()
+        };
+        if !stale.is_empty() {
+            self.mark(stale);
         }
         Ok(())
     }
@@ -213,7 +219,11 @@ impl Hub {
         let prefix = self.live.current().1.prefix().to_owned();
         let mut pubsub = redis::Client::open(self.redis_url.as_str())?.get_async_pubsub().await?;
         pubsub.subscribe(changes_key(&prefix)).await?;
-        let watched: Vec<String> = self.watchers.lock().expect("not poisoned").users.keys().cloned().collect();
+        let watched: Vec<String> = {
+            let mut w = self.watchers.lock().expect("not poisoned");
+            w.list_versions.clear(); // the new subscription's reads see at least what the old one announced
+            w.users.keys().cloned().collect()
+        };
         self.mark(watched); // whatever changed while not subscribed
         let (users, lists) = (format!("{prefix}u:"), format!("{prefix}l:"));
         let mut messages = pubsub.on_message();
@@ -223,8 +233,10 @@ impl Hub {
             tokio::select! {
                 message = messages.next() => {
                     let message = message.ok_or_else(|| anyhow::anyhow!("the subscription closed"))?;
-                    let key = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
-                    self.on_key(&key, &users, &lists);
+                    let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
+                    if let Some((version, key)) = payload.split_once(' ') {
+                        self.on_key(version.parse().unwrap_or(0), key, &users, &lists);
+                    }
                 }
                 _ = tick.tick() => if self.live.current().1.prefix() != prefix { return Ok(()) },
                 _ = stop.wait_for(|s| *s) => return Ok(()),
@@ -232,13 +244,16 @@ impl Hub {
         }
     }
 
-    /// A key published on the change channel: marks its user, or the watched readers of its list.
-    fn on_key(&self, key: &str, users: &str, lists: &str) {
+    /// A key published on the change channel with its version: marks its user, or the watched readers of its
+    /// list (and remembers the list's version).
+    fn on_key(&self, version: u64, key: &str, users: &str, lists: &str) {
         let marked: Vec<String> = {
-            let w = self.watchers.lock().expect("not poisoned");
+            let mut w = self.watchers.lock().expect("not poisoned");
             if let Some(user) = key.strip_prefix(users) {
                 w.users.contains_key(user).then(|| user.to_owned()).into_iter().collect()
             } else if let Some(list) = key.strip_prefix(lists) {
+                let known = w.list_versions.entry(list.to_owned()).or_default();
+                *known = (*known).max(version);
                 w.lists.get(list).map(|readers| readers.iter().cloned().collect()).unwrap_or_default()
             } else {
                 Vec::new()
@@ -251,10 +266,12 @@ impl Hub {
 }
 
 /// Sends a user's new state where it must go: the changes to the sockets that have the old one (when the version
-/// is newer), the first message to new sockets. A socket whose queue is full or closed is dropped.
-fn deliver(w: &mut Watchers, view: UserView, version: u64) {
+/// is newer), the first message to new sockets. A socket whose queue is full or closed is dropped. Returns the
+/// user when the read missed a change of one of its lists (a newer list version was published): read it again.
+fn deliver(w: &mut Watchers, view: UserView, version: u64) -> Option<String> {
     let user_id = view.user_id.clone();
-    let Some(watched) = w.users.get_mut(&user_id) else { return };
+    let stale = view.broadcasts.keys().any(|l| w.list_versions.get(l).is_some_and(|v| *v > version));
+    let Some(watched) = w.users.get_mut(&user_id) else { return None };
     let mut update = None;
     if version > watched.version {
         let diff = changes(&watched.view, &view);
@@ -283,6 +300,7 @@ fn deliver(w: &mut Watchers, view: UserView, version: u64) {
         }
         sent
     });
+    stale.then_some(user_id)
 }
 
 fn text(version: u64, message: &Message<'_>) -> Text {
@@ -328,7 +346,7 @@ mod tests {
     fn a_socket_that_does_not_read_is_dropped_once_its_queue_is_full() {
         let (mut w, mut rx) = watchers(None);
         for v in 1..=(QUEUE as u64 + 10) {
-            deliver(&mut w, counts(v), v);
+            assert_eq!(deliver(&mut w, counts(v), v), None);
         }
         assert!(w.users["u"].sockets.is_empty(), "dropped");
         let mut queued = 0;
@@ -336,6 +354,21 @@ mod tests {
             queued += 1;
         }
         assert_eq!(queued, QUEUE, "what it holds is bounded by the queue");
+    }
+
+    #[test]
+    fn a_read_older_than_a_published_list_version_is_read_again() {
+        let (mut w, _rx) = watchers(None);
+        w.list_versions.insert("dot".into(), 20);
+        let mut view = counts(1);
+        view.broadcasts.insert("dot".into(), unread_view(0));
+        assert_eq!(deliver(&mut w, view.clone(), 10), Some("u".into()), "the read missed the list's change");
+        view.broadcasts.insert("dot".into(), unread_view(1));
+        assert_eq!(deliver(&mut w, view, 20), None);
+    }
+
+    fn unread_view(unread: u64) -> crate::core::contract::BroadcastView {
+        crate::core::contract::BroadcastView { unread, dot: unread > 0 }
     }
 
     #[test]

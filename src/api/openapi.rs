@@ -51,8 +51,9 @@ pub struct ErrorBody {
 /// One error: a stable code to match on and a readable message.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// `invalid_path`, `invalid_id`, `invalid_body`, `too_many_ids`, `unauthorized`, `forbidden`, `not_found`,
-    /// `too_large`, `headers_too_large`, `timeout`, `rate_limited`, `unavailable` or `malformed`.
+    /// `invalid_path`, `invalid_id`, `invalid_body`, `too_many_ids`, `invalid_header`, `unauthorized`, `forbidden`,
+    /// `not_found`, `not_a_stream`, `too_large`, `headers_too_large`, `timeout`, `rate_limited`, `unavailable` or
+    /// `malformed`.
     pub code: String,
     /// What went wrong, for people; it never holds another user's data.
     pub message: String,
@@ -62,7 +63,8 @@ pub struct ErrorDetail {
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // a description for the document; the handlers answer `ApiError`
 pub enum ReadErrors {
-    /// `invalid_path`, `invalid_id` (an id breaking the contract's id rule), `invalid_body` or `too_many_ids`.
+    /// `invalid_path`, `invalid_id` (an id breaking the contract's id rule), `invalid_body`, `too_many_ids` or
+    /// `invalid_header`.
     #[response(status = 400)]
     BadRequest(ErrorBody),
     /// `unauthorized`: no bearer token, or one that does not verify (the `WWW-Authenticate: Bearer` header is set).

@@ -68,6 +68,9 @@ pub async fn stream(
     let since = query.since.or(last_event_id);
     if let Ok(ws) = ws {
         let subscription = s.hub.subscribe(&user_id, since).await;
+        // Small buffers (tungstenite's default is 128 KiB each way): messages are a few hundred bytes, and a client
+        // sends nothing but control frames, so a socket costs kilobytes, not hundreds of them.
+        let ws = ws.read_buffer_size(4096).write_buffer_size(4096).max_message_size(64 << 10);
         return Ok(ws.on_upgrade(move |socket| websocket(socket, subscription)));
     }
     let accepts = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();

@@ -48,7 +48,7 @@ v = string.format('%d', v)
 /// ARGV[2]: the totals value; ARGV[3]: `patch` (touch only the fields named) or `replace` (first delete every
 /// conversation field); ARGV[4]: n, the number of fields to set; ARGV[5 .. 4+2n]: field, value pairs; the
 /// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused. A write also sets the hash's push
-/// version (`_pv`, [`super::PUSH_VERSION_FIELD`]) to the namespace's next one and publishes the hash's key on the
+/// version (`_pv`, [`super::PUSH_VERSION_FIELD`]) to the namespace's next one and publishes `"{version} {key}"` on the
 /// change channel, for the push stream ([`crate::push`]).
 ///
 /// A write is refused when it comes from an older generation (a paused task whose partition moved: fencing), or
@@ -83,7 +83,7 @@ for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
     next_push_version!(),
     r#"
 redis.call('HSET', KEYS[1], '_pv', v)
-redis.call('PUBLISH', KEYS[2], KEYS[1])
+redis.call('PUBLISH', KEYS[2], v .. ' ' .. KEYS[1])
 return 1
 "#
 );
@@ -129,7 +129,7 @@ v = string.format('%d', v)
 /// ops in order, `+{seq}` (add) or `-{seq}` (remove). Refused (0) when the guard holds a newer generation: a paused
 /// fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log order,
 /// every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also sets the
-/// list's push version and publishes the list's key on the change channel.
+/// list's push version and publishes `"{version} {key}"` on the change channel.
 pub const LIST_SCRIPT: &str = concat!(
     r#"
 local g = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -145,7 +145,7 @@ end
     list_push_version!(),
     r#"
 redis.call('SET', KEYS[3], v)
-redis.call('PUBLISH', KEYS[4], KEYS[1])
+redis.call('PUBLISH', KEYS[4], v .. ' ' .. KEYS[1])
 return 1
 "#
 );
