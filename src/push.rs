@@ -271,7 +271,7 @@ impl Hub {
 fn deliver(w: &mut Watchers, view: UserView, version: u64) -> Option<String> {
     let user_id = view.user_id.clone();
     let stale = view.broadcasts.keys().any(|l| w.list_versions.get(l).is_some_and(|v| *v > version));
-    let Some(watched) = w.users.get_mut(&user_id) else { return None };
+    let watched = w.users.get_mut(&user_id)?;
     let mut update = None;
     if version > watched.version {
         let diff = changes(&watched.view, &view);
