@@ -107,7 +107,7 @@ async fn probe(
     while !stop.load(Ordering::Relaxed) {
         let (user, conversation) = &users[(i * 7919) % users.len()];
         i += 1;
-        let muted = shared.probes.lock().unwrap().get(user).map_or(true, |p| !p.1);
+        let muted = shared.probes.lock().unwrap().get(user).is_none_or(|p| !p.1);
         shared.probes.lock().unwrap().insert(user.clone(), (conversation.clone(), muted, Instant::now()));
         let path = format!("/v1/users/{}/conversations/{}/mute", encode(user), encode(conversation));
         let (agent, url) = (agent.clone(), format!("{api}{path}"));
