@@ -28,17 +28,17 @@ fn redis_err(doing: &'static str) -> impl FnOnce(RedisError) -> ProjectionError 
 /// A result of the projection.
 pub type ProjectionResult<T> = Result<T, ProjectionError>;
 
-/// Lua that sets `v` to the namespace's next push version (KEYS[2] holds the last one): one more than the last, or
-/// the server's clock in µs if that is larger, so versions only grow, even after Redis lost everything.
+/// Lua that sets `v` to the namespace's next push version, the counter being `KEYS[$k]`: one more than the last,
+/// or the server's clock in µs if that is larger, so versions only grow, even after Redis lost everything.
 macro_rules! next_push_version {
-    () => {
-        r#"
-local t = redis.call('TIME')
-local v = redis.call('INCR', KEYS[2])
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if v < now then v = now; redis.call('SET', KEYS[2], string.format('%d', v)) end
-v = string.format('%d', v)
-"#
+    ($k:literal) => {
+        concat!(
+            "\nlocal t = redis.call('TIME')\nlocal v = redis.call('INCR', KEYS[",
+            $k,
+            "])\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\nif v < now then v = now; redis.call('SET', KEYS[",
+            $k,
+            "], string.format('%d', v)) end\nv = string.format('%d', v)\n"
+        )
     };
 }
 
@@ -80,7 +80,7 @@ local n = tonumber(ARGV[4])
 for i = 5, 4 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
 "#,
-    next_push_version!(),
+    next_push_version!("2"),
     r#"
 redis.call('HSET', KEYS[1], '_pv', v)
 redis.call('PUBLISH', KEYS[2], v .. ' ' .. KEYS[1])
@@ -110,19 +110,6 @@ end
 return out
 "#;
 
-/// [`next_push_version`] with the counter in KEYS[4].
-macro_rules! list_push_version {
-    () => {
-        r#"
-local t = redis.call('TIME')
-local v = redis.call('INCR', KEYS[4])
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if v < now then v = now; redis.call('SET', KEYS[4], string.format('%d', v)) end
-v = string.format('%d', v)
-"#
-    };
-}
-
 /// The list script. KEYS[1]: the list's sorted set; KEYS[2]: its guard (the generation of the fan-out task that
 /// last wrote it); KEYS[3]: its push version ([`super::list_version_key`]); KEYS[4]: the change channel and version
 /// counter. ARGV[1]: the writer's generation; ARGV[2]: `patch` or `replace` (first empty the set); then the
@@ -142,7 +129,7 @@ for i = 3, #ARGV do
   if string.sub(ARGV[i], 1, 1) == '+' then redis.call('ZADD', KEYS[1], seq, seq) else redis.call('ZREM', KEYS[1], seq) end
 end
 "#,
-    list_push_version!(),
+    next_push_version!("4"),
     r#"
 redis.call('SET', KEYS[3], v)
 redis.call('PUBLISH', KEYS[4], v .. ' ' .. KEYS[1])
