@@ -1,0 +1,166 @@
+//! The load of `scripts/bench-sustained`: messages produced at a fixed rate for a fixed time into synthetic
+//! conversations, while one watcher per conversation follows its stream; reports produce-to-visible latency (a
+//! message produced → the watcher's count including it, read from Redis and pushed), the service's lag, CPU and RSS
+//! over time.
+//!
+//! Setup (not timed): `CONVERSATIONS` conversations of `MEMBERS` members each (`conversation.created`). Then
+//! messages round-robin over the conversations, from member 0; member 1 of each conversation is the watcher and
+//! never reads, so its `unread` after the k-th message of its conversation is k. A push with `unread` = n makes
+//! every message up to the n-th visible: each gets its latency from its own produce time.
+//!
+//! Usage: sustained API_URL SERVER_PID BROKERS TOPIC RATE SECONDS   (the API runs with --insecure-no-auth)
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+const CONVERSATIONS: usize = 200;
+const MEMBERS: usize = 20;
+
+/// conversation → produce time of its k-th message (index k - 1), and how many the watcher has seen.
+#[derive(Default)]
+struct Book {
+    sent: HashMap<String, Vec<Instant>>,
+    seen: HashMap<String, usize>,
+    latencies: Vec<Duration>,
+}
+
+fn conversation(c: usize) -> String {
+    format!("sustained-{c}")
+}
+
+fn member(c: usize, m: usize) -> String {
+    format!("s{c}-{m}")
+}
+
+async fn send(producer: &FutureProducer, topic: &str, key: &str, event: serde_json::Value) {
+    let payload = event.to_string();
+    producer.send(FutureRecord::to(topic).key(key).payload(&payload), Duration::from_secs(30)).await.expect("produce");
+}
+
+/// One watcher: applies pushes and records when each message became visible.
+async fn watcher(ws: String, c: usize, book: Arc<Mutex<Book>>) {
+    let url = format!("{ws}/v1/users/{}/stream", member(c, 1));
+    let (mut socket, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
+    let id = conversation(c);
+    while let Some(Ok(message)) = socket.next().await {
+        let Ok(text) = message.into_text() else { continue };
+        let m: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let unread = m["conversations"][&id]["unread"].as_u64().or(m["state"]["conversations"][&id]["unread"].as_u64());
+        let Some(unread) = unread else { continue };
+        let now = Instant::now();
+        let mut book = book.lock().unwrap();
+        let seen = book.seen.get(&id).copied().unwrap_or(0);
+        let visible: Vec<Duration> = book
+            .sent
+            .get(&id)
+            .map_or(Vec::new(), |s| s.iter().take(unread as usize).skip(seen).map(|t| now - *t).collect());
+        book.latencies.extend(visible);
+        book.seen.insert(id.clone(), seen.max(unread as usize));
+    }
+}
+
+/// (total lag, CPU seconds, RSS KiB) of the service now.
+fn sample(api: &str, pid: &str) -> (i64, f64, u64) {
+    let metrics = ureq::get(&format!("{api}/metrics")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok());
+    let lag = metrics
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("unread_partition_lag{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as i64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or_default().split(' ').collect();
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix(" kB")?.parse().ok()).unwrap_or(0);
+    (lag, ticks / 100.0, rss)
+}
+
+fn ms(sorted: &[Duration], p: f64) -> f64 {
+    sorted.get(((sorted.len().max(1) - 1) as f64 * p).round() as usize).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, api, pid, brokers, topic, rate, seconds] = &args[..] else {
+        panic!("usage: sustained API_URL SERVER_PID BROKERS TOPIC RATE SECONDS")
+    };
+    let (rate, seconds): (u64, u64) = (rate.parse().unwrap(), seconds.parse().unwrap());
+    let producer: FutureProducer = unread::kafka::producer_config(brokers).set("linger.ms", "5").create().unwrap();
+    let occurred = "2026-11-22T00:00:00Z";
+    for c in 0..CONVERSATIONS {
+        let members: Vec<String> = (0..MEMBERS).map(|m| member(c, m)).collect();
+        let event = serde_json::json!({"type": "conversation.created", "event_id": format!("sc-{c}"), "occurred_at": occurred,
+            "conversation_id": conversation(c), "kind": "group", "members": members});
+        send(&producer, topic, &conversation(c), event).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await; // the members are known before the watchers connect
+    let book = Arc::new(Mutex::new(Book::default()));
+    let ws = api.replacen("http://", "ws://", 1);
+    for c in 0..CONVERSATIONS {
+        tokio::spawn(watcher(ws.clone(), c, book.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let total = rate * seconds;
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let mut next_sample = Instant::now();
+    let mut seqs = vec![0u64; CONVERSATIONS];
+    for i in 0..total {
+        let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        let c = (i as usize) % CONVERSATIONS;
+        seqs[c] += 1;
+        let id = conversation(c);
+        let event = serde_json::json!({"type": "message.sent", "event_id": format!("sm-{i}"), "occurred_at": occurred,
+            "conversation_id": id, "seq": seqs[c], "sender_id": member(c, 0)});
+        book.lock().unwrap().sent.entry(id.clone()).or_default().push(Instant::now());
+        let (producer, topic) = (producer.clone(), topic.clone());
+        tokio::spawn(async move { send(&producer, &topic, &id, event).await });
+        if Instant::now() >= next_sample {
+            let (api, pid) = (api.clone(), pid.clone());
+            samples.push((started.elapsed(), tokio::task::spawn_blocking(move || sample(&api, &pid)).await.unwrap()));
+            next_sample += Duration::from_secs(1);
+        }
+    }
+    let produced_in = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await; // the last messages become visible
+    report(&book, total, produced_in, &samples);
+}
+
+fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[(Duration, (i64, f64, u64))]) {
+    let book = book.lock().unwrap();
+    let mut lat = book.latencies.clone();
+    lat.sort();
+    let achieved = total as f64 / produced_in.as_secs_f64();
+    println!(
+        "produced {total} messages in {:.1} s ({achieved:.0}/s); visible: {} of {total}",
+        produced_in.as_secs_f64(),
+        lat.len()
+    );
+    println!(
+        "produce-to-visible latency: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        ms(&lat, 0.5),
+        ms(&lat, 0.99),
+        ms(&lat, 1.0)
+    );
+    let cpu = match (samples.first(), samples.last()) {
+        (Some((t0, (_, c0, _))), Some((t1, (_, c1, _)))) if t1 > t0 => (c1 - c0) / (*t1 - *t0).as_secs_f64() * 100.0,
+        _ => f64::NAN,
+    };
+    let lag: Vec<String> = samples.iter().map(|(_, (l, _, _))| l.to_string()).collect();
+    println!("lag each second: {}", lag.join(" "));
+    println!(
+        "service CPU: {cpu:.0}% of one core; RSS max {} MiB",
+        samples.iter().map(|(_, (_, _, r))| r).max().unwrap_or(&0) / 1024
+    );
+}
