@@ -135,11 +135,6 @@ impl Hub {
         Subscription { hub: self.clone(), user_id: user_id.to_owned(), id, messages, stop: self.stop.clone() }
     }
 
-    /// Sockets connected to this instance.
-    pub fn sockets(&self) -> usize {
-        self.watchers.lock().expect("not poisoned").users.values().map(|w| w.sockets.len()).sum()
-    }
-
     fn leave(&self, user_id: &str, id: u64) {
         let mut w = self.watchers.lock().expect("not poisoned");
         let Some(watched) = w.users.get_mut(user_id) else { return };

@@ -96,20 +96,28 @@ impl Fallback {
     /// The user's checkpointed state, its fold partition, the store it came from and its counts (broadcast
     /// counts from the checkpointed lists); `None` when the checkpoint has no state for the user.
     async fn checkpointed(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<Checkpointed>> {
+        let Some((store, partition, state)) = self.state_row(namespace, user_id).await? else { return Ok(None) };
+        let view = state.view(user_id, &crate::ops::load_lists(&store).await?);
+        Ok(Some(Checkpointed { store, state, partition, view }))
+    }
+
+    /// The store of `namespace`, and the user's fold partition and decoded state there, if any.
+    async fn state_row(
+        &self,
+        namespace: &str,
+        user_id: &str,
+    ) -> anyhow::Result<Option<(CheckpointStore, i32, UserState)>> {
         let store = self.store(namespace).await?;
         let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
         let state = checkpoint::decode_user(&row.row.state)?;
-        let view = state.view(user_id, &crate::ops::load_lists(&store).await?);
-        Ok(Some(Checkpointed { store, state, partition: row.row.partition, view }))
+        Ok(Some((store, row.row.partition, state)))
     }
 
     /// The user's checkpointed state in `namespace`, or `None` when it has none.
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.
     pub async fn state(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserState>> {
-        let store = self.store(namespace).await?;
-        let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
-        Ok(Some(checkpoint::decode_user(&row.row.state)?))
+        Ok(self.state_row(namespace, user_id).await?.map(|(_, _, state)| state))
     }
 
     /// The user's counts from the checkpoint of `namespace`, or `None` when it has no state for the user.

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::openapi::ReadErrors;
-use super::{check_id, forbidden, ApiError, ApiState};
+use super::{authorized, check_id, ApiError, ApiState};
 use crate::auth::Access;
 
 /// How long an idempotency key is remembered: 24 h.
@@ -93,25 +93,18 @@ pub struct BroadcastReadBody {
     pub read_seq: Option<u64>,
 }
 
-/// The checks every write makes: ids valid, the token may write this user.
-fn writable(access: &Access, ids: &[(&str, &str)]) -> Result<(), ApiError> {
-    for (name, id) in ids {
-        check_id(name, id)?;
-    }
-    if !access.may_read(ids[0].1) {
-        return Err(forbidden());
-    }
-    Ok(())
-}
-
 /// Publishes `events` (their `event_id` and `occurred_at` filled in) keyed by `user_id`, deduplicated by the
 /// request's `Idempotency-Key`, and answers 202 with their ids.
-async fn publish(s: &ApiState, user_id: &str, headers: &HeaderMap, events: Vec<Value>) -> Result<Response, ApiError> {
+async fn publish(
+    s: &ApiState,
+    user_id: &str,
+    headers: &HeaderMap,
+    mut events: Vec<Value>,
+) -> Result<Response, ApiError> {
     let gw = s.gateway.as_ref().ok_or_else(|| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance has no Kafka producer")
     })?;
     let key = idempotency_key(headers)?;
-    let mut events = events;
     let ids: Vec<String> = events.iter_mut().map(|e| stamp(gw, e)).collect();
     let remembered = match &key {
         Some(key) => remember(s, gw, user_id, key, &ids).await?,
@@ -228,7 +221,7 @@ pub async fn read_conversation(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let Path((user_id, conversation_id)) = path?;
-    writable(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
+    authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
     let ReadBody { read_seq } = optional_json(&body)?;
     let read_seq = match read_seq {
         Some(seq) => Some(seq),
@@ -274,7 +267,7 @@ pub async fn mute_conversation(
     body: Result<Json<MuteBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Path((user_id, conversation_id)) = path?;
-    writable(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
+    authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
     let Json(MuteBody { muted }) = body?;
     let event =
         json!({"type": "conversation.muted", "user_id": user_id, "conversation_id": conversation_id, "muted": muted});
@@ -293,7 +286,7 @@ pub async fn read_notification(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Path((user_id, notification_id)) = path?;
-    writable(&access, &[("user_id", &user_id), ("notification_id", &notification_id)])?;
+    authorized(&access, &[("user_id", &user_id), ("notification_id", &notification_id)])?;
     let event = json!({"type": "notification.read", "user_id": user_id, "notification_id": notification_id});
     publish(&s, &user_id, &headers, vec![event]).await
 }
@@ -308,7 +301,7 @@ async fn mark_notifications(
     kind: &str,
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
-    writable(access, &[("user_id", &user_id)])?;
+    authorized(access, &[("user_id", &user_id)])?;
     let CategoryBody { category } = optional_json(body)?;
     let mut event = json!({"type": kind, "user_id": user_id});
     if let Some(category) = category {
@@ -362,7 +355,7 @@ pub async fn read_broadcast(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let Path((user_id, broadcast_id)) = path?;
-    writable(&access, &[("user_id", &user_id), ("broadcast_id", &broadcast_id)])?;
+    authorized(&access, &[("user_id", &user_id), ("broadcast_id", &broadcast_id)])?;
     let BroadcastReadBody { read_seq } = optional_json(&body)?;
     let read_seq = match read_seq {
         Some(seq) => seq,
@@ -386,7 +379,7 @@ pub async fn read_feed(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
-    writable(&access, &[("user_id", &user_id)])?;
+    authorized(&access, &[("user_id", &user_id)])?;
     let events: Vec<Value> = newest_unread(&s, &user_id, |_, c| c.feed)
         .await?
         .into_iter()

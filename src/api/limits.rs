@@ -47,19 +47,6 @@ pub struct LimitOptions {
     pub service_rate_limit: u32,
 }
 
-impl Default for LimitOptions {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: 1 << 20,
-            max_header_bytes: 16 << 10,
-            header_read_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
-            rate_limit: 50,
-            service_rate_limit: 0,
-        }
-    }
-}
-
 /// Checks between two sweeps of keys that have not been seen for a burst's time.
 const SWEEP_EVERY: u64 = 10_000;
 
@@ -111,7 +98,15 @@ mod tests {
 
     #[test]
     fn a_user_gets_a_burst_then_waits_and_users_do_not_share_budgets() {
-        let limits = RateLimits::new(&LimitOptions { rate_limit: 5, ..LimitOptions::default() });
+        let options = LimitOptions {
+            max_body_bytes: 1 << 20,
+            max_header_bytes: 16 << 10,
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            rate_limit: 5,
+            service_rate_limit: 0,
+        };
+        let limits = RateLimits::new(&options);
         let alice = Access::User("alice".into());
         assert!((0..10).all(|_| limits.check(&alice).is_ok()), "a burst of twice the rate passes");
         let wait = limits.check(&alice).expect_err("the 11th request in a burst is limited");

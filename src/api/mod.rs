@@ -1,4 +1,5 @@
-//! The read API (axum), served from the Redis projection.
+//! The HTTP API (axum): reads served from the Redis projection, the stream ([`stream`]), the write gateway
+//! ([`gateway`]), the web inbox ([`inbox`]); every route is in `docs/api.md` and `/openapi.json` ([`openapi`]).
 //!
 //! | route | answer |
 //! |---|---|
@@ -8,6 +9,9 @@
 //! | `GET /healthz` | 200 while the process runs |
 //! | `GET /readyz` | 200 when Redis answers and every running stage has partitions; 503 otherwise |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /v1/users/{user_id}/stream` | the counts pushed as they change (WebSocket or SSE) |
+//! | `POST /v1/users/{user_id}/…/read`, `…/mute`, … | the write gateway: 202 `{"event_ids"}` |
+//! | `GET /`, `GET /inbox.js`, `GET /openapi.json` | the web inbox, the OpenAPI document |
 //!
 //! Every answer comes from the namespace the live pointer names ([`crate::namespace`]); the
 //! `x-unread-namespace` header of each user answer says which, and `/readyz` reports it too.
@@ -134,9 +138,16 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
-/// The answer to a token that may not read a user: the same for every user, naming none.
-pub(crate) fn forbidden() -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token may not read this user")
+/// The checks of every per-user route: each `(name, id)` valid (400 `invalid_id`), then the token may act for the
+/// user, the first id (403 `forbidden`: the same for every user, naming none).
+pub(crate) fn authorized(access: &Access, ids: &[(&str, &str)]) -> Result<(), ApiError> {
+    for (name, id) in ids {
+        check_id(name, id)?;
+    }
+    if !access.may_read(ids[0].1) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token may not read this user"));
+    }
+    Ok(())
 }
 
 impl From<PathRejection> for ApiError {
@@ -335,10 +346,7 @@ async fn user_unread(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
-    check_id("user_id", &user_id)?;
-    if !access.may_read(&user_id) {
-        return Err(forbidden());
-    }
+    authorized(&access, &[("user_id", &user_id)])?;
     let namespace = s.live.current().0;
     let (view, source) = read_user(&s, &namespace, &user_id).await?;
     Ok(sourced(namespace, view, source, &query))
@@ -423,11 +431,7 @@ async fn conversation_unread(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path((user_id, conversation_id)) = path?;
-    check_id("user_id", &user_id)?;
-    check_id("conversation_id", &conversation_id)?;
-    if !access.may_read(&user_id) {
-        return Err(forbidden());
-    }
+    authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
     let (namespace, projection) = s.live.current();
     let c = projection.read_conversation(&user_id, &conversation_id).await?;
     let answer = ConversationAnswer {

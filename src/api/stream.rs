@@ -21,7 +21,7 @@ use axum::Extension;
 use serde::Deserialize;
 
 use super::openapi::ReadErrors;
-use super::{check_id, forbidden, ApiError, ApiState};
+use super::{authorized, ApiError, ApiState};
 use crate::auth::Access;
 use crate::push::Subscription;
 
@@ -60,10 +60,7 @@ pub async fn stream(
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
-    check_id("user_id", &user_id)?;
-    if !access.may_read(&user_id) {
-        return Err(forbidden());
-    }
+    authorized(&access, &[("user_id", &user_id)])?;
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()?.parse().ok());
     let since = query.since.or(last_event_id);
     if let Ok(ws) = ws {
