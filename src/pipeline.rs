@@ -11,7 +11,8 @@ use std::io::{self, BufRead, BufReader, Write};
 use anyhow::Context;
 
 use crate::core::contract::{decode, DecodeError, Event, UserView};
-use crate::core::fanout::FanOut;
+use crate::core::fanout::{BatchStats, FanOut};
+use crate::core::hybrid::Diffusion;
 use crate::core::fold::Fold;
 
 /// Largest batch `unread fold` hands to the fan-out: 1,000 events, about what one Kafka poll returns.
@@ -22,12 +23,23 @@ pub const MAX_BATCH: usize = 1000;
 pub struct Pipeline {
     fanout: FanOut,
     fold: Fold,
+    stats: BatchStats,
 }
 
 impl Pipeline {
-    /// An empty pipeline.
+    /// An empty pipeline (read diffusion from the default threshold).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty pipeline with the given read-diffusion policy.
+    pub fn with_diffusion(diffusion: Diffusion) -> Self {
+        Self { fanout: FanOut::with_diffusion(diffusion), ..Self::default() }
+    }
+
+    /// What the fan-out counted so far (duplicates, early recalls, diffusion switches).
+    pub fn stats(&self) -> BatchStats {
+        self.stats
     }
 
     /// Runs one batch (events in log order) through fan-out and fold.
@@ -36,7 +48,10 @@ impl Pipeline {
             Event::Conversation(c) => Some(c),
             Event::User(_) => None,
         });
-        let (deltas, _) = self.fanout.process_batch(conversation_events);
+        let (deltas, stats) = self.fanout.process_batch(conversation_events);
+        self.stats.duplicate_messages += stats.duplicate_messages;
+        self.stats.early_recalls += stats.early_recalls;
+        (self.stats.to_read, self.stats.to_write) = (self.stats.to_read + stats.to_read, self.stats.to_write + stats.to_write);
         for delta in &deltas {
             self.fold.apply_delta(delta);
         }
@@ -59,7 +74,7 @@ impl Pipeline {
 
     /// Every member user's reader view, sorted by user id.
     pub fn views(&self) -> Vec<UserView> {
-        self.fold.views(self.fanout.lists())
+        self.fold.views(&self.fanout)
     }
 }
 

@@ -97,7 +97,8 @@ impl Fallback {
     /// counts from the checkpointed lists); `None` when the checkpoint has no state for the user.
     async fn checkpointed(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<Checkpointed>> {
         let Some((store, partition, state)) = self.state_row(namespace, user_id).await? else { return Ok(None) };
-        let view = state.view(user_id, &crate::ops::load_lists(&store).await?);
+        let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.clone()).collect();
+        let view = state.view(user_id, &crate::ops::load_shared(&store, Some(&indexed)).await?);
         Ok(Some(Checkpointed { store, state, partition, view }))
     }
 

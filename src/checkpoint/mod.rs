@@ -3,7 +3,9 @@
 //!
 //! Format: one version byte ([`FORMAT_VERSION`]) followed by the state in postcard (serde, varint integers).
 //! Version 2 (contract v2) adds to a user's row the feed flag per conversation, `feed_unread`, the broadcast cursors
-//! and the notification summary; a version-1 row still decodes (as a user with none of those). A user's remembered
+//! and the notification summary; version 3 adds read diffusion (`crate::core::hybrid`): per conversation of a user,
+//! the switch and the named mentions above it, and per conversation of the fan-out, its index. Rows of versions 1
+//! and 2 still decode (as users and conversations without those). A user's remembered
 //! notifications ([`encode_note`]) and the broadcast lists ([`encode_list`]) have rows of their own.
 //! Range sets make a user's state small whatever the unread count: a dev-set user averages tens of bytes.
 //! Decoding checks the invariants (sorted disjoint ranges, mentions within unread, totals equal to the sums), so
@@ -18,9 +20,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::core::broadcast::ListState;
+use crate::core::contract::ConversationKind;
 use crate::core::fanout::ConversationState;
 use crate::core::fold::{ConvState, Totals, UserState};
-use crate::core::notifications::Note;
+use crate::core::notifications::{Note, Summary};
 use crate::core::seqset::SeqSet;
 
 /// A stage of the pipeline: which checkpoint tables, leases, consumer group and metrics a partition task uses.
@@ -52,13 +55,13 @@ impl fmt::Display for Stage {
 }
 
 /// The version byte of the current encoding.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Why checkpoint bytes could not be turned back into state.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// The bytes are empty or start with a version this build does not read.
-    #[error("unsupported checkpoint format version {found:?} (this build reads 1 and {FORMAT_VERSION})")]
+    #[error("unsupported checkpoint format version {found:?} (this build reads 1 to {FORMAT_VERSION})")]
     Version {
         /// The first byte, if any.
         found: Option<u8>,
@@ -80,7 +83,7 @@ fn encode<T: serde::Serialize>(state: &T) -> Vec<u8> {
 
 fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, CheckpointError> {
     match bytes.split_first() {
-        Some((&v, payload)) if v == 1 || v == FORMAT_VERSION => Ok(postcard::from_bytes(payload)?),
+        Some((&v, payload)) if (1..=FORMAT_VERSION).contains(&v) => Ok(postcard::from_bytes(payload)?),
         other => Err(CheckpointError::Version { found: other.map(|(v, _)| *v) }),
     }
 }
@@ -112,6 +115,51 @@ struct TotalsV1 {
     memberships: u64,
 }
 
+/// A user's row as version 2 wrote it: version 3 added two fields to each conversation.
+#[derive(Deserialize)]
+struct UserStateV2 {
+    conversations: BTreeMap<String, ConvStateV2>,
+    totals: Totals,
+    clock: u64,
+    detached: usize,
+    broadcasts: BTreeMap<String, u64>,
+    notifications: Summary,
+}
+
+#[derive(Deserialize)]
+struct ConvStateV2 {
+    floor: u64,
+    joined_at: Option<u64>,
+    muted: bool,
+    unread: SeqSet,
+    mentions: SeqSet,
+    touched: u64,
+    feed: bool,
+}
+
+impl From<ConvStateV2> for ConvState {
+    fn from(c: ConvStateV2) -> Self {
+        let ConvStateV2 { floor, joined_at, muted, unread, mentions, touched, feed } = c;
+        ConvState { floor, joined_at, muted, unread, mentions, touched, feed, ..ConvState::default() }
+    }
+}
+
+impl From<UserStateV2> for UserState {
+    fn from(v2: UserStateV2) -> Self {
+        let conversations = v2.conversations.into_iter().map(|(id, c)| (id, c.into())).collect();
+        UserState::from_parts(conversations, v2.totals, v2.clock, v2.detached)
+            .with_v2_parts(v2.broadcasts, v2.notifications)
+    }
+}
+
+/// A conversation's row as versions 1 and 2 wrote it (without an index).
+#[derive(Deserialize)]
+struct ConversationStateV2 {
+    kind: Option<ConversationKind>,
+    head: u64,
+    members: BTreeMap<String, u64>,
+}
+
 impl From<UserStateV1> for UserState {
     fn from(v1: UserStateV1) -> Self {
         let conversations = v1
@@ -119,7 +167,7 @@ impl From<UserStateV1> for UserState {
             .into_iter()
             .map(|(id, c)| {
                 let ConvStateV1 { floor, joined_at, muted, unread, mentions, touched } = c;
-                (id, ConvState { floor, joined_at, muted, unread, mentions, touched, feed: false })
+                (id, ConvState { floor, joined_at, muted, unread, mentions, touched, ..ConvState::default() })
             })
             .collect();
         let t = v1.totals;
@@ -146,6 +194,7 @@ pub fn encode_user(state: &UserState) -> Vec<u8> {
 pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
     let state: UserState = match bytes.split_first() {
         Some((1, payload)) => postcard::from_bytes::<UserStateV1>(payload)?.into(),
+        Some((2, payload)) => postcard::from_bytes::<UserStateV2>(payload)?.into(),
         _ => decode(bytes)?,
     };
     state.check_own().map_err(CheckpointError::Inconsistent)?;
@@ -189,7 +238,16 @@ pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
 ///
 /// Errors: as [`decode_user`]; a member who joined above the head is inconsistent.
 pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, CheckpointError> {
-    let state: ConversationState = decode(bytes)?;
+    let state: ConversationState = match bytes.split_first() {
+        Some((1 | 2, payload)) => {
+            let v2: ConversationStateV2 = postcard::from_bytes(payload)?;
+            ConversationState { kind: v2.kind, head: v2.head, members: v2.members, index: None }
+        }
+        _ => decode(bytes)?,
+    };
+    if state.index.as_ref().is_some_and(|i| i.live.max().is_some_and(|m| m > state.head) || i.since > state.head) {
+        return Err(CheckpointError::Inconsistent(format!("an index above head {}", state.head)));
+    }
     if let Some((user, at)) = state.members.iter().find(|(_, at)| **at > state.head) {
         return Err(CheckpointError::Inconsistent(format!(
             "member {user:?} joined at {at}, above head {}",

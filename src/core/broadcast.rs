@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::core::contract::ConversationEvent;
+use crate::core::hybrid::ConvIndex;
 use crate::core::seqset::SeqSet;
 
 /// One list's state: its head and the publications that count.
@@ -19,13 +20,28 @@ pub struct ListState {
 }
 
 /// A change to a list's live seqs, in the order it happened: what the projection applies to its copy of the list
-/// (`ZADD` / `ZREM`), O(1) per event.
+/// (`ZADD` / `ZREM`), O(1) per event. A read-diffused conversation's index ([`crate::core::hybrid::ConvIndex`])
+/// changes by the same ops, plus the two only it has: a seq that mentions everyone, and clearing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ListOp {
-    /// A countable publication.
+    /// A countable publication (or message).
     Add(u64),
-    /// A recall of a publication at or below the head.
+    /// A countable message that mentions everyone (indexes only): added to the live seqs and the mentions.
+    AddMention(u64),
+    /// A recall of a publication (or message) at or below the head.
     Remove(u64),
+    /// Empties the set (indexes only: the conversation switched diffusion).
+    Clear,
+}
+
+/// What a [`ListOp`] applies to: a broadcast list, or a read-diffused conversation's index. Their Redis keys differ
+/// ([`crate::projection::shared_keys`]), so a list and a conversation may share an id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ListId {
+    /// A broadcast list, by `broadcast_id`.
+    Broadcast(String),
+    /// A read-diffused conversation's index, by `conversation_id`.
+    Index(String),
 }
 
 impl ListState {
@@ -44,30 +60,57 @@ impl ListState {
         }
     }
 
+    /// The ops that rebuild the list from empty (for a projection that lost it).
+    pub fn whole_ops(&self) -> Vec<ListOp> {
+        self.live.iter().map(ListOp::Add).collect()
+    }
+
     /// The publications that count for a reader at `cursor`: live seqs above it.
     pub fn unread_above(&self, cursor: u64) -> u64 {
         self.live.count_above(cursor)
     }
 }
 
-/// Where a reader's broadcast counts come from: a list's unread count above a cursor (0 for a list never
-/// published). The fan-out's lists in one process ([`crate::pipeline`]), Redis in the service.
+/// What is kept once and combined with each reader's state at read time: broadcast lists and the indexes of
+/// read-diffused conversations. The fan-out's in one process ([`crate::pipeline`]), Redis in the service.
 pub trait Lists {
-    /// `unread(U, B)` for a reader at `cursor` in list `broadcast_id`.
+    /// `unread(U, B)` for a reader at `cursor` in list `broadcast_id` (0 for a list never published).
     fn unread_above(&self, broadcast_id: &str, cursor: u64) -> u64;
+
+    /// A member's share of a read-diffused conversation's index: (unread, mentions) above `lo`, with the member's
+    /// `named` mentions ([`crate::core::hybrid::ConvIndex::counts`]); (0, 0) for a conversation without an index.
+    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64);
 }
 
-impl Lists for crate::core::Map<String, ListState> {
+/// The broadcast lists and read-diffused conversations' indexes, loaded from the checkpoint (for `unread verify`
+/// and degraded reads).
+#[derive(Debug, Clone, Default)]
+pub struct SharedLists {
+    /// Broadcast lists by id.
+    pub lists: crate::core::Map<String, ListState>,
+    /// Indexes by conversation id.
+    pub indexes: crate::core::Map<String, ConvIndex>,
+}
+
+impl Lists for SharedLists {
     fn unread_above(&self, broadcast_id: &str, cursor: u64) -> u64 {
-        self.get(broadcast_id).map_or(0, |l| l.unread_above(cursor))
+        self.lists.get(broadcast_id).map_or(0, |l| l.unread_above(cursor))
+    }
+
+    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64) {
+        self.indexes.get(conversation_id).map_or((0, 0), |i| i.counts(lo, named))
     }
 }
 
-/// No list at all (every count 0): for a view whose broadcast counts are combined elsewhere (in Redis).
+/// Nothing kept once (every count 0): for a view whose shared counts are combined elsewhere (in Redis).
 pub struct NoLists;
 
 impl Lists for NoLists {
     fn unread_above(&self, _: &str, _: u64) -> u64 {
         0
+    }
+
+    fn index_counts(&self, _: &str, _: u64, _: &SeqSet) -> (u64, u64) {
+        (0, 0)
     }
 }

@@ -43,7 +43,8 @@ pub enum DeltaOp {
         /// The countable, not recalled messages of others in the run that the user has not read by its own
         /// messages: candidates for unread (the fold still drops those at or below the user's cursor).
         unread: SeqSet,
-        /// The seqs of `unread` that mention the user (by name or `mention_all`).
+        /// The seqs of `unread` that mention the user (by name or `mention_all`); in a read-diffused conversation,
+        /// where `unread` is empty, the seqs of its index that mention the user by name.
         mentions: SeqSet,
         /// The highest seq the user sent in the run, 0 for none: sending means having read everything before
         /// (`CONTRACT.md` § Semantics, "every seq that U sent in C"). Sent even to a non-member sender.
@@ -51,9 +52,25 @@ pub enum DeltaOp {
     },
     /// These seqs were recalled: they stop counting. Comes first in a delta and covers every recall of the batch,
     /// also of messages sent in it (which the batch's Messages ops already leave out), so that a delta produced
-    /// before a fan-out crash, with another batching, cannot keep a recalled message unread.
+    /// before a fan-out crash, with another batching, cannot keep a recalled message unread. (A read-diffused
+    /// conversation's recalls of seqs in its index change only the index.)
     Recalled {
         /// The recalled seqs.
         seqs: SeqSet,
+    },
+    /// The conversation became read-diffused when its head was `since` (`crate::core::hybrid`): seqs above it
+    /// count from the conversation's index, combined at read time; the user keeps only those at or below it. Also
+    /// follows `Joined` for a member who joins a read-diffused conversation.
+    ReadDiffusion {
+        /// The head at the switch.
+        since: u64,
+    },
+    /// The conversation went back to write diffusion: its index's seqs become the user's own unread (above the
+    /// user's cursor) and its index is dropped.
+    WriteDiffusion {
+        /// The index's live seqs.
+        unread: SeqSet,
+        /// The index's seqs that mention everyone (the user's named mentions are already in the user's state).
+        mentions: SeqSet,
     },
 }

@@ -12,14 +12,19 @@
 //! Every delta of a batch starts with the batch's effective recalls, those of messages sent in the same batch
 //! included: a fan-out restarted from its checkpoint may batch the same events differently, and a message that an
 //! earlier batching already delivered must still be taken back.
+//!
+//! A conversation whose member count reaches the [`Diffusion`] threshold is read-diffused ([`crate::core::hybrid`]):
+//! its countable messages go to its [`ConvIndex`] (and, as [`ListOp`]s, to Redis) instead of every member's delta.
+//! A switch splits the batch at the membership event that causes it: what came before is emitted first.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::broadcast::{ListOp, ListState};
+use crate::core::broadcast::{ListId, ListOp, ListState, Lists};
 use crate::core::contract::{ConversationEvent, ConversationKind, Target};
 use crate::core::delta::{Delta, DeltaOp};
+use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::core::seqset::SeqSet;
 use crate::core::Map;
 
@@ -32,6 +37,9 @@ pub struct ConversationState {
     pub head: u64,
     /// Current members → the head when each (last) joined.
     pub members: BTreeMap<String, u64>,
+    /// The index while the conversation is read-diffused ([`crate::core::hybrid`]); `None`: write-diffused.
+    #[serde(default)]
+    pub index: Option<ConvIndex>,
 }
 
 /// The fan-out's state of every conversation and broadcast list it has seen.
@@ -39,8 +47,9 @@ pub struct ConversationState {
 pub struct FanOut {
     conversations: Map<String, ConversationState>,
     lists: Map<String, ListState>,
-    /// The list changes of the batches since [`FanOut::take_list_ops`], in order.
-    list_ops: Vec<(String, ListOp)>,
+    /// The list and index changes of the batches since [`FanOut::take_list_ops`], in order.
+    list_ops: Vec<(ListId, ListOp)>,
+    diffusion: Diffusion,
 }
 
 /// Counts of what a batch held, for metrics.
@@ -50,6 +59,10 @@ pub struct BatchStats {
     pub duplicate_messages: u64,
     /// `message.recalled` above the head, ignored.
     pub early_recalls: u64,
+    /// Conversations switched to read diffusion.
+    pub to_read: u64,
+    /// Conversations switched back to write diffusion.
+    pub to_write: u64,
 }
 
 /// One mark in a user's timeline within a batch of one conversation.
@@ -66,11 +79,14 @@ struct ConvBatch<'e> {
     /// The kind was decided `feed` in this batch: every member hears of it.
     became_feed: bool,
     start_head: u64,
-    /// Countable, not recalled seqs sent in the batch.
+    /// The index's `since` when the conversation is read-diffused for the whole batch.
+    read_since: Option<u64>,
+    /// Countable, not recalled seqs sent in the batch (none while read-diffused: they go to the index).
     countable: SeqSet,
     /// The seqs of `countable` with `mention_all`.
     mention_all: SeqSet,
-    /// Per user: the seqs of `countable` that mention the user by name.
+    /// Per user: the seqs of `countable` (or, read-diffused, of the index) that mention the user by name and not
+    /// everyone.
     mentioned: Map<&'e str, SeqSet>,
     /// Per user whose membership changed or who sent: marks in order.
     timeline: Map<&'e str, Vec<Mark>>,
@@ -79,9 +95,15 @@ struct ConvBatch<'e> {
 }
 
 impl FanOut {
-    /// An empty fan-out (no conversation known).
+    /// An empty fan-out (no conversation known), read-diffusing from [`crate::core::hybrid::DEFAULT_THRESHOLD`]
+    /// members.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty fan-out with the given read-diffusion policy.
+    pub fn with_diffusion(diffusion: Diffusion) -> Self {
+        Self { diffusion, ..Self::default() }
     }
 
     /// The state of one conversation, if it has had any event.
@@ -114,8 +136,25 @@ impl FanOut {
         self.lists.insert(broadcast_id, state);
     }
 
-    /// The list changes since the last call, in order (what the projection applies to its copy of the lists).
-    pub fn take_list_ops(&mut self) -> Vec<(String, ListOp)> {
+    /// Every list and index whole, as the ops that rebuild each from empty (for a projection that lost them).
+    pub fn whole_shared(&self) -> Vec<(ListId, Vec<ListOp>)> {
+        let lists = self.lists.iter().map(|(id, l)| (ListId::Broadcast(id.clone()), l.whole_ops()));
+        let indexes = self.conversations.iter().filter_map(|(id, c)| Some((ListId::Index(id.clone()), c.index.as_ref()?.whole_ops())));
+        lists.chain(indexes).collect()
+    }
+
+    /// Whether anything is kept once in Redis: a broadcast list or a read-diffused conversation's index.
+    pub fn has_shared(&self) -> bool {
+        !self.lists.is_empty() || self.conversations.values().any(|c| c.index.is_some())
+    }
+
+    /// Whether list or index changes wait to be taken.
+    pub fn has_list_ops(&self) -> bool {
+        !self.list_ops.is_empty()
+    }
+
+    /// The list and index changes since the last call, in order (what the projection applies to its copy).
+    pub fn take_list_ops(&mut self) -> Vec<(ListId, ListOp)> {
         std::mem::take(&mut self.list_ops)
     }
 
@@ -129,13 +168,14 @@ impl FanOut {
         let mut stats = BatchStats::default();
         let mut batches: Vec<ConvBatch<'e>> = Vec::new();
         let mut index: Map<&'e str, usize> = Map::default();
+        let mut deltas = Vec::new();
         for event in events {
             let cid = match event.target() {
                 Target::Conversation(cid) => cid,
                 Target::Broadcast(bid) => {
                     // Broadcasts are never fanned out: the list changes once, whatever the number of readers.
                     if let Some(op) = self.lists.entry_ref(bid).or_default().apply(event) {
-                        self.list_ops.push((bid.to_owned(), op));
+                        self.list_ops.push((ListId::Broadcast(bid.to_owned()), op));
                     }
                     continue;
                 }
@@ -145,9 +185,16 @@ impl FanOut {
                 batches.push(ConvBatch::start(cid, state));
                 batches.len() - 1
             });
-            batches[b].apply(state, event, &mut stats);
+            batches[b].apply(state, event, &mut stats, &mut self.list_ops);
+            if let Some(op) = switch(self.diffusion, cid, state, event, &mut self.list_ops) {
+                let to_read = matches!(op, DeltaOp::ReadDiffusion { .. });
+                (stats.to_read, stats.to_write) = (stats.to_read + u64::from(to_read), stats.to_write + u64::from(!to_read));
+                // The switch happens at this event: what came before is emitted with the old diffusion.
+                batches[b].emit(state, &mut deltas);
+                switch_deltas(cid, state, op, &mut deltas);
+                batches[b] = ConvBatch::start(cid, state);
+            }
         }
-        let mut deltas = Vec::new();
         for batch in &batches {
             batch.emit(&self.conversations[batch.conversation_id], &mut deltas);
         }
@@ -155,11 +202,62 @@ impl FanOut {
     }
 }
 
+impl Lists for FanOut {
+    fn unread_above(&self, broadcast_id: &str, cursor: u64) -> u64 {
+        self.lists.get(broadcast_id).map_or(0, |l| l.unread_above(cursor))
+    }
+
+    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64) {
+        let index = self.conversations.get(conversation_id).and_then(|c| c.index.as_ref());
+        index.map_or((0, 0), |i| i.counts(lo, named))
+    }
+}
+
+/// The diffusion switch `event` causes, if any (only membership changes do): the op every member receives. Updates
+/// the conversation's index and records the index's [`ListOp::Clear`].
+fn switch(
+    diffusion: Diffusion,
+    conversation_id: &str,
+    state: &mut ConversationState,
+    event: &ConversationEvent,
+    list_ops: &mut Vec<(ListId, ListOp)>,
+) -> Option<DeltaOp> {
+    if matches!(event, ConversationEvent::Sent(_) | ConversationEvent::Recalled(_)) {
+        return None;
+    }
+    let clear = (ListId::Index(conversation_id.to_owned()), ListOp::Clear);
+    match &state.index {
+        None if diffusion.to_read(state.members.len()) => {
+            state.index = Some(ConvIndex::new(state.head));
+            list_ops.push(clear);
+            Some(DeltaOp::ReadDiffusion { since: state.head })
+        }
+        Some(_) if diffusion.to_write(state.members.len()) => {
+            let index = state.index.take().expect("matched Some");
+            list_ops.push(clear);
+            Some(DeltaOp::WriteDiffusion { unread: index.live, mentions: index.mention_all })
+        }
+        _ => None,
+    }
+}
+
+/// One delta per current member with the switch's op.
+fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, out: &mut Vec<Delta>) {
+    let feed = state.kind == Some(ConversationKind::Feed);
+    out.extend(state.members.keys().map(|user| Delta {
+        user_id: user.clone(),
+        conversation_id: conversation_id.to_owned(),
+        ops: vec![op.clone()],
+        feed,
+    }));
+}
+
 impl<'e> ConvBatch<'e> {
     fn start(conversation_id: &'e str, state: &ConversationState) -> Self {
         Self {
             conversation_id,
             became_feed: false,
+            read_since: state.index.as_ref().map(|i| i.since),
             start_head: state.head,
             countable: SeqSet::new(),
             mention_all: SeqSet::new(),
@@ -176,7 +274,13 @@ impl<'e> ConvBatch<'e> {
         }
     }
 
-    fn apply(&mut self, state: &mut ConversationState, event: &'e ConversationEvent, stats: &mut BatchStats) {
+    fn apply(
+        &mut self,
+        state: &mut ConversationState,
+        event: &'e ConversationEvent,
+        stats: &mut BatchStats,
+        list_ops: &mut Vec<(ListId, ListOp)>,
+    ) {
         match event {
             ConversationEvent::Created(e) => {
                 // The first conversation.created decides the kind (`CONTRACT.md` § v2, "Kind").
@@ -201,11 +305,23 @@ impl<'e> ConvBatch<'e> {
                 }
                 state.head = e.seq;
                 self.timeline.entry(&e.sender_id).or_default().push(Mark::Own(e.seq));
-                if e.countable {
+                if !e.countable {
+                    return;
+                }
+                if let Some(index) = &mut state.index {
+                    index.live.insert(e.seq);
+                    let op = if e.mention_all { ListOp::AddMention(e.seq) } else { ListOp::Add(e.seq) };
+                    if e.mention_all {
+                        index.mention_all.insert(e.seq);
+                    }
+                    list_ops.push((ListId::Index(self.conversation_id.to_owned()), op));
+                } else {
                     self.countable.insert(e.seq);
                     if e.mention_all {
                         self.mention_all.insert(e.seq);
                     }
+                }
+                if !e.mention_all {
                     for m in &e.mentions {
                         self.mentioned.entry(m).or_default().insert(e.seq);
                     }
@@ -227,9 +343,19 @@ impl<'e> ConvBatch<'e> {
                         set.remove(e.seq);
                     }
                 }
-                // Emitted even when sent in this batch: a fan-out that crashed after producing an earlier batching
-                // of these events may already have delivered the message.
-                self.recalls.insert(e.seq);
+                match &mut state.index {
+                    // Read-diffused since before it was sent: only the index ever held it.
+                    Some(index) if e.seq > index.since => {
+                        index.live.remove(e.seq);
+                        index.mention_all.remove(e.seq);
+                        list_ops.push((ListId::Index(self.conversation_id.to_owned()), ListOp::Remove(e.seq)));
+                    }
+                    // Emitted even when sent in this batch: a fan-out that crashed after producing an earlier
+                    // batching of these events may already have delivered the message.
+                    _ => {
+                        self.recalls.insert(e.seq);
+                    }
+                }
             }
         }
     }
@@ -239,12 +365,12 @@ impl<'e> ConvBatch<'e> {
     fn messages(&self, user: &str, above: u64, upto: u64, own: u64) -> Option<DeltaOp> {
         let lo = above.max(own);
         let unread = self.countable.slice(lo, upto);
-        if unread.is_empty() && own == 0 {
-            return None;
-        }
         let mut mentions = self.mention_all.slice(lo, upto);
         if let Some(named) = self.mentioned.get(user) {
             mentions.union_above(&named.slice(lo, upto), lo);
+        }
+        if unread.is_empty() && mentions.is_empty() && own == 0 {
+            return None;
         }
         Some(DeltaOp::Messages { unread, mentions, read_to: own })
     }
@@ -335,6 +461,7 @@ impl<'e> ConvBatch<'e> {
                             own = 0;
                         }
                         ops.push(DeltaOp::Joined { head });
+                        ops.extend(self.read_since.map(|since| DeltaOp::ReadDiffusion { since }));
                         member_from = Some(head);
                     }
                 }

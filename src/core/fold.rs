@@ -11,6 +11,11 @@
 //! - the per-user [`Totals`] are kept incrementally from each conversation's contribution before and after a
 //!   change, so they equal the sums in every state.
 //!
+//! In a read-diffused conversation ([`crate::core::hybrid`]) the user's [`ConvState`] holds only the unread seqs up
+//! to the switch (`read_from`) and the named mentions above it; the rest of the count comes from the conversation's
+//! index at read time, through [`Lists::index_counts`], in [`UserState::view`] (and, in the service, in Redis's read
+//! script). The incremental [`Totals`] cover the user's own part; the view adds the index's.
+//!
 //! Conversations the user is not a member of are kept only while they carry information (a floor above 0 or a
 //! mute), at most [`MAX_DETACHED_PER_USER`] per user, least recently touched evicted first.
 
@@ -21,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::broadcast::Lists;
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserEvent, UserView};
 use crate::core::delta::{Delta, DeltaOp};
+use crate::core::hybrid::IndexShare;
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::seqset::SeqSet;
 use crate::core::Map;
@@ -46,6 +52,14 @@ pub struct ConvState {
     /// The conversation is a feed (`CONTRACT.md` § v2, "Kind"): it counts in `feed_unread`, not in the chat
     /// totals. Only ever turns true (a kind is decided once, by the first `conversation.created`).
     pub feed: bool,
+    /// While the conversation is read-diffused (and the user a member): the head at the switch. `unread` then
+    /// holds only seqs at or below it; those above count from the conversation's index.
+    #[serde(default)]
+    pub read_from: Option<u64>,
+    /// Read-diffused: the seqs above `read_from` and the cursor that mention the user by name (counted at read time
+    /// while still in the index).
+    #[serde(default)]
+    pub named: SeqSet,
 }
 
 impl ConvState {
@@ -85,6 +99,30 @@ impl ConvState {
         let cursor = self.cursor();
         self.unread.remove_through(cursor);
         self.mentions.remove_through(cursor);
+        self.named.remove_through(cursor);
+    }
+
+    /// Read-diffused and a member: where the index's share starts, `max(cursor, read_from)`.
+    pub fn index_from(&self) -> Option<u64> {
+        self.read_from.filter(|_| self.is_member()).map(|since| since.max(self.cursor()))
+    }
+
+    /// Adds `unread` seqs and the `mentions` among them (or, above `read_from`, to `named`) above the cursor; returns
+    /// how many seqs became unread. Read-diffused, seqs above `read_from` are the index's and are not added.
+    fn add_messages(&mut self, unread: &SeqSet, mentions: &SeqSet) -> u64 {
+        let cursor = self.cursor();
+        let added = match self.read_from {
+            Some(since) => self.unread.union_above(&unread.slice(0, since), cursor),
+            None => self.unread.union_above(unread, cursor),
+        };
+        for seq in mentions.iter().filter(|s| *s > cursor) {
+            if self.read_from.is_some_and(|since| seq > since) {
+                self.named.insert(seq);
+            } else if self.unread.contains(seq) {
+                self.mentions.insert(seq);
+            }
+        }
+        added
     }
 }
 
@@ -114,6 +152,27 @@ impl Totals {
     }
 }
 
+/// A non-member holds no read diffusion; a read-diffused member's unread seqs are at or below the switch and its
+/// named mentions above both the switch and the cursor.
+fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
+    if !c.is_member() && (c.read_from.is_some() || !c.named.is_empty()) {
+        return Err(format!("conversation {id:?}: read diffusion kept while not a member"));
+    }
+    let Some(since) = c.read_from else {
+        return match c.named.is_empty() {
+            true => Ok(()),
+            false => Err(format!("conversation {id:?}: named mentions while write-diffused")),
+        };
+    };
+    if c.unread.max().is_some_and(|m| m > since) {
+        return Err(format!("conversation {id:?}: unread above the switch at {since}"));
+    }
+    if c.named.ranges().first().is_some_and(|r| r.0 <= since.max(c.cursor())) {
+        return Err(format!("conversation {id:?}: a named mention at or below the switch or the cursor"));
+    }
+    Ok(())
+}
+
 /// One user's state: per-conversation [`ConvState`]s and the [`Totals`] over them, broadcast cursors, and the
 /// notification [`Summary`]. Serializes for the user's checkpoint row; the remembered notifications
 /// ([`NoteBook`]) are checkpointed apart, one row each, so that a flush writes what changed, not the history.
@@ -139,6 +198,11 @@ impl UserState {
         detached: usize,
     ) -> Self {
         Self { conversations, totals, clock, detached, ..Self::default() }
+    }
+
+    /// A version-2 checkpoint's state: `self` with its broadcast cursors and notification summary.
+    pub(crate) fn with_v2_parts(self, broadcasts: BTreeMap<String, u64>, notifications: Summary) -> Self {
+        Self { broadcasts, notifications, ..self }
     }
 
     /// The totals, kept incrementally.
@@ -190,7 +254,8 @@ impl UserState {
         self.totals.memberships > 0 || !self.broadcasts.is_empty() || !self.notifications.categories.is_empty()
     }
 
-    /// The reader shape of `CONTRACT.md` § "The state a reader sees", with the broadcast counts from `lists`.
+    /// The reader shape of `CONTRACT.md` § "The state a reader sees", with the broadcast counts and the shares
+    /// of read-diffused conversations' indexes from `lists`.
     pub fn view(&self, user_id: &str, lists: &impl Lists) -> UserView {
         let conversations = self
             .conversations
@@ -215,7 +280,7 @@ impl UserState {
             .map(|(cat, c)| (cat.clone(), NotificationView { unread: c.unread, unseen: c.unseen }))
             .collect();
         let (total_notifications_unread, total_notifications_unseen) = self.notifications.totals();
-        UserView {
+        let mut view = UserView {
             user_id: user_id.to_owned(),
             total_unread: self.totals.total_unread,
             total_mentions: self.totals.total_mentions,
@@ -226,7 +291,12 @@ impl UserState {
             notifications,
             total_notifications_unread,
             total_notifications_unseen,
+        };
+        for (id, c) in self.read_diffused() {
+            let (unread, mentions) = lists.index_counts(id, c.index_from().unwrap_or_default(), &c.named);
+            IndexShare { muted: c.muted, feed: c.feed, unread, mentions }.add_to(&mut view, id);
         }
+        view
     }
 
     /// The totals recomputed by scanning: for tests and `unread verify`, never on the hot path.
@@ -259,6 +329,7 @@ impl UserState {
             if c.mentions.iter().any(|m| !c.unread.contains(m)) {
                 return Err(format!("conversation {id:?}: a mention that is not unread"));
             }
+            check_read_diffused(id, c)?;
         }
         if self.recount() != self.totals {
             return Err(format!("totals {:?} differ from the sums {:?}", self.totals, self.recount()));
@@ -268,6 +339,11 @@ impl UserState {
             return Err(format!("detached count {} differs from {detached}", self.detached));
         }
         Ok(())
+    }
+
+    /// Every read-diffused conversation the user is a member of (what the projection stores as `r:` fields).
+    pub fn read_diffused(&self) -> impl Iterator<Item = (&String, &ConvState)> {
+        self.conversations.iter().filter(|(_, c)| c.index_from().is_some())
     }
 
     /// The notification counts equal what the remembered notifications give (a forgotten, done one counted 0).
@@ -290,16 +366,18 @@ impl UserState {
         match op {
             DeltaOp::Joined { head } => self.update(conversation_id, true, |c| {
                 if c.joined_at.is_none() {
-                    c.joined_at = Some(*head);
+                    (c.joined_at, c.read_from) = (Some(*head), None);
                     c.unread.clear();
                     c.mentions.clear();
+                    c.named.clear();
                 }
                 0
             }),
             DeltaOp::Left => self.update(conversation_id, false, |c| {
-                c.joined_at = None;
+                (c.joined_at, c.read_from) = (None, None);
                 c.unread.clear();
                 c.mentions.clear();
+                c.named.clear();
                 0
             }),
             DeltaOp::Messages { unread, mentions, read_to } => self.update(conversation_id, *read_to > 0, |c| {
@@ -308,22 +386,34 @@ impl UserState {
                     return 0;
                 }
                 c.drop_read();
-                let cursor = c.cursor();
-                let added = c.unread.union_above(unread, cursor);
-                for seq in mentions.iter().filter(|s| *s > cursor) {
-                    if c.unread.contains(seq) {
-                        c.mentions.insert(seq);
-                    }
-                }
-                added
+                c.add_messages(unread, mentions)
             }),
             DeltaOp::Recalled { seqs } => self.update(conversation_id, false, |c| {
                 for seq in seqs.iter() {
                     if c.unread.remove(seq) {
                         c.mentions.remove(seq);
                     }
+                    c.named.remove(seq);
                 }
                 0
+            }),
+            DeltaOp::ReadDiffusion { since } => self.update(conversation_id, false, |c| {
+                if c.is_member() {
+                    c.read_from = Some(*since);
+                    (c.unread, c.mentions) = (c.unread.slice(0, *since), c.mentions.slice(0, *since));
+                    c.named = c.named.slice(*since, u64::MAX);
+                }
+                0
+            }),
+            DeltaOp::WriteDiffusion { unread, mentions } => self.update(conversation_id, false, |c| {
+                if !c.is_member() {
+                    return 0;
+                }
+                let mut all_mentions = std::mem::take(&mut c.named);
+                all_mentions.union_above(mentions, 0);
+                c.read_from = None;
+                c.drop_read();
+                c.add_messages(unread, &all_mentions)
             }),
         }
     }

@@ -7,6 +7,7 @@
 //! - [`fold`]: per user, deltas and the user's own events → unread state;
 //! - [`seqset`]: the range set both are built on;
 //! - [`broadcast`]: broadcast lists, kept once and combined with each reader's cursor at read time;
+//! - [`hybrid`]: read diffusion for huge conversations, whose index is kept once the same way;
 //! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them;
 //! - [`changes`]: what changed between two reader shapes, as the push stream sends it.
 
@@ -21,5 +22,6 @@ pub mod contract;
 pub mod delta;
 pub mod fanout;
 pub mod fold;
+pub mod hybrid;
 pub mod notifications;
 pub mod seqset;

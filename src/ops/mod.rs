@@ -13,7 +13,7 @@ use anyhow::Context;
 
 use crate::checkpoint::store::{CheckpointStore, StoreResult};
 use crate::checkpoint::{self, Stage};
-use crate::core::broadcast::ListState;
+use crate::core::broadcast::SharedLists;
 use crate::projection::ProjectionVersion;
 use crate::service::fold_stage::{self, Next};
 use crate::topology::Topics;
@@ -47,14 +47,26 @@ impl CheckpointVersions {
     }
 }
 
-/// Every broadcast list of the checkpoint, by id (for the broadcast counts of views built from the checkpoint).
+/// Every broadcast list of the checkpoint, and the index of every read-diffused conversation among
+/// `conversations` (all conversations for `None`): what views built from the checkpoint combine with each user's
+/// state.
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn load_lists(store: &CheckpointStore) -> anyhow::Result<crate::core::Map<String, ListState>> {
-    let mut lists = crate::core::Map::default();
+pub async fn load_shared(store: &CheckpointStore, conversations: Option<&[String]>) -> anyhow::Result<SharedLists> {
+    let mut shared = SharedLists::default();
     for row in store.lists(None).await? {
         let state = checkpoint::decode_list(&row.state).with_context(|| format!("checkpoint of list {:?}", row.id))?;
-        lists.insert(row.id, state);
+        shared.lists.insert(row.id, state);
     }
-    Ok(lists)
+    let rows = match conversations {
+        Some([]) => Vec::new(),
+        Some(ids) => store.states_of(Stage::FanOut, ids).await?,
+        None => store.states(Stage::FanOut, None).await?,
+    };
+    for row in rows {
+        let state = checkpoint::decode_conversation(&row.state)
+            .with_context(|| format!("checkpoint of conversation {:?}", row.id))?;
+        shared.indexes.extend(state.index.map(|index| (row.id, index)));
+    }
+    Ok(shared)
 }

@@ -9,7 +9,7 @@ use super::CheckpointVersions;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{self, Stage};
 use crate::config::Settings;
-use crate::core::broadcast::ListOp;
+use crate::core::broadcast::ListId;
 use crate::kafka;
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
 
@@ -87,8 +87,15 @@ async fn rebuild_lists(store: &CheckpointStore, projection: &RedisProjection) ->
     for row in store.lists(None).await? {
         let state = checkpoint::decode_list(&row.state).with_context(|| format!("checkpoint of list {:?}", row.id))?;
         let generation = generations.get(&row.partition).copied().unwrap_or(0);
-        let ops = state.live.iter().map(ListOp::Add).collect();
-        writes.push(ListWrite { broadcast_id: row.id, generation, ops, replace: true });
+        writes.push(ListWrite { list: ListId::Broadcast(row.id), generation, ops: state.whole_ops(), replace: true });
+    }
+    for row in store.states(Stage::FanOut, None).await? {
+        let state = checkpoint::decode_conversation(&row.state)
+            .with_context(|| format!("checkpoint of conversation {:?}", row.id))?;
+        let generation = generations.get(&row.partition).copied().unwrap_or(0);
+        if let Some(index) = state.index {
+            writes.push(ListWrite { list: ListId::Index(row.id), generation, ops: index.whole_ops(), replace: true });
+        }
     }
     projection.write_lists(&writes).await?;
     Ok(())

@@ -107,7 +107,7 @@ pub async fn verify(
     repair: bool,
 ) -> anyhow::Result<VerifyReport> {
     let versions = CheckpointVersions::load(&settings.topics(), store).await?;
-    let lists = super::load_lists(store).await?;
+    let lists = super::load_shared(store, None).await?;
     let rows = match sample {
         Some(n) => store.states_sample(Stage::Fold, n).await?,
         None => store.states(Stage::Fold, None).await?,
@@ -177,7 +177,9 @@ pub async fn verify_against(
         report.differing.push((id.clone(), view_differences(&expected, &got, (&names.0, &names.1))));
         if repair {
             // At the version live holds: refused if its service wrote the user since (it moved on).
-            repairs.push(UserWrite::replace(expected, cursors, version.unwrap_or_default()));
+            // The trusted counts whole, read-diffused shares included, so without `r:` fields (which would point
+            // at this namespace's indexes): the next write of the user by the live service restores them.
+            repairs.push(UserWrite::replace(expected, cursors, BTreeMap::new(), version.unwrap_or_default()));
         }
     }
     if !repairs.is_empty() {

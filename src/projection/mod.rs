@@ -14,6 +14,12 @@
 //! - [`CURSOR_PREFIX`]`{broadcast_id}` → the user's cursor in the list; the list itself is stored once, as the
 //!   sorted set [`list_key`] of its live seqs, and the read script counts the seqs above each cursor
 //!   ([`redis::READ_SCRIPT`]): a publication writes that one key, never a user's hash;
+//! - [`INDEX_PREFIX`]`{conversation_id}` → `"{lo} {muted as 0|1} {feed as 0|1} {named mention seqs…}"`, one per
+//!   read-diffused conversation the user is a member of ([`crate::core::hybrid`]): the conversation's index is
+//!   stored once, as two sorted sets ([`shared_keys`]: its live seqs and those that mention everyone), and the read
+//!   script adds the index's seqs above `lo` (and the live named mentions) to the conversation's own part, which
+//!   its `c:` field and the totals hold; a message sent in such a conversation writes the index, never a member's
+//!   hash;
 //! - [`VERSION_FIELD`] → a [`ProjectionVersion`], `"{g} {a} {b}"`: the writing fold task's lease generation and
 //!   the position (next offsets of its user-events and user-deltas partitions) the state reflects; a write whose
 //!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
@@ -29,7 +35,10 @@ pub use version::ProjectionVersion;
 
 use std::collections::BTreeMap;
 
+use crate::core::broadcast::ListId;
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserView};
+use crate::core::fold::{ConvState, UserState};
+use crate::core::hybrid::IndexShare;
 
 /// The field holding the user's totals.
 pub const TOTALS_FIELD: &str = "_totals";
@@ -47,6 +56,12 @@ pub const COUNT_PREFIX: &str = "B:";
 pub const PUSH_VERSION_FIELD: &str = "_pv";
 /// The prefix of a list's push version in what the read script returns.
 pub const LIST_VERSION_PREFIX: &str = "V:";
+/// The prefix of a read-diffused conversation's field (the user's cursor in its index).
+pub const INDEX_PREFIX: &str = "r:";
+/// The prefix of an index's share, `"{unread} {mentions}"`, in what the read script returns (computed).
+pub const INDEX_COUNT_PREFIX: &str = "R:";
+/// The prefix of an index's push version in what the read script returns.
+pub const INDEX_VERSION_PREFIX: &str = "X:";
 
 /// A hash that does not decode into a user's counts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +114,49 @@ pub fn list_version_key(prefix: &str, broadcast_id: &str) -> String {
     format!("{prefix}lv:{broadcast_id}")
 }
 
+/// The Redis keys of what is stored once: a broadcast list's or a read-diffused conversation's index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedKeys {
+    /// The sorted set of live seqs (score = member = seq): `{prefix}l:{id}` or `{prefix}x:{id}`.
+    pub live: String,
+    /// The sorted set of the live seqs that mention everyone: `{prefix}xa:{id}` (`{prefix}la:{id}`, always empty,
+    /// for a list).
+    pub mention_all: String,
+    /// The guard: the lease generation of the fan-out task that last wrote it (`lg:` / `xg:`).
+    pub guard: String,
+    /// The push version (`lv:` / `xv:`).
+    pub version: String,
+}
+
+/// The keys of a list or an index; with an empty id, the prefixes the read script appends ids to.
+pub fn shared_keys(prefix: &str, id: &ListId) -> SharedKeys {
+    let (kind, id) = match id {
+        ListId::Broadcast(id) => ('l', id),
+        ListId::Index(id) => ('x', id),
+    };
+    SharedKeys {
+        live: format!("{prefix}{kind}:{id}"),
+        mention_all: format!("{prefix}{kind}a:{id}"),
+        guard: format!("{prefix}{kind}g:{id}"),
+        version: format!("{prefix}{kind}v:{id}"),
+    }
+}
+
+/// The `r:` field's value of a read-diffused conversation the user is a member of.
+pub fn index_value(c: &ConvState) -> String {
+    let lo = c.index_from().unwrap_or_default();
+    let mut value = format!("{lo} {} {}", u8::from(c.muted), u8::from(c.feed));
+    for seq in c.named.iter() {
+        value.push_str(&format!(" {seq}"));
+    }
+    value
+}
+
+/// The `r:` fields of a user: one per read-diffused conversation the user is a member of.
+pub fn index_fields(state: &UserState) -> BTreeMap<String, String> {
+    state.read_diffused().map(|(id, c)| (id.clone(), index_value(c))).collect()
+}
+
 /// The namespace's change channel (pub/sub: every user hash and list key written is published on it) and, as a
 /// key, its push version counter: the last version handed out. Versions are microseconds of the Redis server's
 /// clock or more, so they grow even across a Redis that lost everything.
@@ -111,7 +169,9 @@ pub fn changes_key(prefix: &str) -> String {
 pub fn push_version<'a>(fields: impl IntoIterator<Item = &'a (String, String)>) -> u64 {
     fields
         .into_iter()
-        .filter(|(f, _)| f == PUSH_VERSION_FIELD || f.starts_with(LIST_VERSION_PREFIX))
+        .filter(|(f, _)| {
+            f == PUSH_VERSION_FIELD || f.starts_with(LIST_VERSION_PREFIX) || f.starts_with(INDEX_VERSION_PREFIX)
+        })
         .filter_map(|(_, v)| v.parse::<u64>().ok())
         .max()
         .unwrap_or(0)
@@ -182,6 +242,7 @@ where
         reason: format!("has malformed value {value:?}"),
     };
     let mut view = UserView { user_id: user_id.to_owned(), ..UserView::default() };
+    let mut shares: BTreeMap<String, (Option<[u64; 3]>, Option<(u64, u64)>)> = BTreeMap::new();
     for (field, value) in fields {
         if field == TOTALS_FIELD {
             decode_totals(&mut view, &value).ok_or_else(|| bad(&field, &value))?;
@@ -195,6 +256,17 @@ where
         } else if let Some(id) = field.strip_prefix(COUNT_PREFIX) {
             let unread: u64 = value.parse().map_err(|_| bad(&field, &value))?;
             view.broadcasts.insert(id.to_owned(), BroadcastView { unread, dot: unread > 0 });
+        } else if let Some(id) = field.strip_prefix(INDEX_PREFIX) {
+            let head = value.splitn(4, ' ').take(3).collect::<Vec<_>>().join(" ");
+            let n = numbers::<u64>(&head).filter(|n| n[1] <= 1 && n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
+            shares.entry(id.to_owned()).or_default().0 = Some(n);
+        } else if let Some(id) = field.strip_prefix(INDEX_COUNT_PREFIX) {
+            shares.entry(id.to_owned()).or_default().1 = Some(pair(&value).ok_or_else(|| bad(&field, &value))?);
+        }
+    }
+    for (id, share) in shares {
+        if let (Some([_, muted, feed]), Some((unread, mentions))) = share {
+            IndexShare { muted: muted == 1, feed: feed == 1, unread, mentions }.add_to(&mut view, &id);
         }
     }
     Ok(view)

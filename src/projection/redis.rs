@@ -3,8 +3,9 @@
 //! Every user's write is one `EVALSHA` of [`WRITE_SCRIPT`]: it compares the version the write carries with the
 //! `_version` field and applies the totals, the changed conversation fields and the deleted ones only when the
 //! write is not older, all atomically. A flush pipelines the writes of many users in one round trip. A broadcast
-//! list's changes are one `EVALSHA` of [`LIST_SCRIPT`] per list, guarded by the fan-out task's lease generation; a
-//! user's read is one `EVALSHA` of [`READ_SCRIPT`], which combines the user's cursors with the lists.
+//! list's (or a read-diffused conversation's index's) changes are one `EVALSHA` of [`LIST_SCRIPT`] per list,
+//! guarded by the fan-out task's lease generation; a user's read is one `EVALSHA` of [`READ_SCRIPT`], which
+//! combines the user's cursors with the lists and the indexes.
 
 use std::collections::BTreeMap;
 
@@ -12,11 +13,11 @@ use redis::aio::ConnectionManager;
 use redis::RedisError;
 
 use super::{
-    changes_key, decode_view, list_guard_key, list_key, list_version_key, push_version, user_key, ProjectionError,
-    ProjectionVersion, CONVERSATION_PREFIX, VERSION_FIELD,
+    changes_key, decode_view, list_key, push_version, shared_keys, user_key, ProjectionError, ProjectionVersion,
+    CONVERSATION_PREFIX, INDEX_PREFIX, VERSION_FIELD,
 };
 use crate::checkpoint::Stage;
-use crate::core::broadcast::{ListOp, NoLists};
+use crate::core::broadcast::{ListId, ListOp, NoLists};
 use crate::core::contract::{ConversationView, UserView};
 use crate::core::fold::UserState;
 
@@ -72,7 +73,7 @@ end
 if ARGV[3] == 'replace' then
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     local p = string.sub(f, 1, 2)
-    if p == 'c:' or p == 'n:' or p == 'b:' then redis.call('HDEL', KEYS[1], f) end
+    if p == 'c:' or p == 'n:' or p == 'b:' or p == 'r:' then redis.call('HDEL', KEYS[1], f) end
   end
 end
 redis.call('HSET', KEYS[1], '_version', ARGV[1], '_totals', ARGV[2])
@@ -89,31 +90,48 @@ return 1
 );
 
 /// The read script. KEYS[1]: the user's hash; ARGV[1]: the prefix of the list keys (`{prefix}l:`); ARGV[2]: the
-/// prefix of the list version keys (`{prefix}lv:`). Returns the hash's fields and values flattened, and for every
-/// broadcast cursor `b:{id}` = c a computed `B:{id}` = the number of the list's seqs above c (`ZCOUNT (c +inf`;
-/// seqs are at most 2^53, exact as scores) and `V:{id}` = the list's push version. One round trip, atomic.
+/// prefix of the list version keys (`{prefix}lv:`); ARGV[3], ARGV[4], ARGV[5]: the prefixes of an index's live
+/// seqs, its mention-all seqs and its version (`{prefix}x:`, `xa:`, `xv:`). Returns the hash's fields and values
+/// flattened, and:
+/// - for every broadcast cursor `b:{id}` = c, a computed `B:{id}` = the number of the list's seqs above c
+///   (`ZCOUNT (c +inf`; seqs are at most 2^53, exact as scores) and `V:{id}` = the list's push version;
+/// - for every read-diffused conversation `r:{id}` = `"{lo} {muted} {feed} {named…}"`, a computed `R:{id}` =
+///   `"{unread} {mentions}"`: the index's live seqs above lo, and its mention-all seqs above lo plus the named seqs
+///   still live and not mention-all; and `X:{id}` = the index's push version.
+///
+/// One round trip, atomic.
 pub const READ_SCRIPT: &str = r#"
 local h = redis.call('HGETALL', KEYS[1])
 local out = {}
+local function put(f, v) out[#out + 1] = f; out[#out + 1] = v end
 for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
-  out[#out + 1] = f
-  out[#out + 1] = v
-  if string.sub(f, 1, 2) == 'b:' then
-    local id = string.sub(f, 3)
-    out[#out + 1] = 'B:' .. id
-    out[#out + 1] = tostring(redis.call('ZCOUNT', ARGV[1] .. id, '(' .. v, '+inf'))
-    out[#out + 1] = 'V:' .. id
-    out[#out + 1] = redis.call('GET', ARGV[2] .. id) or '0'
+  local p, id = string.sub(f, 1, 2), string.sub(f, 3)
+  put(f, v)
+  if p == 'b:' then
+    put('B:' .. id, tostring(redis.call('ZCOUNT', ARGV[1] .. id, '(' .. v, '+inf')))
+    put('V:' .. id, redis.call('GET', ARGV[2] .. id) or '0')
+  elseif p == 'r:' then
+    local n = {}
+    for x in string.gmatch(v, '%d+') do n[#n + 1] = x end
+    local live, all = ARGV[3] .. id, ARGV[4] .. id
+    local unread = redis.call('ZCOUNT', live, '(' .. n[1], '+inf')
+    local mentions = redis.call('ZCOUNT', all, '(' .. n[1], '+inf')
+    for j = 4, #n do
+      if redis.call('ZSCORE', live, n[j]) and not redis.call('ZSCORE', all, n[j]) then mentions = mentions + 1 end
+    end
+    put('R:' .. id, unread .. ' ' .. mentions)
+    put('X:' .. id, redis.call('GET', ARGV[5] .. id) or '0')
   end
 end
 return out
 "#;
 
-/// The list script. KEYS[1]: the list's sorted set; KEYS[2]: its guard (the generation of the fan-out task that
-/// last wrote it); KEYS[3]: its push version ([`super::list_version_key`]); KEYS[4]: the change channel and version
-/// counter. ARGV[1]: the writer's generation; ARGV[2]: `patch` or `replace` (first empty the set); then the
-/// ops in order, `+{seq}` (add) or `-{seq}` (remove). Refused (0) when the guard holds a newer generation: a paused
+/// The list script, for a broadcast list or a read-diffused conversation's index ([`super::shared_keys`]).
+/// KEYS[1]: the live seqs' sorted set; KEYS[2]: its guard (the generation of the fan-out task that last wrote it);
+/// KEYS[3]: its push version; KEYS[4]: the change channel and version counter; KEYS[5]: the mention-all seqs'
+/// sorted set. ARGV[1]: the writer's generation; ARGV[2]: `patch` or `replace` (first empty both sets); then the
+/// ops in order, `+{seq}` (add), `*{seq}` (add to both), `-{seq}` (remove from both) or `!` (empty both). Refused (0) when the guard holds a newer generation: a paused
 /// fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log order,
 /// every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also sets the
 /// list's push version and publishes `"{version} {key}"` on the change channel.
@@ -123,10 +141,13 @@ local g = tonumber(redis.call('GET', KEYS[2]) or '0')
 local ng = tonumber(ARGV[1])
 if ng < g then return 0 end
 if ng > g then redis.call('SET', KEYS[2], ARGV[1]) end
-if ARGV[2] == 'replace' then redis.call('DEL', KEYS[1]) end
+if ARGV[2] == 'replace' then redis.call('DEL', KEYS[1], KEYS[5]) end
 for i = 3, #ARGV do
-  local seq = string.sub(ARGV[i], 2)
-  if string.sub(ARGV[i], 1, 1) == '+' then redis.call('ZADD', KEYS[1], seq, seq) else redis.call('ZREM', KEYS[1], seq) end
+  local op, seq = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
+  if op == '+' then redis.call('ZADD', KEYS[1], seq, seq)
+  elseif op == '*' then redis.call('ZADD', KEYS[1], seq, seq); redis.call('ZADD', KEYS[5], seq, seq)
+  elseif op == '-' then redis.call('ZREM', KEYS[1], seq); redis.call('ZREM', KEYS[5], seq)
+  else redis.call('DEL', KEYS[1], KEYS[5]) end
 end
 "#,
     next_push_version!("4"),
@@ -137,14 +158,14 @@ return 1
 "#
 );
 
-/// One broadcast list's write: its ops since the last one, or its whole live set (`replace`).
+/// One broadcast list's (or index's) write: its ops since the last one, or its whole live set (`replace`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListWrite {
-    /// The list.
-    pub broadcast_id: String,
+    /// The list or index.
+    pub list: ListId,
     /// The writing fan-out task's lease generation.
     pub generation: i64,
-    /// The ops, in order (with `replace`: one `Add` per live seq).
+    /// The ops, in order (with `replace`: one `Add` or `AddMention` per live seq).
     pub ops: Vec<ListOp>,
     /// Empty the list first (a rebuild, or Redis lost it).
     pub replace: bool,
@@ -161,6 +182,9 @@ pub struct UserWrite {
     pub view: UserView,
     /// The user's cursor in every broadcast list read.
     pub cursors: BTreeMap<String, u64>,
+    /// The `r:` field's value of every read-diffused conversation the user is a member of
+    /// ([`super::index_fields`]).
+    pub indexed: BTreeMap<String, String>,
     /// Conversations whose fields changed: set when the user is a member (present in `view`), deleted otherwise.
     pub changed: Vec<String>,
     /// Replace every conversation field with those of `view` (projection rebuild) instead of patching `changed`.
@@ -168,10 +192,18 @@ pub struct UserWrite {
 }
 
 impl UserWrite {
-    /// A write that replaces the user's whole hash with `view` and `cursors` at `version`.
-    pub fn replace(view: UserView, cursors: BTreeMap<String, u64>, version: ProjectionVersion) -> Self {
-        let changed = view.conversations.keys().cloned().collect();
-        Self { user_id: view.user_id.clone(), version, view, cursors, changed, replace: true }
+    /// A write that replaces the user's whole hash with `view` (the user's own part: built with
+    /// [`NoLists`]), `cursors` and `indexed` at `version`.
+    pub fn replace(
+        view: UserView,
+        cursors: BTreeMap<String, u64>,
+        indexed: BTreeMap<String, String>,
+        version: ProjectionVersion,
+    ) -> Self {
+        let mut changed: Vec<String> = view.conversations.keys().chain(indexed.keys()).cloned().collect();
+        changed.sort_unstable();
+        changed.dedup();
+        Self { user_id: view.user_id.clone(), version, view, cursors, indexed, changed, replace: true }
     }
 
     /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`).
@@ -181,8 +213,26 @@ impl UserWrite {
             None => UserView { user_id: user_id.to_owned(), ..UserView::default() },
         };
         let cursors = state.map(|s| s.broadcasts().clone()).unwrap_or_default();
-        Self::replace(view, cursors, version)
+        Self::replace(view, cursors, state.map(super::index_fields).unwrap_or_default(), version)
     }
+}
+
+/// The fields a user's write sets (its changed conversations' `c:` and `r:` fields, or with `replace` every `r:`
+/// field) and those it deletes (those of changed conversations the user is no longer a member of, or no longer
+/// read-diffused in).
+fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
+    let (mut set, mut delete) = (Vec::new(), Vec::new());
+    for c in &w.changed {
+        match w.view.conversations.get(c) {
+            Some(view) => set.push((format!("{CONVERSATION_PREFIX}{c}"), super::conversation_value(view))),
+            None => delete.push(format!("{CONVERSATION_PREFIX}{c}")),
+        }
+        match w.indexed.get(c) {
+            Some(value) => set.push((format!("{INDEX_PREFIX}{c}"), value.clone())),
+            None => delete.push(format!("{INDEX_PREFIX}{c}")),
+        }
+    }
+    (set, delete)
 }
 
 /// What the read script says of one user.
@@ -226,6 +276,16 @@ impl RedisProjection {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The read script's ARGV: the key prefixes of lists and indexes.
+    fn read_args(&self) -> Vec<String> {
+        let (list, index) = (shared_keys(&self.prefix, &ListId::Broadcast(String::new())), self.index_keys(""));
+        vec![list.live, list.version, index.live, index.mention_all, index.version]
+    }
+
+    fn index_keys(&self, conversation_id: &str) -> super::SharedKeys {
+        shared_keys(&self.prefix, &ListId::Index(conversation_id.to_owned()))
     }
 
     /// Round trip to Redis.
@@ -281,19 +341,13 @@ impl RedisProjection {
             cmd.arg(changes_key(&self.prefix));
             let mode = if w.replace { "replace" } else { "patch" };
             cmd.arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
-            let (set, delete): (Vec<&String>, Vec<&String>) =
-                w.changed.iter().partition(|c| w.view.conversations.contains_key(*c));
+            let (set, delete) = changed_fields(w);
             let summary = super::summary_fields(&w.view, &w.cursors);
             cmd.arg(set.len() + summary.len() - 1);
-            for (field, value) in &summary[1..] {
+            for (field, value) in summary[1..].iter().chain(&set) {
                 cmd.arg(field).arg(value);
             }
-            for c in set {
-                cmd.arg(format!("{CONVERSATION_PREFIX}{c}")).arg(super::conversation_value(&w.view.conversations[c]));
-            }
-            for c in delete {
-                cmd.arg(format!("{CONVERSATION_PREFIX}{c}"));
-            }
+            cmd.arg(delete);
         }
         let mut conn = self.conn.clone();
         pipe.query_async(&mut conn).await
@@ -321,15 +375,16 @@ impl RedisProjection {
     async fn list_pipeline(&self, writes: &[ListWrite]) -> Result<Vec<i64>, RedisError> {
         let mut pipe = redis::pipe();
         for w in writes {
-            let (key, guard) = (list_key(&self.prefix, &w.broadcast_id), list_guard_key(&self.prefix, &w.broadcast_id));
-            let version = list_version_key(&self.prefix, &w.broadcast_id);
-            let cmd = pipe.cmd("EVALSHA").arg(&self.list_sha).arg(4).arg(key).arg(guard).arg(version);
-            cmd.arg(changes_key(&self.prefix)).arg(w.generation);
+            let keys = shared_keys(&self.prefix, &w.list);
+            let cmd = pipe.cmd("EVALSHA").arg(&self.list_sha).arg(5).arg(keys.live).arg(keys.guard);
+            cmd.arg(keys.version).arg(changes_key(&self.prefix)).arg(keys.mention_all).arg(w.generation);
             cmd.arg(if w.replace { "replace" } else { "patch" });
             for op in &w.ops {
                 cmd.arg(match op {
                     ListOp::Add(seq) => format!("+{seq}"),
+                    ListOp::AddMention(seq) => format!("*{seq}"),
                     ListOp::Remove(seq) => format!("-{seq}"),
+                    ListOp::Clear => "!".to_owned(),
                 });
             }
         }
@@ -378,12 +433,7 @@ impl RedisProjection {
     async fn read_pipeline(&self, user_ids: &[String]) -> Result<Vec<Vec<String>>, RedisError> {
         let mut pipe = redis::pipe();
         for id in user_ids {
-            pipe.cmd("EVALSHA")
-                .arg(self.read.get_hash())
-                .arg(1)
-                .arg(user_key(&self.prefix, id))
-                .arg(list_key(&self.prefix, ""))
-                .arg(list_version_key(&self.prefix, ""));
+            pipe.cmd("EVALSHA").arg(self.read.get_hash()).arg(1).arg(user_key(&self.prefix, id)).arg(self.read_args());
         }
         let mut conn = self.conn.clone();
         pipe.query_async(&mut conn).await
@@ -419,8 +469,7 @@ impl RedisProjection {
         let flat: Vec<String> = self
             .read
             .key(user_key(&self.prefix, user_id))
-            .arg(list_key(&self.prefix, ""))
-            .arg(list_version_key(&self.prefix, ""))
+            .arg(self.read_args())
             .invoke_async(&mut conn)
             .await
             .map_err(redis_err("reading a user"))?;

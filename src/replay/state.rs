@@ -12,7 +12,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::read::PerStream;
 use crate::checkpoint::store::{CheckpointStore, Snapshot};
 use crate::checkpoint::Stage;
-use crate::core::broadcast::ListOp;
+use crate::core::broadcast::{ListId, ListState};
+use crate::core::hybrid::ConvIndex;
 use crate::core::contract::{ConversationEvent, Stream, Target, UserEvent};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
@@ -106,7 +107,8 @@ impl Replay {
     /// Errors: Redis or PostgreSQL failing, or another replay or service took a lease (fenced).
     pub async fn checkpoint(&mut self) -> anyhow::Result<()> {
         self.checkpoint_users().await?;
-        self.fanout.take_list_ops(); // the replay writes changed lists whole
+        // The replay writes changed lists and indexes whole (an index emptied when its conversation switched back).
+        let touched: HashSet<ListId> = self.fanout.take_list_ops().into_iter().map(|(list, _)| list).collect();
         let mut by_partition: HashMap<i32, Vec<(bool, String)>> = HashMap::new();
         for key in self.dirty_convs.drain() {
             by_partition
@@ -117,9 +119,16 @@ impl Replay {
         let mut lists = Vec::new();
         for (p, keys) in &by_partition {
             let generation = self.generations.conversation[*p as usize];
-            for (_, id) in keys.iter().filter(|(is_list, _)| *is_list) {
-                let live = self.fanout.list(id).map(|l| l.live.iter().map(ListOp::Add).collect()).unwrap_or_default();
-                lists.push(ListWrite { broadcast_id: id.clone(), generation, ops: live, replace: true });
+            for (is_list, id) in keys {
+                let (list, ops) = match is_list {
+                    true => (ListId::Broadcast(id.clone()), self.fanout.list(id).map(ListState::whole_ops)),
+                    false if touched.contains(&ListId::Index(id.clone())) => {
+                        let index = self.fanout.conversation(id).and_then(|c| c.index.as_ref());
+                        (ListId::Index(id.clone()), Some(index.map(ConvIndex::whole_ops).unwrap_or_default()))
+                    }
+                    false => continue,
+                };
+                lists.extend(ops.map(|ops| ListWrite { list, generation, ops, replace: true }));
             }
         }
         self.projection.write_lists(&lists).await.context("writing the namespace's broadcast lists")?;

@@ -20,7 +20,7 @@ use super::group::{PartitionInput, Verdict};
 use super::{records, retry, Shared, TaskError};
 use crate::checkpoint::store::{Changes, CheckpointStore, StateRow};
 use crate::checkpoint::{self, Stage};
-use crate::core::broadcast::{ListOp, ListState};
+use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::{ConversationEvent, Event, Stream, Target};
 use crate::core::fanout::FanOut;
 use crate::pipeline::MAX_BATCH;
@@ -155,12 +155,15 @@ impl FanOutTask {
         Ok(())
     }
 
-    /// Writes the broadcast lists' changes since the last checkpoint to Redis (O(1) per publication, whatever the
-    /// number of readers), or every list of the partition whole when Redis lost them (no marker).
+    /// Writes the broadcast lists' and read-diffused conversations' indexes' changes since the last checkpoint to
+    /// Redis (O(1) per publication or message, whatever the number of readers), or every list and index of the
+    /// partition whole when Redis lost them (no marker).
     async fn write_lists(&mut self) -> Result<(), TaskError> {
         let (sh, p, generation) = (&*self.shared, self.input.partition, self.generation);
-        if self.fanout.lists().is_empty() {
-            return Ok(()); // a chat-only partition keeps nothing in Redis: no round trip, no dependency on it
+        if !self.fanout.has_shared() && !self.fanout.has_list_ops() {
+            // A partition without lists or read-diffused conversations keeps nothing in Redis: no round trip, no
+            // dependency on it. (One whose last index was just dropped still writes the drop.)
+            return Ok(());
         }
         let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?;
         let ops = self.fanout.take_list_ops();
@@ -183,13 +186,13 @@ impl FanOutTask {
     }
 }
 
-/// The list ops grouped per list, each list's in order.
-fn list_writes(ops: Vec<(String, ListOp)>, generation: i64) -> Vec<ListWrite> {
+/// The list and index ops grouped per list, each list's in order.
+fn list_writes(ops: Vec<(ListId, ListOp)>, generation: i64) -> Vec<ListWrite> {
     let mut by_list: Vec<ListWrite> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    for (id, op) in ops {
-        let i = *index.entry(id.clone()).or_insert_with(|| {
-            by_list.push(ListWrite { broadcast_id: id, generation, ops: Vec::new(), replace: false });
+    let mut index: HashMap<ListId, usize> = HashMap::new();
+    for (list, op) in ops {
+        let i = *index.entry(list.clone()).or_insert_with(|| {
+            by_list.push(ListWrite { list, generation, ops: Vec::new(), replace: false });
             by_list.len() - 1
         });
         by_list[i].ops.push(op);
@@ -197,15 +200,10 @@ fn list_writes(ops: Vec<(String, ListOp)>, generation: i64) -> Vec<ListWrite> {
     by_list
 }
 
-/// Every list of the fan-out, whole.
+/// Every list and index of the fan-out, whole.
 fn whole_lists(fanout: &FanOut, generation: i64) -> Vec<ListWrite> {
-    let whole = |(id, l): (&String, &ListState)| ListWrite {
-        broadcast_id: id.clone(),
-        generation,
-        ops: l.live.iter().map(ListOp::Add).collect(),
-        replace: true,
-    };
-    fanout.lists().iter().map(whole).collect()
+    let whole = |(list, ops)| ListWrite { list, generation, ops, replace: true };
+    fanout.whole_shared().into_iter().map(whole).collect()
 }
 
 /// What a fan-out checkpoint writes for the changed conversations and lists.

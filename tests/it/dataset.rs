@@ -2,12 +2,24 @@
 
 use std::io::Read;
 
+use unread::core::fanout::BatchStats;
+use unread::core::hybrid::Diffusion;
 use unread::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
 
 use crate::support::{assert_same_views, parse_views, repo_path, shared_dataset};
 
 fn fold_file(path: &str, batch: usize) -> (Vec<unread::core::contract::UserView>, Vec<u8>) {
-    let mut pipeline = Pipeline::new();
+    let (views, bytes, _) = fold_file_with(path, batch, Diffusion::OFF);
+    (views, bytes)
+}
+
+/// Folds a file with a read-diffusion policy; also returns the fan-out's counts (switches both ways).
+fn fold_file_with(
+    path: &str,
+    batch: usize,
+    diffusion: Diffusion,
+) -> (Vec<unread::core::contract::UserView>, Vec<u8>, BatchStats) {
+    let mut pipeline = Pipeline::with_diffusion(diffusion);
     let stats = for_each_batch(
         open_input(path).expect("open input"),
         batch,
@@ -19,7 +31,10 @@ fn fold_file(path: &str, batch: usize) -> (Vec<unread::core::contract::UserView>
     let views = pipeline.views();
     let mut bytes = Vec::new();
     write_views(&views, &mut bytes).expect("write");
-    (views, bytes)
+    for (id, state) in pipeline.fold().users() {
+        state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
+    }
+    (views, bytes, pipeline.stats())
 }
 
 /// The pipeline after folding a bundled file (under the crate root).
@@ -47,6 +62,64 @@ fn dev_set_is_exact_for_every_user() {
     assert_same_views(&views, &expected);
     // The output is also byte-for-byte the reference model's (same key order, escaping and sorting).
     assert!(bytes == expected_text.as_bytes(), "output differs from dev-expected.jsonl in formatting");
+}
+
+/// Issue 12: with a low threshold many conversations switch to read diffusion and back, and every user's counts
+/// stay exactly the expected ones, whatever the batching.
+#[test]
+fn dev_sets_are_exact_with_read_diffusion_at_low_thresholds() {
+    for (events, expected) in [
+        ("tests/data/ubuntu-irc/dev-events.jsonl", "tests/data/ubuntu-irc/dev-expected.jsonl"),
+        ("tests/data/ubuntu-irc/v2-dev-events.jsonl", "tests/data/ubuntu-irc/v2-dev-expected.jsonl"),
+    ] {
+        let expected = parse_views(&read_expected(repo_path(expected).to_str().unwrap()));
+        for (threshold, batch) in [(5, MAX_BATCH), (2, 7), (40, 333), (150, 1)] {
+            let diffusion = Diffusion::from_threshold(threshold);
+            let (views, _, stats) = fold_file_with(repo_path(events).to_str().unwrap(), batch, diffusion);
+            assert_same_views(&views, &expected);
+            assert!(stats.to_read >= 7, "threshold {threshold}: {stats:?}");
+        }
+    }
+}
+
+/// The dev set's channels only grow, so none would switch back: with churn added (every join followed, 150 events
+/// later, by the same member leaving), channels shrink and grow again and switch both ways many times; every
+/// user's counts stay those of write diffusion alone (itself exact against the reference on the dev sets).
+#[test]
+fn read_diffusion_switching_both_ways_under_churn_is_exact() {
+    let text = read_expected(repo_path("tests/data/ubuntu-irc/v2-dev-events.jsonl").to_str().unwrap());
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let leaves: Vec<(usize, String)> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            let mut e: serde_json::Value = serde_json::from_str(line).unwrap();
+            (e["type"] == "member.joined").then(|| {
+                e["type"] = "member.left".into();
+                e["event_id"] = format!("churn-{i}").into();
+                (i + 150, e.to_string())
+            })
+        })
+        .collect();
+    for (at, leave) in leaves.into_iter().rev() {
+        lines.insert(at.min(lines.len()), leave);
+    }
+    let churned = lines.join("\n");
+    let fold = |diffusion, batch| {
+        let mut pipeline = Pipeline::with_diffusion(diffusion);
+        for_each_batch(churned.as_bytes(), batch, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).unwrap();
+        for (id, state) in pipeline.fold().users() {
+            state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
+        }
+        (pipeline.views(), pipeline.stats())
+    };
+    let (expected, _) = fold(Diffusion::OFF, MAX_BATCH);
+    for (threshold, batch) in [(4, MAX_BATCH), (6, 7), (10, 1)] {
+        let (views, stats) = fold(Diffusion::from_threshold(threshold), batch);
+        assert_same_views(&views, &expected);
+        assert!(stats.to_read >= 20 && stats.to_write >= 20, "threshold {threshold}: {stats:?}");
+        println!("threshold {threshold}, batch {batch}: {} to read, {} back to write", stats.to_read, stats.to_write);
+    }
 }
 
 #[test]
@@ -126,10 +199,9 @@ fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
     use unread::checkpoint;
     use unread::core::notifications::NoteBook;
     let pipeline = fold_pipeline("tests/data/ubuntu-irc/v2-dev-events.jsonl");
-    let lists = pipeline.fanout().lists().clone();
+    let lists = pipeline.fanout();
     let mut with_notes = 0;
     for (id, state) in pipeline.fold().users() {
-        state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
         let mut loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
         let notes = state
             .notes()
@@ -137,11 +209,11 @@ fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
             .map(|(n, note)| (n.clone(), checkpoint::decode_note(&checkpoint::encode_note(note)).unwrap()));
         loaded.set_notes(NoteBook::restore(notes));
         loaded.check().unwrap_or_else(|e| panic!("user {id:?} after a round trip: {e}"));
-        assert_eq!(loaded.view(id, &lists), state.view(id, &lists), "{id}");
+        assert_eq!(loaded.view(id, lists), state.view(id, lists), "{id}");
         with_notes += usize::from(!state.notes().is_empty());
     }
     assert!(with_notes > 100, "{with_notes} users with notifications");
-    for (id, list) in &lists {
+    for (id, list) in lists.lists() {
         assert_eq!(&checkpoint::decode_list(&checkpoint::encode_list(list)).unwrap(), list, "{id}");
     }
 }

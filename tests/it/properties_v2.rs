@@ -204,7 +204,7 @@ proptest! {
             }
         }
         for u in 0..3 {
-            let view = fold.view(&user(u), fanout.lists());
+            let view = fold.view(&user(u), &fanout);
             let mut expected = BTreeMap::new();
             for l in 0..2 {
                 if let Some(c) = cursors.get(&(u, l)) {
