@@ -22,28 +22,36 @@ use crate::core::seqset::SeqSet;
 pub const DEFAULT_THRESHOLD: u64 = 1000;
 
 /// When a conversation is read-diffused: at `threshold` members or more; back to write diffusion below
-/// `threshold / 2`. `None`: never (every conversation is write-diffused; a read-diffused one switches back at its
-/// next membership change).
+/// `back_below` (by default `threshold / 2`: the hysteresis keeps a conversation whose size hovers around the
+/// threshold from switching at every join and leave). `None`: never (every conversation is write-diffused; a
+/// read-diffused one switches back at its next membership change).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Diffusion {
     /// The member count from which a conversation is read-diffused; `None` turns read diffusion off.
     pub threshold: Option<u64>,
+    /// A read-diffused conversation with fewer members switches back (at most `threshold`).
+    pub back_below: u64,
 }
 
 impl Default for Diffusion {
-    /// Read diffusion from [`DEFAULT_THRESHOLD`] members.
+    /// Read diffusion from [`DEFAULT_THRESHOLD`] members, back below half of it.
     fn default() -> Self {
-        Self { threshold: Some(DEFAULT_THRESHOLD) }
+        Self::from_threshold(DEFAULT_THRESHOLD)
     }
 }
 
 impl Diffusion {
     /// Write diffusion only.
-    pub const OFF: Diffusion = Diffusion { threshold: None };
+    pub const OFF: Diffusion = Diffusion { threshold: None, back_below: 0 };
 
-    /// Read diffusion from `threshold` members (0 turns it off).
+    /// Read diffusion from `threshold` members (0 turns it off), back below half of it.
     pub fn from_threshold(threshold: u64) -> Self {
-        Self { threshold: (threshold > 0).then_some(threshold) }
+        Self::with_band(threshold, threshold / 2)
+    }
+
+    /// Read diffusion from `threshold` members (0 turns it off), back below `back_below` (clamped to `threshold`).
+    pub fn with_band(threshold: u64, back_below: u64) -> Self {
+        Self { threshold: (threshold > 0).then_some(threshold), back_below: back_below.min(threshold) }
     }
 
     /// Whether a write-diffused conversation with `members` members switches to read diffusion.
@@ -53,7 +61,7 @@ impl Diffusion {
 
     /// Whether a read-diffused conversation with `members` members switches back to write diffusion.
     pub fn to_write(&self, members: usize) -> bool {
-        self.threshold.is_none_or(|t| (members as u64) < t / 2)
+        self.threshold.is_none() || (members as u64) < self.back_below
     }
 }
 

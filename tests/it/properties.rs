@@ -2,12 +2,16 @@
 //! the fold the way Kafka would deliver them — conversations spread over partitions, batches of random size, the
 //! fan-out crashing and re-producing deltas from its last checkpoint, each user's deltas and own events
 //! interleaved at random, and records redelivered (a suffix of a stream read again) — must end in the state of a
-//! plain model of `CONTRACT.md` written here, with totals equal to the sums after every step.
+//! plain model of `CONTRACT.md` written here, with totals equal to the sums after every step. The read-diffusion
+//! threshold and its hysteresis band are random too (off, or 1 to 5 members of at most 5), so conversations switch
+//! both ways, crashes included.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
-use unread::core::broadcast::NoLists;
+use unread::core::broadcast::Lists;
+use unread::core::hybrid::Diffusion;
+use unread::core::seqset::SeqSet;
 use unread::core::contract::*;
 use unread::core::delta::Delta;
 use unread::core::fanout::FanOut;
@@ -284,8 +288,13 @@ fn interleave<T: Clone>(streams: Vec<Vec<T>>, rng: &mut Rng) -> Vec<T> {
 
 /// Runs one fan-out partition over its events in random batches; at random it checkpoints its state, and at
 /// random it crashes: it goes back to the checkpoint and processes (and so produces) everything since again.
-fn fan_out_partition(events: &[ConversationEvent], rng: &mut Rng, crashes: &mut u32) -> Vec<Delta> {
-    let mut fanout = FanOut::new();
+fn fan_out_partition(
+    events: &[ConversationEvent],
+    diffusion: Diffusion,
+    rng: &mut Rng,
+    crashes: &mut u32,
+) -> (Vec<Delta>, FanOut) {
+    let mut fanout = FanOut::with_diffusion(diffusion);
     let mut checkpoint = (fanout.clone(), 0usize);
     let mut pos = 0;
     let mut produced = Vec::new();
@@ -301,7 +310,21 @@ fn fan_out_partition(events: &[ConversationEvent], rng: &mut Rng, crashes: &mut 
             (fanout, pos) = checkpoint.clone();
         }
     }
-    produced
+    (produced, fanout)
+}
+
+/// Every fan-out partition's indexes (a conversation lives in one partition: the others add nothing).
+struct Partitions(Vec<FanOut>);
+
+impl Lists for Partitions {
+    fn unread_above(&self, broadcast_id: &str, cursor: u64) -> u64 {
+        self.0.iter().map(|f| f.unread_above(broadcast_id, cursor)).sum()
+    }
+
+    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64) {
+        let counts = self.0.iter().map(|f| f.index_counts(conversation_id, lo, named));
+        counts.fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -317,6 +340,7 @@ fn run_scenario(
     users: &[Vec<UserOp>],
     partitions: usize,
     seed: u64,
+    diffusion: Diffusion,
 ) -> (Vec<UserView>, Vec<UserView>) {
     let (conv_events, user_events) = events(convs, users);
     let expected = model(&conv_events, &user_events);
@@ -326,11 +350,14 @@ fn run_scenario(
 
     // Conversation c lives in partition c % partitions; a partition interleaves its conversations.
     let mut by_user: BTreeMap<String, Vec<Vec<Delta>>> = BTreeMap::new();
+    let mut fanouts = Partitions(Vec::new());
     for p in 0..partitions {
         let streams: Vec<Vec<ConversationEvent>> =
             conv_events.iter().enumerate().filter(|(c, _)| c % partitions == p).map(|(_, e)| e.clone()).collect();
         let events = interleave(streams, &mut rng);
-        for d in fan_out_partition(&events, &mut rng, &mut crashes) {
+        let (deltas, fanout) = fan_out_partition(&events, diffusion, &mut rng, &mut crashes);
+        fanouts.0.push(fanout);
+        for d in deltas {
             let lanes = by_user.entry(d.user_id.clone()).or_insert_with(|| vec![Vec::new(); partitions]);
             lanes[p].push(d);
         }
@@ -369,8 +396,11 @@ fn run_scenario(
                 assert_eq!(state.totals(), state.recount(), "totals drifted from the sums");
             }
         }
+        if let Some(state) = fold.user(user) {
+            state.check().unwrap_or_else(|e| panic!("{user}: {e}"));
+        }
     }
-    (fold.views(&NoLists), expected)
+    (fold.views(&fanouts), expected)
 }
 
 proptest! {
@@ -382,8 +412,11 @@ proptest! {
         users in proptest::collection::vec(proptest::collection::vec(user_op(), 0..15), USERS.len()),
         partitions in 1usize..=2,
         seed in 1u64..u64::MAX,
+        threshold in 0u64..=5,
+        band in 0u64..=2,
     ) {
-        let (got, expected) = run_scenario(&convs, &users, partitions, seed);
+        let diffusion = Diffusion::with_band(threshold, threshold.saturating_sub(band));
+        let (got, expected) = run_scenario(&convs, &users, partitions, seed, diffusion);
         prop_assert_eq!(got, expected);
     }
 }
@@ -422,7 +455,7 @@ fn regression_cases() {
         ),
     ];
     for (convs, users, seed) in cases {
-        let (got, expected) = run_scenario(&convs, &users, 1, seed);
+        let (got, expected) = run_scenario(&convs, &users, 1, seed, Diffusion::OFF);
         assert_eq!(got, expected, "{convs:?} seed {seed}");
     }
 }
@@ -474,7 +507,7 @@ fn an_ack_before_the_messages_it_covers_still_clears_them() {
         if !ack_first {
             fold.apply_user_event(&ack("a", 4));
         }
-        fold.views(&NoLists)
+        fold.views(&fanout)
     };
     let before = run(true);
     assert_eq!(before, run(false));
