@@ -45,6 +45,11 @@ pub struct Settings {
     /// The namespace whose state this command reads or writes: `default`, or 1 to 32 of a-z, 0-9 and _.
     #[arg(long, env = "UNREAD_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
     pub namespace: String,
+    /// Member count from which a conversation is read-diffused: its messages are stored once and combined with
+    /// each member's cursor at read time; back to write diffusion below half of it; 0 turns it off
+    /// (docs/operations.md, "Read diffusion").
+    #[arg(long, env = "UNREAD_READ_DIFFUSION_THRESHOLD", default_value_t = crate::core::hybrid::DEFAULT_THRESHOLD)]
+    pub read_diffusion_threshold: u64,
 }
 
 /// Checks a namespace name: `default`, or 1 to 32 characters of `a-z`, `0-9` and `_`.
@@ -92,6 +97,11 @@ pub fn parse_duration_or_secs(s: &str) -> Result<Duration, String> {
 }
 
 impl Settings {
+    /// The read-diffusion policy of `--read-diffusion-threshold`.
+    pub fn diffusion(&self) -> crate::core::hybrid::Diffusion {
+        crate::core::hybrid::Diffusion::from_threshold(self.read_diffusion_threshold)
+    }
+
     /// The same settings in another namespace.
     ///
     /// Errors: an invalid namespace name.

@@ -25,10 +25,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::core::broadcast::ListId;
 use crate::core::changes::{changes, Changes, Message};
 use crate::core::contract::UserView;
 use crate::namespace::LiveProjection;
 use crate::projection::changes_key;
+use crate::projection::redis::Versioned;
 
 /// Messages a socket may have queued before it is dropped as too slow: 64.
 pub const QUEUE: usize = 64;
@@ -48,6 +50,8 @@ pub struct Text {
 struct Watched {
     view: UserView,
     version: u64,
+    /// The lists and indexes `view` depends on.
+    follows: Vec<ListId>,
     sockets: Vec<Socket>,
 }
 
@@ -61,11 +65,11 @@ struct Socket {
 #[derive(Default)]
 struct Watchers {
     users: HashMap<String, Watched>,
-    /// For each broadcast list, the watched users whose state holds it.
-    lists: HashMap<String, HashSet<String>>,
+    /// For each broadcast list (or read-diffused conversation's index), the watched users whose state holds it.
+    lists: HashMap<ListId, HashSet<String>>,
     /// For each list, the newest version published for it: a read of a user older than that missed the change
     /// (the user was not yet known to read the list when it was published) and is read again.
-    list_versions: HashMap<String, u64>,
+    list_versions: HashMap<ListId, u64>,
 }
 
 /// The push hub of one API instance.
@@ -124,6 +128,7 @@ impl Hub {
             let watched = w.users.entry(user_id.to_owned()).or_insert_with(|| Watched {
                 view: UserView { user_id: user_id.to_owned(), ..UserView::default() },
                 version: 0,
+                follows: Vec::new(),
                 sockets: Vec::new(),
             });
             watched.sockets.push(Socket { id, tx, fresh: Some(since) });
@@ -141,7 +146,7 @@ impl Hub {
         watched.sockets.retain(|s| s.id != id);
         if watched.sockets.is_empty() {
             let gone = w.users.remove(user_id).expect("present");
-            unindex(&mut w.lists, user_id, &gone.view);
+            unindex(&mut w.lists, user_id, &gone.follows);
         }
     }
 
@@ -159,7 +164,7 @@ impl Hub {
         let read = projection.read_many_versioned(&users).await?;
         let stale: Vec<String> = {
             let mut w = self.watchers.lock().expect("not poisoned");
-            read.into_iter().filter_map(|(view, version)| deliver(&mut w, view, version)).collect()
+            read.into_iter().filter_map(|read| deliver(&mut w, read)).collect()
         };
         if !stale.is_empty() {
             self.mark(stale);
@@ -220,7 +225,7 @@ impl Hub {
             w.users.keys().cloned().collect()
         };
         self.mark(watched); // whatever changed while not subscribed
-        let (users, lists) = (format!("{prefix}u:"), format!("{prefix}l:"));
+        let (users, lists) = (format!("{prefix}u:"), [format!("{prefix}l:"), format!("{prefix}x:")]);
         let mut messages = pubsub.on_message();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut stop = self.stop.clone();
@@ -240,16 +245,22 @@ impl Hub {
     }
 
     /// A key published on the change channel with its version: marks its user, or the watched readers of its
-    /// list (and remembers the list's version).
-    fn on_key(&self, version: u64, key: &str, users: &str, lists: &str) {
+    /// list or index (and remembers the list's version). `lists`: the key prefixes of lists and of indexes.
+    fn on_key(&self, version: u64, key: &str, users: &str, lists: &[String; 2]) {
+        let list = if let Some(id) = key.strip_prefix(lists[0].as_str()) {
+            Some(ListId::Broadcast(id.to_owned()))
+        } else {
+            key.strip_prefix(lists[1].as_str()).map(|id| ListId::Index(id.to_owned()))
+        };
         let marked: Vec<String> = {
             let mut w = self.watchers.lock().expect("not poisoned");
             if let Some(user) = key.strip_prefix(users) {
                 w.users.contains_key(user).then(|| user.to_owned()).into_iter().collect()
-            } else if let Some(list) = key.strip_prefix(lists) {
-                let known = w.list_versions.entry(list.to_owned()).or_default();
+            } else if let Some(list) = list {
+                let readers = w.lists.get(&list).map(|readers| readers.iter().cloned().collect()).unwrap_or_default();
+                let known = w.list_versions.entry(list).or_default();
                 *known = (*known).max(version);
-                w.lists.get(list).map(|readers| readers.iter().cloned().collect()).unwrap_or_default()
+                readers
             } else {
                 Vec::new()
             }
@@ -263,9 +274,10 @@ impl Hub {
 /// Sends a user's new state where it must go: the changes to the sockets that have the old one (when the version
 /// is newer), the first message to new sockets. A socket whose queue is full or closed is dropped. Returns the
 /// user when the read missed a change of one of its lists (a newer list version was published): read it again.
-fn deliver(w: &mut Watchers, view: UserView, version: u64) -> Option<String> {
+fn deliver(w: &mut Watchers, read: Versioned) -> Option<String> {
+    let Versioned { view, version, follows } = read;
     let user_id = view.user_id.clone();
-    let stale = view.broadcasts.keys().any(|l| w.list_versions.get(l).is_some_and(|v| *v > version));
+    let stale = follows.iter().any(|l| w.list_versions.get(l).is_some_and(|v| *v > version));
     let watched = w.users.get_mut(&user_id)?;
     let mut update = None;
     if version > watched.version {
@@ -273,10 +285,11 @@ fn deliver(w: &mut Watchers, view: UserView, version: u64) -> Option<String> {
         if !diff.is_empty() {
             update = Some(text(version, &Message::Changes { version, changes: &diff }));
         }
-        let old = std::mem::replace(&mut watched.view, view);
+        watched.view = view;
         watched.version = version;
+        let old = std::mem::replace(&mut watched.follows, follows);
         unindex(&mut w.lists, &user_id, &old);
-        index(&mut w.lists, &user_id, &w.users[&user_id].view);
+        index(&mut w.lists, &user_id, &w.users[&user_id].follows);
     }
     let watched = w.users.get_mut(&user_id).expect("present");
     let (version, empty, view) = (watched.version, Changes::default(), &watched.view);
@@ -302,16 +315,16 @@ fn text(version: u64, message: &Message<'_>) -> Text {
     Text { version, json: serde_json::to_string(message).expect("messages serialize").into() }
 }
 
-/// Adds `user_id` to the readers of every list in `view`.
-fn index(lists: &mut HashMap<String, HashSet<String>>, user_id: &str, view: &UserView) {
-    for list in view.broadcasts.keys() {
+/// Adds `user_id` to the readers of every list in `follows`.
+fn index(lists: &mut HashMap<ListId, HashSet<String>>, user_id: &str, follows: &[ListId]) {
+    for list in follows {
         lists.entry(list.clone()).or_default().insert(user_id.to_owned());
     }
 }
 
-/// Removes `user_id` from the readers of every list in `view`.
-fn unindex(lists: &mut HashMap<String, HashSet<String>>, user_id: &str, view: &UserView) {
-    for list in view.broadcasts.keys() {
+/// Removes `user_id` from the readers of every list in `follows`.
+fn unindex(lists: &mut HashMap<ListId, HashSet<String>>, user_id: &str, follows: &[ListId]) {
+    for list in follows {
         if let Some(readers) = lists.get_mut(list) {
             readers.remove(user_id);
             if readers.is_empty() {
@@ -329,8 +342,13 @@ mod tests {
         let (tx, rx) = mpsc::channel(QUEUE);
         let mut w = Watchers::default();
         let view = UserView { user_id: "u".into(), ..UserView::default() };
-        w.users.insert("u".into(), Watched { view, version: 0, sockets: vec![Socket { id: 1, tx, fresh }] });
+        w.users.insert("u".into(), Watched { view, version: 0, follows: Vec::new(), sockets: vec![Socket { id: 1, tx, fresh }] });
         (w, rx)
+    }
+
+    fn read(view: UserView, version: u64) -> Versioned {
+        let follows = view.broadcasts.keys().map(|id| ListId::Broadcast(id.clone())).collect();
+        Versioned { view, version, follows }
     }
 
     fn counts(unread: u64) -> UserView {
@@ -341,7 +359,7 @@ mod tests {
     fn a_socket_that_does_not_read_is_dropped_once_its_queue_is_full() {
         let (mut w, mut rx) = watchers(None);
         for v in 1..=(QUEUE as u64 + 10) {
-            assert_eq!(deliver(&mut w, counts(v), v), None);
+            assert_eq!(deliver(&mut w, read(counts(v), v)), None);
         }
         assert!(w.users["u"].sockets.is_empty(), "dropped");
         let mut queued = 0;
@@ -354,12 +372,12 @@ mod tests {
     #[test]
     fn a_read_older_than_a_published_list_version_is_read_again() {
         let (mut w, _rx) = watchers(None);
-        w.list_versions.insert("dot".into(), 20);
+        w.list_versions.insert(ListId::Broadcast("dot".into()), 20);
         let mut view = counts(1);
         view.broadcasts.insert("dot".into(), unread_view(0));
-        assert_eq!(deliver(&mut w, view.clone(), 10), Some("u".into()), "the read missed the list's change");
+        assert_eq!(deliver(&mut w, read(view.clone(), 10)), Some("u".into()), "the read missed the list's change");
         view.broadcasts.insert("dot".into(), unread_view(1));
-        assert_eq!(deliver(&mut w, view, 20), None);
+        assert_eq!(deliver(&mut w, read(view, 20)), None);
     }
 
     fn unread_view(unread: u64) -> crate::core::contract::BroadcastView {
@@ -369,21 +387,21 @@ mod tests {
     #[test]
     fn a_new_socket_gets_the_state_or_an_empty_message_and_old_versions_send_nothing() {
         let (mut w, mut rx) = watchers(Some(None));
-        deliver(&mut w, counts(3), 10);
+        deliver(&mut w, read(counts(3), 10));
         let first = rx.try_recv().unwrap();
         assert!(first.json.starts_with(r#"{"type":"state","version":10,"#), "{}", first.json);
-        deliver(&mut w, counts(1), 9);
+        deliver(&mut w, read(counts(1), 9));
         assert!(rx.try_recv().is_err(), "an older version changes nothing");
-        deliver(&mut w, counts(3), 11);
+        deliver(&mut w, read(counts(3), 11));
         assert!(rx.try_recv().is_err(), "a newer version with the same counts sends nothing");
-        deliver(&mut w, counts(4), 12);
+        deliver(&mut w, read(counts(4), 12));
         assert_eq!(
             &*rx.try_recv().unwrap().json,
             r#"{"type":"changes","version":12,"totals":{"total_unread":4,"total_mentions":0,"unread_conversations":0,"feed_unread":0,"total_notifications_unread":0,"total_notifications_unseen":0}}"#
         );
         let (tx, mut current) = mpsc::channel(QUEUE);
         w.users.get_mut("u").unwrap().sockets.push(Socket { id: 2, tx, fresh: Some(Some(12)) });
-        deliver(&mut w, counts(4), 12);
+        deliver(&mut w, read(counts(4), 12));
         assert_eq!(&*current.try_recv().unwrap().json, r#"{"type":"changes","version":12}"#);
     }
 }

@@ -26,6 +26,9 @@ pub struct FoldArgs {
     /// Events per fan-out batch, 1 to 1000.
     #[arg(long, default_value_t = MAX_BATCH as u64, value_parser = clap::value_parser!(u64).range(1..=MAX_BATCH as u64))]
     batch_size: u64,
+    /// Member count from which a conversation is read-diffused (0: never); the counts are the same either way.
+    #[arg(long, env = "UNREAD_READ_DIFFUSION_THRESHOLD", default_value_t = crate::core::hybrid::DEFAULT_THRESHOLD)]
+    read_diffusion_threshold: u64,
 }
 
 /// The summary `unread fold` prints on stderr.
@@ -60,7 +63,8 @@ impl FoldArgs {
     /// Errors: unreadable input, an invalid line (unless skipping), unwritable output.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let started = Instant::now();
-        let mut pipeline = Pipeline::new();
+        let diffusion = crate::core::hybrid::Diffusion::from_threshold(self.read_diffusion_threshold);
+        let mut pipeline = Pipeline::with_diffusion(diffusion);
         let (input, skip) = (&self.input, self.skip_invalid);
         let on_invalid = |invalid| {
             if skip {

@@ -235,6 +235,18 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
     (set, delete)
 }
 
+/// A user's counts as the push stream reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The counts.
+    pub view: UserView,
+    /// The push version ([`super::push_version`]).
+    pub version: u64,
+    /// The broadcast lists and read-diffused conversations' indexes the counts depend on: a change of one of them
+    /// changes the user's counts without a write of the user's hash.
+    pub follows: Vec<ListId>,
+}
+
 /// What the read script says of one user.
 struct UserRead {
     view: UserView,
@@ -403,13 +415,14 @@ impl RedisProjection {
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_many(&self, user_ids: &[String]) -> ProjectionResult<Vec<UserView>> {
-        Ok(self.read_many_versioned(user_ids).await?.into_iter().map(|(view, _)| view).collect())
+        Ok(self.read_many_versioned(user_ids).await?.into_iter().map(|v| v.view).collect())
     }
 
-    /// [`RedisProjection::read_many`] with each user's push version ([`super::push_version`]).
+    /// [`RedisProjection::read_many`] with each user's push version ([`super::push_version`]) and the lists and
+    /// indexes its counts depend on.
     ///
     /// Errors: as [`RedisProjection::read`].
-    pub async fn read_many_versioned(&self, user_ids: &[String]) -> ProjectionResult<Vec<(UserView, u64)>> {
+    pub async fn read_many_versioned(&self, user_ids: &[String]) -> ProjectionResult<Vec<Versioned>> {
         let results = match self.read_pipeline(user_ids).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let mut conn = self.conn.clone();
@@ -425,7 +438,12 @@ impl RedisProjection {
             let mut it = flat.into_iter();
             let fields: Vec<(String, String)> = std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect();
             let version = push_version(&fields);
-            views.push((decode_view(user_id, fields)?, version));
+            let indexes = fields.iter().filter_map(|(f, _)| f.strip_prefix(super::INDEX_VERSION_PREFIX));
+            let indexes: Vec<ListId> = indexes.map(|id| ListId::Index(id.to_owned())).collect();
+            let view = decode_view(user_id, fields)?;
+            let lists = view.broadcasts.keys().map(|id| ListId::Broadcast(id.clone()));
+            let follows = lists.chain(indexes).collect();
+            views.push(Versioned { view, version, follows });
         }
         Ok(views)
     }

@@ -177,7 +177,7 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> Result<ReplayRep
     let owner = format!("replay:{}", std::process::id());
     let projection =
         RedisProjection::connect(&target.redis_url, &target.ns_redis_prefix()).await.context("projection")?;
-    let mut r = Replay::new(topics.clone(), store, projection, partitions, &owner).await?;
+    let mut r = Replay::new(topics.clone(), store, projection, partitions, &owner, target.diffusion()).await?;
     let mut report = ReplayReport { namespace: opts.into.clone(), resumed, ..Default::default() };
     if resumed {
         r.restore_own().await?;

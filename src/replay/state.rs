@@ -13,7 +13,7 @@ use super::read::PerStream;
 use crate::checkpoint::store::{CheckpointStore, Snapshot};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListState};
-use crate::core::hybrid::ConvIndex;
+use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::core::contract::{ConversationEvent, Stream, Target, UserEvent};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
@@ -47,6 +47,7 @@ pub struct Replay {
     dirty_convs: HashSet<(bool, String)>,
     /// Checkpoints written.
     pub checkpoints: u64,
+    diffusion: Diffusion,
 }
 
 impl Replay {
@@ -59,6 +60,7 @@ impl Replay {
         projection: RedisProjection,
         partitions: PerStream<i32>,
         owner: &str,
+        diffusion: Diffusion,
     ) -> anyhow::Result<Self> {
         let mut generations = PerStream::<Vec<i64>>::default();
         for (stream, stage) in [(Stream::Conversation, Stage::FanOut), (Stream::User, Stage::Fold)] {
@@ -67,7 +69,7 @@ impl Replay {
             }
         }
         let next = partitions.clone().map(|n| vec![0; n as usize]);
-        let (fanout, fold, checkpoints) = (FanOut::new(), Fold::new(), 0);
+        let (fanout, fold, checkpoints) = (FanOut::with_diffusion(diffusion), Fold::new(), 0);
         let (dirty_users, dirty_convs) = (HashSet::new(), HashSet::new());
         Ok(Self {
             topics,
@@ -81,6 +83,7 @@ impl Replay {
             dirty_users,
             dirty_convs,
             checkpoints,
+            diffusion,
         })
     }
 
@@ -173,7 +176,7 @@ impl Replay {
     ///
     /// Errors: PostgreSQL failing or a corrupt row.
     pub async fn restore_own(&mut self) -> anyhow::Result<()> {
-        self.fanout = fanout_stage::load_fanout(&self.store, None).await?;
+        self.fanout = fanout_stage::load_fanout(&self.store, None, self.diffusion).await?;
         self.fold = fold_stage::load_users(&self.store, None).await?;
         let fanout = self.store.offsets(Stage::FanOut).await?;
         let fold = self.store.offsets(Stage::Fold).await?;
@@ -212,7 +215,7 @@ impl Replay {
         self.dirty_convs.extend(snap.conversations.iter().map(|r| (false, r.id.clone())));
         self.dirty_convs.extend(snap.lists.iter().map(|r| (true, r.id.clone())));
         let users: Vec<String> = snap.users.iter().map(|r| r.id.clone()).collect();
-        self.fanout = fanout_stage::fanout_from_rows(snap.conversations, snap.lists)?;
+        self.fanout = fanout_stage::fanout_from_rows(snap.conversations, snap.lists, self.diffusion)?;
         self.fold = fold_stage::fold_from_rows(snap.users, snap.notes)?;
         for user in users {
             if let Some(state) = self.fold.user_mut_existing(&user) {

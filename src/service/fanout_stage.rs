@@ -23,6 +23,7 @@ use crate::checkpoint::{self, Stage};
 use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::{ConversationEvent, Event, Stream, Target};
 use crate::core::fanout::FanOut;
+use crate::core::hybrid::Diffusion;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::ListWrite;
 
@@ -81,7 +82,7 @@ impl FanOutTask {
         let (p, topic) = (input.partition, &shared.topics.conversation_events);
         let next = shared.store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
         let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
-        let fanout = load_fanout(&shared.store, Some(p)).await?;
+        let fanout = load_fanout(&shared.store, Some(p), shared.diffusion).await?;
         info!(partition = p, generation, next, "fan-out task started");
         input.rewind(topic, next).await;
         Ok(Self { shared, input, producer, generation, fanout, next, dirty: HashSet::new(), in_flight: Vec::new() })
@@ -223,15 +224,23 @@ pub fn changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a (bool, S
 /// Loads the conversations and lists of one fan-out partition (or every partition).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn load_fanout(store: &CheckpointStore, partition: Option<i32>) -> Result<FanOut, TaskError> {
-    fanout_from_rows(store.states(Stage::FanOut, partition).await?, store.lists(partition).await?)
+pub async fn load_fanout(
+    store: &CheckpointStore,
+    partition: Option<i32>,
+    diffusion: Diffusion,
+) -> Result<FanOut, TaskError> {
+    fanout_from_rows(store.states(Stage::FanOut, partition).await?, store.lists(partition).await?, diffusion)
 }
 
 /// A fan-out from checkpoint rows of conversations and broadcast lists.
 ///
 /// Errors: a corrupt row.
-pub fn fanout_from_rows(conversations: Vec<StateRow>, lists: Vec<StateRow>) -> Result<FanOut, TaskError> {
-    let mut fanout = FanOut::new();
+pub fn fanout_from_rows(
+    conversations: Vec<StateRow>,
+    lists: Vec<StateRow>,
+    diffusion: Diffusion,
+) -> Result<FanOut, TaskError> {
+    let mut fanout = FanOut::with_diffusion(diffusion);
     for row in conversations {
         let state = checkpoint::decode_conversation(&row.state)
             .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;

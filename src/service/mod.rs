@@ -143,6 +143,8 @@ pub struct Shared {
     pub producer: ProducerSlot,
     /// When tasks flush.
     pub flush: FlushPolicy,
+    /// When the fan-out read-diffuses a conversation.
+    pub diffusion: crate::core::hybrid::Diffusion,
     /// The service's metrics.
     pub metrics: Arc<Metrics>,
     /// This process, as named in partition leases: `{hostname or "host"}:{pid}`.
@@ -286,6 +288,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         projection,
         producer: ProducerSlot::new(&s.brokers)?,
         flush: FlushPolicy { interval: opts.flush_interval, events: opts.flush_events },
+        diffusion: s.diffusion(),
         metrics: Arc::new(Metrics::default()),
         owner: owner_name(),
     }))
