@@ -12,8 +12,8 @@ use anyhow::Context;
 
 use crate::core::contract::{decode, DecodeError, Event, UserView};
 use crate::core::fanout::{BatchStats, FanOut};
-use crate::core::hybrid::Diffusion;
 use crate::core::fold::Fold;
+use crate::core::hybrid::Diffusion;
 
 /// Largest batch `unread fold` hands to the fan-out: 1,000 events, about what one Kafka poll returns.
 pub const MAX_BATCH: usize = 1000;
@@ -51,7 +51,8 @@ impl Pipeline {
         let (deltas, stats) = self.fanout.process_batch(conversation_events);
         self.stats.duplicate_messages += stats.duplicate_messages;
         self.stats.early_recalls += stats.early_recalls;
-        (self.stats.to_read, self.stats.to_write) = (self.stats.to_read + stats.to_read, self.stats.to_write + stats.to_write);
+        (self.stats.to_read, self.stats.to_write) =
+            (self.stats.to_read + stats.to_read, self.stats.to_write + stats.to_write);
         for delta in &deltas {
             self.fold.apply_delta(delta);
         }

@@ -342,7 +342,10 @@ mod tests {
         let (tx, rx) = mpsc::channel(QUEUE);
         let mut w = Watchers::default();
         let view = UserView { user_id: "u".into(), ..UserView::default() };
-        w.users.insert("u".into(), Watched { view, version: 0, follows: Vec::new(), sockets: vec![Socket { id: 1, tx, fresh }] });
+        w.users.insert(
+            "u".into(),
+            Watched { view, version: 0, follows: Vec::new(), sockets: vec![Socket { id: 1, tx, fresh }] },
+        );
         (w, rx)
     }
 

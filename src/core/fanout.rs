@@ -139,7 +139,10 @@ impl FanOut {
     /// Every list and index whole, as the ops that rebuild each from empty (for a projection that lost them).
     pub fn whole_shared(&self) -> Vec<(ListId, Vec<ListOp>)> {
         let lists = self.lists.iter().map(|(id, l)| (ListId::Broadcast(id.clone()), l.whole_ops()));
-        let indexes = self.conversations.iter().filter_map(|(id, c)| Some((ListId::Index(id.clone()), c.index.as_ref()?.whole_ops())));
+        let indexes = self
+            .conversations
+            .iter()
+            .filter_map(|(id, c)| Some((ListId::Index(id.clone()), c.index.as_ref()?.whole_ops())));
         lists.chain(indexes).collect()
     }
 
@@ -188,7 +191,8 @@ impl FanOut {
             batches[b].apply(state, event, &mut stats, &mut self.list_ops);
             if let Some(op) = switch(self.diffusion, cid, state, event, &mut self.list_ops) {
                 let to_read = matches!(op, DeltaOp::ReadDiffusion { .. });
-                (stats.to_read, stats.to_write) = (stats.to_read + u64::from(to_read), stats.to_write + u64::from(!to_read));
+                (stats.to_read, stats.to_write) =
+                    (stats.to_read + u64::from(to_read), stats.to_write + u64::from(!to_read));
                 // The switch happens at this event: what came before is emitted with the old diffusion.
                 batches[b].emit(state, &mut deltas);
                 switch_deltas(cid, state, op, &mut deltas);

@@ -6,7 +6,7 @@ use unread::core::fanout::BatchStats;
 use unread::core::hybrid::Diffusion;
 use unread::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
 
-use crate::support::{assert_same_views, parse_views, repo_path, shared_dataset};
+use crate::support::{assert_same_views, churned_v2_dev_events, fold_text, parse_views, repo_path, shared_dataset};
 
 fn fold_file(path: &str, batch: usize) -> (Vec<unread::core::contract::UserView>, Vec<u8>) {
     let (views, bytes, _) = fold_file_with(path, batch, Diffusion::OFF);
@@ -87,32 +87,8 @@ fn dev_sets_are_exact_with_read_diffusion_at_low_thresholds() {
 /// user's counts stay those of write diffusion alone (itself exact against the reference on the dev sets).
 #[test]
 fn read_diffusion_switching_both_ways_under_churn_is_exact() {
-    let text = read_expected(repo_path("tests/data/ubuntu-irc/v2-dev-events.jsonl").to_str().unwrap());
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    let leaves: Vec<(usize, String)> = lines
-        .iter()
-        .enumerate()
-        .filter_map(|(i, line)| {
-            let mut e: serde_json::Value = serde_json::from_str(line).unwrap();
-            (e["type"] == "member.joined").then(|| {
-                e["type"] = "member.left".into();
-                e["event_id"] = format!("churn-{i}").into();
-                (i + 150, e.to_string())
-            })
-        })
-        .collect();
-    for (at, leave) in leaves.into_iter().rev() {
-        lines.insert(at.min(lines.len()), leave);
-    }
-    let churned = lines.join("\n");
-    let fold = |diffusion, batch| {
-        let mut pipeline = Pipeline::with_diffusion(diffusion);
-        for_each_batch(churned.as_bytes(), batch, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).unwrap();
-        for (id, state) in pipeline.fold().users() {
-            state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
-        }
-        (pipeline.views(), pipeline.stats())
-    };
+    let churned = churned_v2_dev_events();
+    let fold = |diffusion, batch| fold_text(&churned, diffusion, batch);
     let (expected, _) = fold(Diffusion::OFF, MAX_BATCH);
     for (threshold, batch) in [(4, MAX_BATCH), (6, 7), (10, 1)] {
         let (views, stats) = fold(Diffusion::from_threshold(threshold), batch);

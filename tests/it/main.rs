@@ -4,6 +4,7 @@ mod api;
 mod cli;
 mod dataset;
 mod decoder;
+mod hybrid;
 mod inbox;
 mod properties;
 mod properties_v2;

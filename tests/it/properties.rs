@@ -10,12 +10,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
 use unread::core::broadcast::Lists;
-use unread::core::hybrid::Diffusion;
-use unread::core::seqset::SeqSet;
 use unread::core::contract::*;
 use unread::core::delta::Delta;
 use unread::core::fanout::FanOut;
 use unread::core::fold::Fold;
+use unread::core::hybrid::Diffusion;
+use unread::core::seqset::SeqSet;
 
 const USERS: [&str; 5] = ["alice", "bob", "c {x}", "d/e%f", "ü ü"];
 const CONVS: [&str; 3] = ["team", "a:{b}", "z/1"];

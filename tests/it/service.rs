@@ -217,8 +217,9 @@ fn projection_guard_refuses_older_generations_and_dominated_positions() {
             v.conversations.insert("c".into(), ConversationView { unread, mentions: 0, muted: false });
             v
         };
-        let write =
-            |unread: u64, version: &str| UserWrite::replace(view(unread), Default::default(), Default::default(), version.parse().unwrap());
+        let write = |unread: u64, version: &str| {
+            UserWrite::replace(view(unread), Default::default(), Default::default(), version.parse().unwrap())
+        };
         assert_eq!(p.write(&[write(5, "1 100 500")]).await.unwrap(), (1, 0));
         assert_eq!(p.write(&[write(9, "1 150 480")]).await.unwrap(), (1, 0), "not dominated: accepted");
         assert_eq!(p.write(&[write(1, "1 150 470")]).await.unwrap(), (0, 1), "dominated: refused");

@@ -88,3 +88,42 @@ pub fn v2_dev_events() -> String {
 pub fn v2_dev_expected() -> Vec<UserView> {
     parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v2-dev-expected.jsonl")).unwrap())
 }
+
+/// The v2 dev set with churn: every `member.joined` followed, 150 events later, by the same member leaving. The
+/// dev set's channels only grow; with churn they shrink and grow again, so a low read-diffusion threshold makes
+/// them switch both ways many times. JSON Lines.
+pub fn churned_v2_dev_events() -> String {
+    let text = std::fs::read_to_string(v2_dev_events()).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let leaves: Vec<(usize, String)> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            let mut e: serde_json::Value = serde_json::from_str(line).unwrap();
+            (e["type"] == "member.joined").then(|| {
+                e["type"] = "member.left".into();
+                e["event_id"] = format!("churn-{i}").into();
+                (i + 150, e.to_string())
+            })
+        })
+        .collect();
+    for (at, leave) in leaves.into_iter().rev() {
+        lines.insert(at.min(lines.len()), leave);
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The views of folding `events` (JSON Lines) in one process with `diffusion`, with the fan-out's counts.
+pub fn fold_text(
+    events: &str,
+    diffusion: unread::core::hybrid::Diffusion,
+    batch: usize,
+) -> (Vec<UserView>, unread::core::fanout::BatchStats) {
+    let mut pipeline = unread::pipeline::Pipeline::with_diffusion(diffusion);
+    unread::pipeline::for_each_batch(events.as_bytes(), batch, |bad| panic!("{bad}"), |b| pipeline.process_batch(b))
+        .unwrap();
+    for (id, state) in pipeline.fold().users() {
+        state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
+    }
+    (pipeline.views(), pipeline.stats())
+}

@@ -1,0 +1,134 @@
+//! Read diffusion (issue 12) through the real service: conversations switching both ways under churn, a SIGKILL in
+//! the middle, Redis losing everything, a replay with read diffusion off; and a message to a 20,000-member channel,
+//! which writes no member's hash.
+
+use std::time::Duration;
+
+use unread::core::hybrid::Diffusion;
+use unread::pipeline::MAX_BATCH;
+
+use crate::support::*;
+
+#[test]
+fn read_diffusion_switching_both_ways_survives_sigkill_redis_loss_and_replay() {
+    let Some(stack) = stack("read_diffusion_switching_both_ways_survives_sigkill_redis_loss_and_replay") else {
+        return;
+    };
+    let ns = Ns::new(&stack, "hyb");
+    let events = churned_v2_dev_events();
+    let (expected, _) = fold_text(&events, Diffusion::OFF, MAX_BATCH);
+    let (_, switches) = fold_text(&events, Diffusion::from_threshold(5), MAX_BATCH);
+    assert!(switches.to_read >= 20 && switches.to_write >= 20, "{switches:?}");
+    let path = std::env::temp_dir().join(format!("{}-churn.jsonl", ns.name));
+    std::fs::write(&path, &events).unwrap();
+    ns.ok(&["produce", path.to_str().unwrap()]);
+    let initial = ns.total_lag();
+    let svc = ns.start(&["--read-diffusion-threshold", "5", "--flush-events", "2000"]);
+    let at_kill = wait_for_progress(&ns, initial);
+    svc.kill();
+    assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
+    let svc = ns.start(&["--read-diffusion-threshold", "5"]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    assert_exact_views(svc.port, &expected);
+    assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    svc.stop();
+    // Redis loses everything: answered from the checkpoint (indexes included), then rebuilt, exact again.
+    let api = ns.start(&["--roles", "api"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let redis = unread::projection::redis::RedisProjection::connect(&stack.redis_url, "").await.unwrap();
+        unread::namespace::delete_matching(&redis, &format!("{}:*", ns.name)).await.unwrap()
+    });
+    for e in expected.iter().filter(|e| e.total_unread > 0).step_by(53) {
+        let (code, headers, body) =
+            http_get_full(api.port, &format!("/v1/users/{}/unread", encode(&e.user_id))).unwrap();
+        assert!(code == 200 && headers.contains(&"x-unread-source: checkpoint".to_owned()), "{body}");
+        assert_eq!(&serde_json::from_str::<unread::core::contract::UserView>(&body).unwrap(), e);
+    }
+    ns.ok(&["projection", "rebuild"]);
+    assert_exact_views(api.port, &expected);
+    api.stop();
+    // A replay with read diffusion off builds the same counts.
+    let out = ns.cmd(&["replay", "--into", "hybw"]).env("UNREAD_READ_DIFFUSION_THRESHOLD", "0").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ns.ok(&["verify", "--namespace", "hybw"]).contains("differing: 0"));
+    let out = ns.ok(&["verify", "--against", "hybw"]);
+    assert!(out.contains("differing: 0"), "{out}");
+    std::fs::remove_file(path).ok();
+}
+
+/// Every expected user is served exactly (the churned set lists fewer users than the dev set).
+fn assert_exact_views(port: u16, expected: &[unread::core::contract::UserView]) {
+    let (n, bad) = mismatches(port, expected);
+    assert!(n > 1000, "{n} users expected");
+    assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
+}
+
+/// One JSON line per event.
+fn lines(events: impl Iterator<Item = serde_json::Value>) -> String {
+    events.map(|e| e.to_string() + "\n").collect()
+}
+
+fn event(t: &str) -> serde_json::Value {
+    serde_json::json!({"type": t, "event_id": "e", "occurred_at": "2024-01-01T00:00:00Z", "conversation_id": "big"})
+}
+
+#[test]
+fn messages_to_a_20000_member_channel_write_no_member() {
+    let Some(stack) = stack("messages_to_a_20000_member_channel_write_no_member") else { return };
+    let ns = Ns::new(&stack, "hybig");
+    let joins = (0..20_000).map(|i| {
+        let mut e = event("member.joined");
+        e["user_id"] = format!("m-{i}").into();
+        e
+    });
+    let messages = (1..=100u64).map(|seq| {
+        let mut e = event("message.sent");
+        (e["seq"], e["sender_id"]) = (seq.into(), "m-0".into());
+        e["mentions"] = if seq == 50 { serde_json::json!(["m-7"]) } else { serde_json::json!([]) };
+        e["mention_all"] = (seq == 60).into();
+        e
+    });
+    let dir = std::env::temp_dir();
+    let (join, send) = (dir.join(format!("{}-join.jsonl", ns.name)), dir.join(format!("{}-send.jsonl", ns.name)));
+    std::fs::write(&join, lines(joins)).unwrap();
+    std::fs::write(&send, lines(messages)).unwrap();
+    let svc = ns.start(&[]); // the default threshold, 1,000 members
+    ns.ok(&["produce", join.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let settled = || settled_counters(svc.port);
+    let (writes, _) = settled();
+    assert!(writes >= 20_000.0, "every member was written once when joining: {writes}");
+    ns.ok(&["produce", send.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "1m"]);
+    let (after, _) = settled();
+    // The sender's floor and m-7's named mention are per user; the rest is the index, written once.
+    assert!(after - writes <= 4.0, "100 messages wrote {} user hashes, not one per member", after - writes);
+    for (user, unread, mentions) in [("m-1", 100, 1), ("m-7", 100, 2), ("m-19999", 100, 1), ("m-0", 0, 0)] {
+        let (_, body) = http_get(svc.port, &format!("/v1/users/{user}/unread")).unwrap();
+        let view: unread::core::contract::UserView = serde_json::from_str(&body).unwrap();
+        let c = &view.conversations["big"];
+        assert_eq!(
+            (c.unread, c.mentions, view.total_unread, view.total_mentions),
+            (unread, mentions, unread, mentions)
+        );
+        assert_eq!(view.unread_conversations, u64::from(unread > 0), "{body}");
+    }
+    svc.stop();
+    std::fs::remove_file(join).ok();
+    std::fs::remove_file(send).ok();
+}
+
+/// Redis user writes and checkpoint rows once they stop moving (lag zero is read from PostgreSQL: the tasks may
+/// still be counting their last flush).
+fn settled_counters(port: u16) -> (f64, f64) {
+    let mut last = (-1.0, -1.0);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = (metric(port, "unread_redis_user_writes_total"), metric(port, "unread_checkpoint_rows_total"));
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
