@@ -242,7 +242,7 @@ where
         reason: format!("has malformed value {value:?}"),
     };
     let mut view = UserView { user_id: user_id.to_owned(), ..UserView::default() };
-    let mut shares: BTreeMap<String, (Option<[u64; 3]>, Option<(u64, u64)>)> = BTreeMap::new();
+    let mut shares: BTreeMap<String, IndexFields> = BTreeMap::new();
     for (field, value) in fields {
         if field == TOTALS_FIELD {
             decode_totals(&mut view, &value).ok_or_else(|| bad(&field, &value))?;
@@ -259,17 +259,25 @@ where
         } else if let Some(id) = field.strip_prefix(INDEX_PREFIX) {
             let head = value.splitn(4, ' ').take(3).collect::<Vec<_>>().join(" ");
             let n = numbers::<u64>(&head).filter(|n| n[1] <= 1 && n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
-            shares.entry(id.to_owned()).or_default().0 = Some(n);
+            shares.entry(id.to_owned()).or_default().cursor = Some(n);
         } else if let Some(id) = field.strip_prefix(INDEX_COUNT_PREFIX) {
-            shares.entry(id.to_owned()).or_default().1 = Some(pair(&value).ok_or_else(|| bad(&field, &value))?);
+            shares.entry(id.to_owned()).or_default().counts = Some(pair(&value).ok_or_else(|| bad(&field, &value))?);
         }
     }
     for (id, share) in shares {
-        if let (Some([_, muted, feed]), Some((unread, mentions))) = share {
+        if let IndexFields { cursor: Some([_, muted, feed]), counts: Some((unread, mentions)) } = share {
             IndexShare { muted: muted == 1, feed: feed == 1, unread, mentions }.add_to(&mut view, &id);
         }
     }
     Ok(view)
+}
+
+/// What the read script returns of one read-diffused conversation: its `r:` field's first three numbers (lo,
+/// muted, feed) and its computed `R:` share (unread, mentions).
+#[derive(Default)]
+struct IndexFields {
+    cursor: Option<[u64; 3]>,
+    counts: Option<(u64, u64)>,
 }
 
 /// The totals field: six numbers, or the first three in a hash written by a v1 build.
@@ -320,6 +328,34 @@ mod tests {
         with_version.push((VERSION_FIELD.into(), "anything".into()));
         assert_eq!(decode_view("a b{c}", with_version).unwrap(), view);
         assert_eq!(user_key("unread:", "a b{c}"), "unread:u:a b{c}");
+    }
+
+    #[test]
+    fn read_diffused_shares_add_to_their_conversations_and_totals() {
+        let fields = [
+            ("_totals", "2 0 1 0 0 0"),
+            ("c:big", "2 0 0"),
+            ("r:big", "10 0 0 12 13"),
+            ("R:big", "5 1"),
+            ("c:quiet", "0 0 1"),
+            ("r:quiet", "0 1 0"),
+            ("R:quiet", "3 1"),
+            ("r:feed", "3 0 1"),
+            ("R:feed", "4 0"),
+            ("c:new", "0 0 0"),
+            ("r:new", "0 0 0"),
+            ("R:new", "1 0"),
+        ];
+        let view = decode_view("u", fields.map(|(f, v)| (f.to_owned(), v.to_owned()))).unwrap();
+        let c = |id: &str| {
+            let c = &view.conversations[id];
+            (c.unread, c.mentions, c.muted)
+        };
+        assert_eq!((c("big"), c("quiet"), c("new")), ((7, 1, false), (3, 1, true), (1, 0, false)));
+        // big adds 5 (already unread), quiet is muted (mentions only), new becomes an unread conversation.
+        assert_eq!((view.total_unread, view.total_mentions, view.unread_conversations), (8, 2, 2));
+        assert_eq!(view.feed_unread, 4);
+        assert!(decode_view("u", [("r:x".to_owned(), "1 2 0".to_owned())]).is_err(), "muted must be 0 or 1");
     }
 
     #[test]
