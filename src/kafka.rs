@@ -33,6 +33,9 @@ pub mod headers {
     pub const ERROR_REASON: &str = "unread.error.reason";
     /// The prefix of every header above: `dead-letter replay` drops them when re-publishing.
     pub const PREFIX: &str = "unread.";
+    /// On a delta: the fan-out partition and lease generation that produced it
+    /// ([`crate::core::delta::DeltaSource`]), for the fold's fence against zombie deltas.
+    pub const DELTA_SOURCE: &str = "unread.delta.source";
 }
 
 /// The settings every client shares: the bootstrap servers (comma-separated `host:port`).

@@ -78,6 +78,8 @@ pub struct Changes {
     pub lists: Vec<(String, Option<Vec<u8>>)>,
     /// Remembered notifications (fold).
     pub notes: Vec<NoteChange>,
+    /// The fold's fence against zombie deltas: (fan-out partition, newest generation seen).
+    pub fences: Vec<(i32, i64)>,
 }
 
 impl Changes {
@@ -123,6 +125,8 @@ pub struct Snapshot {
     pub lists: Vec<StateRow>,
     /// Every remembered notification.
     pub notes: Vec<NoteRow>,
+    /// The fold's fences: (fold partition, fan-out partition, newest generation seen).
+    pub fences: Vec<(i32, i32, i64)>,
 }
 
 /// One checkpointed entity (a user of the fold, a conversation of the fan-out).
@@ -412,6 +416,17 @@ impl CheckpointStore {
         .map_err(db("reading lists"))
     }
 
+    /// The fold's fence against zombie deltas in one partition: (fan-out partition, newest generation seen).
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn fences(&self, partition: i32) -> StoreResult<Vec<(i32, i64)>> {
+        sqlx::query_as("SELECT source_partition, generation FROM fold_delta_fences WHERE partition = $1")
+            .bind(partition)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db("reading delta fences"))
+    }
+
     /// The remembered notifications of one fold partition's users, or of every partition.
     ///
     /// Errors: [`StoreError::Db`].
@@ -476,6 +491,7 @@ impl CheckpointStore {
         write_rows(&mut tx, table, column, partition, &changes.states).await?;
         write_rows(&mut tx, "fanout_lists", "broadcast_id", partition, &changes.lists).await?;
         write_notes(&mut tx, partition, &changes.notes).await?;
+        write_fences(&mut tx, partition, &changes.fences).await?;
         write_offsets(&mut tx, stage, partition, offsets).await?;
         tx.commit().await.map_err(db("committing a checkpoint"))
     }
@@ -510,6 +526,10 @@ impl CheckpointStore {
             .await
             .map_err(db(doing))?;
         snap.lists = sqlx::query_as("SELECT broadcast_id AS id, partition, state FROM fanout_lists")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        snap.fences = sqlx::query_as("SELECT partition, source_partition, generation FROM fold_delta_fences")
             .fetch_all(&mut *tx)
             .await
             .map_err(db(doing))?;
@@ -691,6 +711,23 @@ async fn write_notes(tx: &mut sqlx::PgConnection, partition: i32, rows: &[NoteCh
 }
 
 /// Upserts the next offsets of a partition's input topics, in `tx`.
+async fn write_fences(tx: &mut sqlx::PgConnection, partition: i32, fences: &[(i32, i64)]) -> StoreResult<()> {
+    for (source, generation) in fences {
+        sqlx::query(
+            "INSERT INTO fold_delta_fences (partition, source_partition, generation, updated_at) \
+             VALUES ($1, $2, $3, now()) ON CONFLICT (partition, source_partition) \
+             DO UPDATE SET generation = EXCLUDED.generation, updated_at = now()",
+        )
+        .bind(partition)
+        .bind(source)
+        .bind(generation)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("writing delta fences"))?;
+    }
+    Ok(())
+}
+
 async fn write_offsets(
     tx: &mut sqlx::PgConnection,
     stage: Stage,

@@ -74,3 +74,88 @@ pub enum DeltaOp {
         mentions: SeqSet,
     },
 }
+
+/// Where a delta came from: the fan-out partition that produced it and that task's lease generation. Carried in
+/// the record header [`crate::kafka::headers::DELTA_SOURCE`] as `"{partition} {generation}"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaSource {
+    /// The fan-out partition (of `unread.conversation-events`).
+    pub partition: i32,
+    /// The producing task's lease generation of that partition.
+    pub generation: i64,
+}
+
+impl DeltaSource {
+    /// The header value, `"{partition} {generation}"`.
+    pub fn header_value(&self) -> String {
+        format!("{} {}", self.partition, self.generation)
+    }
+
+    /// Parses a header value; `None` when it is not two numbers.
+    pub fn parse(value: &[u8]) -> Option<Self> {
+        let (p, g) = std::str::from_utf8(value).ok()?.split_once(' ')?;
+        Some(Self { partition: p.parse().ok()?, generation: g.parse().ok()? })
+    }
+}
+
+/// The fold's fence against **zombie deltas** (`docs/guarantees.md`): per fan-out partition, the newest lease
+/// generation seen in one partition of `unread.user-deltas`. A delta from an older generation than one already seen
+/// from the same fan-out partition was produced by a task whose partition had moved (paused, then resumed) after
+/// its successor started producing: it is dropped. Nothing is lost by dropping it: the successor re-processes
+/// every event since the old task's last checkpoint, so each effect of the late delta reaches the fold again, in
+/// order. A late delta that arrives before any of the successor's is an ordinary repeated suffix, applied
+/// idempotently. The fence is checkpointed with the fold's offsets (one transaction), so a restarted fold task
+/// drops exactly what it dropped before.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fence {
+    newest: std::collections::BTreeMap<i32, i64>,
+    changed: bool,
+}
+
+impl Fence {
+    /// A fence from its checkpoint rows: (fan-out partition, newest generation seen).
+    pub fn from_rows(rows: impl IntoIterator<Item = (i32, i64)>) -> Self {
+        Self { newest: rows.into_iter().collect(), changed: false }
+    }
+
+    /// Whether a delta from `source` may be applied (its generation is not older than the newest seen from its
+    /// partition); remembers its generation.
+    pub fn admit(&mut self, source: DeltaSource) -> bool {
+        let newest = self.newest.entry(source.partition).or_insert(i64::MIN);
+        if source.generation < *newest {
+            return false;
+        }
+        self.changed |= source.generation > *newest;
+        *newest = source.generation;
+        true
+    }
+
+    /// The rows that changed since the last call (all of them once changed: a handful), to checkpoint.
+    pub fn take_changed(&mut self) -> Vec<(i32, i64)> {
+        if !std::mem::take(&mut self.changed) {
+            return Vec::new();
+        }
+        self.newest.iter().map(|(p, g)| (*p, *g)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fence_drops_an_older_generation_once_a_newer_one_was_seen_per_partition() {
+        let mut fence = Fence::default();
+        let src = |partition, generation| DeltaSource { partition, generation };
+        assert!(fence.admit(src(0, 3)) && fence.admit(src(0, 3)), "the same generation, again");
+        assert_eq!(fence.take_changed(), vec![(0, 3)]);
+        assert!(fence.take_changed().is_empty(), "nothing new");
+        assert!(fence.admit(src(1, 1)), "another partition's generations are its own");
+        assert!(fence.admit(src(0, 4)) && !fence.admit(src(0, 3)), "the zombie's late delta");
+        let mut restored = Fence::from_rows(fence.take_changed());
+        assert!(!restored.admit(src(0, 3)) && restored.admit(src(1, 1)));
+        assert_eq!(DeltaSource::parse(b"7 12"), Some(src(7, 12)));
+        assert_eq!(DeltaSource::parse(b"7"), None);
+        assert_eq!(DeltaSource::parse(src(2, 5).header_value().as_bytes()), Some(src(2, 5)));
+    }
+}

@@ -14,6 +14,7 @@ use crate::checkpoint::store::{CheckpointStore, Snapshot};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListState};
 use crate::core::contract::{ConversationEvent, Stream, Target, UserEvent};
+use crate::core::delta::Fence;
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::core::hybrid::{ConvIndex, Diffusion};
@@ -225,7 +226,7 @@ impl Replay {
         }
         // A partition never checkpointed starts at 0, which check_retained requires to be retained.
         self.seek_to(&snap.fanout_offsets, &source.conversation_events, &snap.fold_offsets, &source.user_events);
-        self.apply_in_flight(&snap.fold_offsets, &source.user_deltas, c).await
+        self.apply_in_flight(&snap.fold_offsets, &snap.fences, &source.user_deltas, c).await
     }
 
     /// Applies the deltas in flight at the snapshot: produced by the source's fan-out (for events before its
@@ -234,6 +235,7 @@ impl Replay {
     async fn apply_in_flight(
         &mut self,
         fold_offsets: &HashMap<(String, i32), i64>,
+        fences: &[(i32, i32, i64)],
         topic: &str,
         c: &StreamConsumer,
     ) -> anyhow::Result<u64> {
@@ -251,6 +253,9 @@ impl Replay {
             return Ok(0);
         }
         c.assign(&tpl).context("assigning the source's delta topic")?;
+        let mut fence: Vec<Fence> = (0..self.partitions.user)
+            .map(|p| Fence::from_rows(fences.iter().filter(|f| f.0 == p).map(|f| (f.1, f.2))))
+            .collect();
         let mut applied = 0u64;
         while next.iter().zip(&marks).any(|(n, (_, high))| n < high) {
             let msg = tokio::time::timeout(Duration::from_secs(30), c.recv())
@@ -262,6 +267,10 @@ impl Replay {
                 continue;
             }
             next[p] = msg.offset() + 1;
+            // The source's fold would have dropped a zombie delta: so does the replay, from the same fence.
+            if records::delta_source(&msg).is_some_and(|source| !fence[p].admit(source)) {
+                continue;
+            }
             if let Ok(d) = records::delta(&msg) {
                 self.dirty_users.insert(d.user_id.clone());
                 self.fold.apply_delta(&d);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tracing::{debug, info};
 
@@ -22,6 +22,7 @@ use crate::checkpoint::store::{Changes, CheckpointStore, StateRow};
 use crate::checkpoint::{self, Stage};
 use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::{ConversationEvent, Event, Stream, Target};
+use crate::core::delta::DeltaSource;
 use crate::core::fanout::FanOut;
 use crate::core::hybrid::Diffusion;
 use crate::pipeline::MAX_BATCH;
@@ -114,12 +115,16 @@ impl FanOutTask {
             let (sh, p) = (&*self.shared, self.input.partition);
             // A task whose partition moved must not add deltas to the stream of its successor.
             retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, self.generation)).await?;
+            if let Some(delay) = sh.produce_delay {
+                tokio::time::sleep(delay).await; // fault injection: widens the window a zombie produces in
+            }
             let (deltas, _) = self.fanout.process_batch(&events);
             self.dirty.extend(events.iter().map(|e| e.target()).map(|t| match t {
                 Target::Conversation(id) => (false, id.to_owned()),
                 Target::Broadcast(id) => (true, id.to_owned()),
             }));
-            produce(&self.producer, &sh.topics.user_deltas, &deltas, &mut self.in_flight).await?;
+            let source = DeltaSource { partition: p, generation: self.generation };
+            produce(&self.producer, &sh.topics.user_deltas, &deltas, source, &mut self.in_flight).await?;
         }
         Ok(pending)
     }
@@ -254,17 +259,23 @@ pub fn fanout_from_rows(
     Ok(fanout)
 }
 
-/// Enqueues deltas keyed by user; their acknowledgements join `in_flight`. Waits only while the producer's queue
-/// is full.
+/// Enqueues deltas keyed by user, each with its `source` header (for the fold's fence against zombie deltas);
+/// their acknowledgements join `in_flight`. Waits only while the producer's queue is full.
 async fn produce(
     producer: &FutureProducer,
     topic: &str,
     deltas: &[crate::core::delta::Delta],
+    source: DeltaSource,
     in_flight: &mut Vec<DeliveryFuture>,
 ) -> Result<(), TaskError> {
+    let source = source.header_value();
     for d in deltas {
         let payload = serde_json::to_vec(d).expect("deltas serialize");
-        let mut record = FutureRecord::to(topic).key(d.user_id.as_bytes()).payload(&payload);
+        let header = Header { key: crate::kafka::headers::DELTA_SOURCE, value: Some(&source) };
+        let mut record = FutureRecord::to(topic)
+            .key(d.user_id.as_bytes())
+            .payload(&payload)
+            .headers(OwnedHeaders::new().insert(header));
         loop {
             match producer.send_result(record) {
                 Ok(delivery) => break in_flight.push(delivery),

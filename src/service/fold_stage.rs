@@ -20,6 +20,7 @@ use super::{records, retry, Shared, TaskError};
 use crate::checkpoint::store::{Changes, CheckpointStore, NoteRow, StateRow};
 use crate::checkpoint::{self, Stage};
 use crate::core::contract::{Event, Stream};
+use crate::core::delta::Fence;
 use crate::core::fold::Fold;
 use crate::core::notifications::NoteBook;
 use crate::pipeline::MAX_BATCH;
@@ -49,6 +50,8 @@ struct FoldTask {
     next: Next,
     /// user → conversations changed since the last flush
     dirty: HashMap<String, BTreeSet<String>>,
+    /// The fence against zombie deltas, checkpointed with the offsets.
+    fence: Fence,
 }
 
 /// Runs the task of one partition number until its input closes (then it flushes and returns).
@@ -93,6 +96,7 @@ impl FoldTask {
         };
         let generation = shared.store.acquire(Stage::Fold, p, &shared.owner).await?;
         let fold = load_users(&shared.store, Some(p)).await?;
+        let fence = Fence::from_rows(shared.store.fences(p).await?);
         info!(
             partition = p,
             generation,
@@ -102,7 +106,7 @@ impl FoldTask {
         );
         input.rewind(ue, next.user_events).await;
         input.rewind(ud, next.user_deltas).await;
-        Ok(Self { shared, input, generation, fold, next, dirty: HashMap::new() })
+        Ok(Self { shared, input, generation, fold, next, dirty: HashMap::new(), fence })
     }
 
     /// Applies a batch of records of both topics; bad ones go to the dead-letter topic. Returns how many records
@@ -146,6 +150,11 @@ impl FoldTask {
 
     fn apply_delta(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
         let d = records::delta(record)?;
+        if records::delta_source(record).is_some_and(|source| !self.fence.admit(source)) {
+            self.shared.metrics.zombie_delta();
+            debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
+            return Ok(());
+        }
         self.dirty.entry(d.user_id.clone()).or_default().insert(d.conversation_id.clone());
         self.fold.apply_delta(&d);
         Ok(())
@@ -214,7 +223,9 @@ impl FoldTask {
             warn!(partition = p, refused, "projection refused older writes (another task is ahead)");
         }
         metrics.redis_writes(written);
-        let changes = changes(&mut self.fold, self.dirty.keys());
+        let mut changes = changes(&mut self.fold, self.dirty.keys());
+        // (A failed checkpoint ends the task, which restarts from the checkpoint, fence included.)
+        changes.fences = self.fence.take_changed();
         self.checkpoint(&changes, started).await?;
         self.dirty.clear();
         debug!(partition = p, users = changes.states.len(), notifications = changes.notes.len(), "fold flush");

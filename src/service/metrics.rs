@@ -68,6 +68,7 @@ pub struct Metrics {
     checkpoints: Counter,
     checkpoint_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     fenced: Counter,
+    zombie_deltas: Counter,
     flush_latency: LatencyFamily,
     transaction_latency: LatencyFamily,
     lag: Family<LagLabels, Gauge>,
@@ -97,6 +98,7 @@ impl Default for Metrics {
             checkpoints: Counter::default(),
             checkpoint_seconds: Counter::default(),
             fenced: Counter::default(),
+            zombie_deltas: Counter::default(),
             flush_latency: Family::new_with_constructor(latency_histogram),
             transaction_latency: Family::new_with_constructor(latency_histogram),
             lag: Family::default(),
@@ -142,6 +144,12 @@ impl Metrics {
         );
         r.register("checkpoint_seconds", "Seconds spent in checkpoints, in all", self.checkpoint_seconds.clone());
         r.register("fenced_tasks", "Partition tasks fenced because another task took their lease", self.fenced.clone());
+        let zombie = self.zombie_deltas.clone();
+        r.register(
+            "zombie_deltas",
+            "Deltas dropped by the fold's fence: from a fan-out task whose lease had moved",
+            zombie,
+        );
         r.register("flush_seconds", "Latency of one whole flush, by stage", self.flush_latency.clone());
         let tx = self.transaction_latency.clone();
         r.register("checkpoint_transaction_seconds", "Latency of the PostgreSQL checkpoint transaction, by stage", tx);
@@ -200,6 +208,11 @@ impl Metrics {
     pub fn checkpoint_rows(&self, rows: usize, bytes: usize) {
         self.checkpoint_rows.inc_by(rows as u64);
         self.checkpoint_bytes.inc_by(bytes as u64);
+    }
+
+    /// The fold dropped a delta of an older fan-out generation ([`crate::core::delta::Fence`]).
+    pub fn zombie_delta(&self) {
+        self.zombie_deltas.inc();
     }
 
     /// A partition task was fenced (its lease was taken by another task).

@@ -145,6 +145,9 @@ pub struct Shared {
     pub flush: FlushPolicy,
     /// When the fan-out read-diffuses a conversation.
     pub diffusion: crate::core::hybrid::Diffusion,
+    /// Fault injection for tests (`UNREAD_FAULT_PRODUCE_DELAY`, e.g. `3s`): the fan-out sleeps this long between
+    /// its lease check and producing a batch's deltas, the window in which a paused task becomes a zombie.
+    pub produce_delay: Option<std::time::Duration>,
     /// The service's metrics.
     pub metrics: Arc<Metrics>,
     /// This process, as named in partition leases: `{hostname or "host"}:{pid}`.
@@ -289,6 +292,9 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         producer: ProducerSlot::new(&s.brokers)?,
         flush: FlushPolicy { interval: opts.flush_interval, events: opts.flush_events },
         diffusion: s.diffusion(),
+        produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
+            .ok()
+            .and_then(|d| humantime::parse_duration(&d).ok()),
         metrics: Arc::new(Metrics::default()),
         owner: owner_name(),
     }))

@@ -81,6 +81,15 @@ pub fn event(record: &impl Message, stream: Stream) -> Result<Event, RecordError
     Ok(event)
 }
 
+/// The fan-out partition and generation a delta record says it came from ([`crate::kafka::headers::DELTA_SOURCE`]);
+/// `None` for a record without the header (or with a malformed one), which the fold applies unfenced.
+pub fn delta_source(record: &impl Message) -> Option<crate::core::delta::DeltaSource> {
+    use rdkafka::message::Headers;
+    let headers = record.headers()?;
+    let header = headers.iter().find(|h| h.key == crate::kafka::headers::DELTA_SOURCE)?;
+    crate::core::delta::DeltaSource::parse(header.value?)
+}
+
 /// Decodes a delta record of `unread.user-deltas` (JSON of [`Delta`], key = `user_id`).
 pub fn delta(record: &impl Message) -> Result<Delta, RecordError> {
     let value = record.payload().ok_or(RecordError::NoValue)?;

@@ -83,6 +83,11 @@ impl<'s> Ns<'s> {
     /// Starts `unread run` on a free port (flushing every 100 ms unless `extra` says otherwise) and waits until
     /// it is ready (at most 60 s). Its log goes to the temp dir.
     pub fn start(&self, extra: &[&str]) -> Service {
+        self.start_with_env(extra, &[])
+    }
+
+    /// [`Ns::start`] with more environment variables (fault injection).
+    pub fn start_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Service {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec!["run", "--listen", &listen];
@@ -91,7 +96,9 @@ impl<'s> Ns<'s> {
         }
         args.extend_from_slice(extra);
         let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{port}.log", self.name))).unwrap();
-        let child = self.cmd(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        let mut cmd = self.cmd(&args);
+        cmd.envs(env.iter().copied());
+        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
         let svc = Service { child, port };
         let deadline = Instant::now() + Duration::from_secs(60);
         while http_get(port, "/readyz").map(|(s, _)| s) != Some(200) {
