@@ -8,7 +8,14 @@
 //! never reads, so its `unread` after the k-th message of its conversation is k. A push with `unread` = n makes
 //! every message up to the n-th visible: each gets its latency from its own produce time.
 //!
-//! Usage: sustained API_URL SERVER_PID BROKERS TOPIC RATE SECONDS   (the API runs with --insecure-no-auth)
+//! Usage: sustained API_URL SERVER_PIDS BROKERS TOPIC RATE SECONDS   (the API runs with --insecure-no-auth;
+//! SERVER_PIDS comma-separated, their CPU and RSS summed).
+//!
+//! Scale-out events (optional, environment): `SUSTAINED_JOIN_AT=S` with `SUSTAINED_JOIN_CMD` (a shell command that
+//! starts one more instance in the background) runs it S seconds into the load; `SUSTAINED_KILL_AT=S` with
+//! `SUSTAINED_KILL_PID` SIGKILLs that instance then. For each, the report gives the latency of the messages
+//! produced in the 15 s after it and when its partitions were served again: the last moment a message produced in
+//! that window with a latency over 1 s became visible, counted from the event.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,7 +32,8 @@ const MEMBERS: usize = 20;
 struct Book {
     sent: HashMap<String, Vec<Instant>>,
     seen: HashMap<String, usize>,
-    latencies: Vec<Duration>,
+    /// (produced at, latency) of every message seen.
+    latencies: Vec<(Instant, Duration)>,
 }
 
 fn conversation(c: usize) -> String {
@@ -54,24 +62,39 @@ async fn watcher(ws: String, c: usize, book: Arc<Mutex<Book>>) {
         let now = Instant::now();
         let mut book = book.lock().unwrap();
         let seen = book.seen.get(&id).copied().unwrap_or(0);
-        let visible: Vec<Duration> = book
+        let visible: Vec<(Instant, Duration)> = book
             .sent
             .get(&id)
-            .map_or(Vec::new(), |s| s.iter().take(unread as usize).skip(seen).map(|t| now - *t).collect());
+            .map_or(Vec::new(), |s| s.iter().take(unread as usize).skip(seen).map(|t| (*t, now - *t)).collect());
         book.latencies.extend(visible);
         book.seen.insert(id.clone(), seen.max(unread as usize));
     }
 }
 
-/// (total lag, CPU seconds, RSS KiB) of the service now.
-fn sample(api: &str, pid: &str) -> (i64, f64, u64) {
+/// (total lag, CPU seconds, RSS KiB) of the service now, summed over the instances still running (`apis` and
+/// `pids` comma-separated).
+fn sample(apis: &str, pids: &str) -> (i64, f64, u64) {
+    let (mut cpu, mut rss) = (0.0, 0);
+    for pid in pids.split(',') {
+        let (c, r) = usage(pid);
+        (cpu, rss) = (cpu + c, rss + r);
+    }
+    (apis.split(',').map(lag).sum(), cpu, rss)
+}
+
+/// One instance's lag (of the partitions it holds), from its metrics; 0 when it does not answer.
+fn lag(api: &str) -> i64 {
     let metrics = ureq::get(&format!("{api}/metrics")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok());
-    let lag = metrics
+    metrics
         .unwrap_or_default()
         .lines()
         .filter(|l| l.starts_with("unread_partition_lag{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as i64;
+        .sum::<f64>() as i64
+}
+
+/// (CPU seconds, RSS KiB) of one process (0 when it is gone).
+fn usage(pid: &str) -> (f64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or_default().split(' ').collect();
     let ticks: f64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
@@ -79,7 +102,7 @@ fn sample(api: &str, pid: &str) -> (i64, f64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let rss =
         status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix(" kB")?.parse().ok()).unwrap_or(0);
-    (lag, ticks / 100.0, rss)
+    (ticks / 100.0, rss)
 }
 
 fn ms(sorted: &[Duration], p: f64) -> f64 {
@@ -89,9 +112,10 @@ fn ms(sorted: &[Duration], p: f64) -> f64 {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, api, pid, brokers, topic, rate, seconds] = &args[..] else {
-        panic!("usage: sustained API_URL SERVER_PID BROKERS TOPIC RATE SECONDS")
+    let [_, apis, pid, brokers, topic, rate, seconds] = &args[..] else {
+        panic!("usage: sustained API_URLS SERVER_PIDS BROKERS TOPIC RATE SECONDS")
     };
+    let api = apis.split(',').next().expect("an API URL").to_owned();
     let (rate, seconds): (u64, u64) = (rate.parse().unwrap(), seconds.parse().unwrap());
     let producer: FutureProducer = unread::kafka::producer_config(brokers).set("linger.ms", "5").create().unwrap();
     let occurred = "2026-11-22T00:00:00Z";
@@ -110,6 +134,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let total = rate * seconds;
     let started = Instant::now();
+    let events = scale_out_events(started);
     let mut samples = Vec::new();
     let mut next_sample = Instant::now();
     let mut seqs = vec![0u64; CONVERSATIONS];
@@ -127,7 +152,7 @@ async fn main() {
         let (producer, topic) = (producer.clone(), topic.clone());
         tokio::spawn(async move { send(&producer, &topic, &id, event).await });
         if Instant::now() >= next_sample {
-            let (api, pid) = (api.clone(), pid.clone());
+            let (api, pid) = (apis.clone(), pid.clone());
             samples.push((started.elapsed(), tokio::task::spawn_blocking(move || sample(&api, &pid)).await.unwrap()));
             next_sample += Duration::from_secs(1);
         }
@@ -135,11 +160,60 @@ async fn main() {
     let produced_in = started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await; // the last messages become visible
     report(&book, total, produced_in, &samples);
+    for (name, at) in events.await.unwrap() {
+        report_event(&book.lock().unwrap(), &name, at, started);
+    }
+}
+
+/// Runs the scale-out events of the environment at their times; returns (name, when) of those that ran.
+fn scale_out_events(started: Instant) -> tokio::task::JoinHandle<Vec<(String, Instant)>> {
+    let var = |name: &str| std::env::var(name).ok();
+    let mut plan: Vec<(f64, String, Vec<String>)> = Vec::new();
+    if let (Some(at), Some(cmd)) = (var("SUSTAINED_JOIN_AT"), var("SUSTAINED_JOIN_CMD")) {
+        plan.push((at.parse().unwrap(), "an instance joined".into(), vec!["sh".into(), "-c".into(), cmd]));
+    }
+    if let (Some(at), Some(pid)) = (var("SUSTAINED_KILL_AT"), var("SUSTAINED_KILL_PID")) {
+        plan.push((at.parse().unwrap(), "an instance SIGKILLed".into(), vec!["kill".into(), "-9".into(), pid]));
+    }
+    plan.sort_by(|a, b| a.0.total_cmp(&b.0));
+    tokio::spawn(async move {
+        let mut done = Vec::new();
+        for (at, name, cmd) in plan {
+            tokio::time::sleep_until((started + Duration::from_secs_f64(at)).into()).await;
+            let status = std::process::Command::new(&cmd[0]).args(&cmd[1..]).status().expect("event command");
+            assert!(status.success(), "{name}: {cmd:?} failed");
+            done.push((name, Instant::now()));
+        }
+        done
+    })
+}
+
+/// The latency of the messages produced in the 15 s after an event, and when they were served again.
+fn report_event(book: &Book, name: &str, at: Instant, started: Instant) {
+    let window = at..at + Duration::from_secs(15);
+    let mut lat: Vec<Duration> = book.latencies.iter().filter(|(p, _)| window.contains(p)).map(|(_, l)| *l).collect();
+    lat.sort();
+    let served = book
+        .latencies
+        .iter()
+        .filter(|(p, l)| window.contains(p) && *l > Duration::from_secs(1))
+        .map(|(p, l)| (*p + *l).duration_since(at))
+        .max()
+        .unwrap_or_default();
+    println!(
+        "after {name} at {:.1} s: the next 15 s of messages: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; served again \
+         (no message over 1 s) {:.1} s after it",
+        at.duration_since(started).as_secs_f64(),
+        ms(&lat, 0.5),
+        ms(&lat, 0.99),
+        ms(&lat, 1.0),
+        served.as_secs_f64()
+    );
 }
 
 fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[(Duration, (i64, f64, u64))]) {
     let book = book.lock().unwrap();
-    let mut lat = book.latencies.clone();
+    let mut lat: Vec<Duration> = book.latencies.iter().map(|(_, l)| *l).collect();
     lat.sort();
     let achieved = total as f64 / produced_in.as_secs_f64();
     println!(

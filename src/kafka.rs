@@ -47,14 +47,18 @@ pub fn base(brokers: &str) -> ClientConfig {
 
 /// A consumer-group member of `group` for the service's stages: offsets are stored only after a checkpoint
 /// (`enable.auto.offset.store=false`, committed in the background as a progress hint), the **range** assignor
-/// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after 10 s.
-pub fn group_member(brokers: &str, group: &str) -> ClientConfig {
+/// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after
+/// `session_timeout` (`unread run --session-timeout`, default 10 s; heartbeats every second, or a third of a
+/// shorter timeout). The broker bounds it (`group.min.session.timeout.ms`: 1 s on `scripts/stack`'s broker, 6 s
+/// on Kafka's defaults).
+pub fn group_member(brokers: &str, group: &str, session_timeout: Duration) -> ClientConfig {
     let mut c = consumer(brokers, group);
+    let session = session_timeout.as_millis().max(1);
     c.set("enable.auto.commit", "true")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "range")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000");
+        .set("session.timeout.ms", session.to_string())
+        .set("heartbeat.interval.ms", (session / 3).clamp(1, 1000).to_string());
     c
 }
 

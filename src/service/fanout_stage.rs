@@ -81,8 +81,11 @@ impl FanOutTask {
     /// Takes the partition's lease and loads its conversations and next offset from the checkpoint.
     async fn load(shared: Arc<Shared>, mut input: PartitionInput, producer: FutureProducer) -> Result<Self, TaskError> {
         let (p, topic) = (input.partition, &shared.topics.conversation_events);
-        let next = shared.store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
+        // The lease first: from then on the previous owner cannot commit, so the offset and the state read next
+        // are one checkpoint. (Read the other way round, a commit in between gave a state newer than its offset:
+        // re-processing a leave and a rejoin on it moved the member's join head forward and lost its unread.)
         let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
+        let next = shared.store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
         let fanout = load_fanout(&shared.store, Some(p), shared.diffusion).await?;
         info!(partition = p, generation, next, "fan-out task started");
         input.rewind(topic, next).await;

@@ -90,11 +90,12 @@ impl FoldTask {
     async fn load(shared: Arc<Shared>, mut input: PartitionInput) -> Result<Self, TaskError> {
         let p = input.partition;
         let (ue, ud) = (&shared.topics.user_events, &shared.topics.user_deltas);
+        // The lease first, so that the offsets, users and fence read next are one checkpoint (see the fan-out's).
+        let generation = shared.store.acquire(Stage::Fold, p, &shared.owner).await?;
         let next = Next {
             user_events: shared.store.offset(Stage::Fold, ue, p).await?.unwrap_or(0),
             user_deltas: shared.store.offset(Stage::Fold, ud, p).await?.unwrap_or(0),
         };
-        let generation = shared.store.acquire(Stage::Fold, p, &shared.owner).await?;
         let fold = load_users(&shared.store, Some(p)).await?;
         let fence = Fence::from_rows(shared.store.fences(p).await?);
         info!(

@@ -204,12 +204,18 @@ impl Assignment {
 /// Starts the task of one partition number: given its input, returns its handle.
 pub type SpawnTask = Arc<dyn Fn(PartitionInput) -> JoinHandle<Result<(), TaskError>> + Send + Sync>;
 
-/// Creates a member of `group` ([`crate::kafka::group_member`]) subscribed to `topics`, and its dispatcher.
+/// Creates a member of `group` ([`crate::kafka::group_member`], out of the group after `session_timeout` without
+/// heartbeats) subscribed to `topics`, and its dispatcher.
 ///
 /// Errors: the client cannot be created or the subscription fails.
-pub fn consumer(brokers: &str, group: &str, topics: &[&str]) -> anyhow::Result<Dispatcher> {
+pub fn consumer(
+    brokers: &str,
+    group: &str,
+    topics: &[&str],
+    session_timeout: std::time::Duration,
+) -> anyhow::Result<Dispatcher> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let consumer: GroupConsumer = crate::kafka::group_member(brokers, group)
+    let consumer: GroupConsumer = crate::kafka::group_member(brokers, group, session_timeout)
         .create_with_context(GroupContext { events: tx })
         .with_context(|| format!("creating consumer of group {group}"))?;
     consumer.subscribe(topics).with_context(|| format!("subscribing to {topics:?}"))?;

@@ -60,6 +60,11 @@ pub struct RunOptions {
     /// Flush a partition task as soon as this many records are pending.
     #[arg(long, env = "UNREAD_FLUSH_EVENTS", default_value_t = 20_000)]
     pub flush_events: usize,
+    /// An instance that stops heart-beating (killed, paused) loses its partitions after this long, e.g. `3s`: the
+    /// pause its partitions see after a SIGKILL (docs/operations.md, "Adding instances or partitions"). At least
+    /// the broker's `group.min.session.timeout.ms`.
+    #[arg(long, env = "UNREAD_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub session_timeout: Duration,
     /// Run a sampled `unread verify` (Redis against the checkpoint) this often, e.g. `30s`, `5m`; results go to
     /// `/metrics` as `unread_verify_*`. Off when not given.
     #[arg(long, env = "UNREAD_VERIFY_EVERY", value_parser = parse_duration)]
@@ -303,6 +308,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
 /// The running parts of `unread run`, each a task of `tasks` that ends when `stop` turns true.
 struct Parts {
     tasks: tokio::task::JoinSet<anyhow::Result<()>>,
+    session_timeout: Duration,
     assignments: Vec<(Stage, Arc<group::Assignment>)>,
     stop: watch::Receiver<bool>,
 }
@@ -316,7 +322,7 @@ impl Parts {
         topics: &[&str],
         spawn: group::SpawnTask,
     ) -> anyhow::Result<()> {
-        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics)?;
+        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics, self.session_timeout)?;
         self.assignments.push((stage, dispatcher.assignment.clone()));
         self.tasks.spawn(dispatcher.run(stage, spawn, self.stop.clone()));
         Ok(())
@@ -367,7 +373,12 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         spawn_verifier(s.clone(), &shared, every, opts.verify_sample);
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut parts = Parts { tasks: tokio::task::JoinSet::new(), assignments: Vec::new(), stop: stop_rx };
+    let mut parts = Parts {
+        tasks: tokio::task::JoinSet::new(),
+        session_timeout: opts.session_timeout,
+        assignments: Vec::new(),
+        stop: stop_rx,
+    };
     let topics = &shared.topics;
     if opts.roles.contains(&Role::Fanout) {
         let spawn = task_spawner(&shared, Stage::FanOut, fanout_stage::run);

@@ -12,5 +12,6 @@ mod push;
 mod replay;
 mod schemas;
 mod service;
+mod soak;
 mod support;
 mod v2;

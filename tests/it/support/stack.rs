@@ -232,7 +232,7 @@ impl PrivateKafka {
                  inter.broker.listener.name=PLAINTEXT\nlistener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
                  log.dirs={}\noffsets.topic.replication.factor=1\noffsets.topic.num.partitions=4\n\
                  transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n\
-                 group.initial.rebalance.delay.ms=0\nauto.create.topics.enable=false\n",
+                 group.initial.rebalance.delay.ms=0\ngroup.min.session.timeout.ms=1000\nauto.create.topics.enable=false\n",
                 dir.join("data").display()
             ),
         )
