@@ -14,8 +14,8 @@
 //! Scale-out events (optional, environment): `SUSTAINED_JOIN_AT=S` with `SUSTAINED_JOIN_CMD` (a shell command that
 //! starts one more instance in the background) runs it S seconds into the load; `SUSTAINED_KILL_AT=S` with
 //! `SUSTAINED_KILL_PID` SIGKILLs that instance then. For each, the report gives the latency of the messages
-//! produced in the 15 s after it and when its partitions were served again: the last moment a message produced in
-//! that window with a latency over 1 s became visible, counted from the event.
+//! produced after it (until the next event, at most 15 s) and when its partitions were served again: the last
+//! moment a message produced in that window with a latency over 1 s became visible, counted from the event.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -71,13 +71,14 @@ async fn watcher(ws: String, c: usize, book: Arc<Mutex<Book>>) {
     }
 }
 
-/// (total lag, CPU seconds, RSS KiB) of the service now, summed over the instances still running (`apis` and
-/// `pids` comma-separated).
-fn sample(apis: &str, pids: &str) -> (i64, f64, u64) {
-    let (mut cpu, mut rss) = (0.0, 0);
+/// (total lag, CPU seconds per instance, RSS KiB) of the service now: lag and RSS summed over the instances still
+/// running (`apis` and `pids` comma-separated), CPU per pid (0 once gone).
+fn sample(apis: &str, pids: &str) -> (i64, Vec<f64>, u64) {
+    let (mut cpu, mut rss) = (Vec::new(), 0);
     for pid in pids.split(',') {
         let (c, r) = usage(pid);
-        (cpu, rss) = (cpu + c, rss + r);
+        cpu.push(c);
+        rss += r;
     }
     (apis.split(',').map(lag).sum(), cpu, rss)
 }
@@ -160,8 +161,10 @@ async fn main() {
     let produced_in = started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await; // the last messages become visible
     report(&book, total, produced_in, &samples);
-    for (name, at) in events.await.unwrap() {
-        report_event(&book.lock().unwrap(), &name, at, started);
+    let events = events.await.unwrap();
+    for (i, (name, at)) in events.iter().enumerate() {
+        let until = events.get(i + 1).map_or(*at + Duration::from_secs(15), |(_, next)| *next);
+        report_event(&book.lock().unwrap(), name, *at..until, started);
     }
 }
 
@@ -188,9 +191,10 @@ fn scale_out_events(started: Instant) -> tokio::task::JoinHandle<Vec<(String, In
     })
 }
 
-/// The latency of the messages produced in the 15 s after an event, and when they were served again.
-fn report_event(book: &Book, name: &str, at: Instant, started: Instant) {
-    let window = at..at + Duration::from_secs(15);
+/// The latency of the messages produced in `window` (from an event to the next, at most 15 s), and when they were
+/// served again.
+fn report_event(book: &Book, name: &str, window: std::ops::Range<Instant>, started: Instant) {
+    let at = window.start;
     let mut lat: Vec<Duration> = book.latencies.iter().filter(|(p, _)| window.contains(p)).map(|(_, l)| *l).collect();
     lat.sort();
     let served = book
@@ -201,9 +205,10 @@ fn report_event(book: &Book, name: &str, at: Instant, started: Instant) {
         .max()
         .unwrap_or_default();
     println!(
-        "after {name} at {:.1} s: the next 15 s of messages: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; served again \
-         (no message over 1 s) {:.1} s after it",
+        "after {name} at {:.1} s: the next {:.0} s of messages: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; served \
+         again (no message over 1 s) {:.1} s after it",
         at.duration_since(started).as_secs_f64(),
+        (window.end - at).as_secs_f64(),
         ms(&lat, 0.5),
         ms(&lat, 0.99),
         ms(&lat, 1.0),
@@ -211,7 +216,7 @@ fn report_event(book: &Book, name: &str, at: Instant, started: Instant) {
     );
 }
 
-fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[(Duration, (i64, f64, u64))]) {
+fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[(Duration, (i64, Vec<f64>, u64))]) {
     let book = book.lock().unwrap();
     let mut lat: Vec<Duration> = book.latencies.iter().map(|(_, l)| *l).collect();
     lat.sort();
@@ -227,14 +232,20 @@ fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[(Dur
         ms(&lat, 0.99),
         ms(&lat, 1.0)
     );
+    // Each instance's CPU time grows until it is killed: its largest sample minus its first.
     let cpu = match (samples.first(), samples.last()) {
-        (Some((t0, (_, c0, _))), Some((t1, (_, c1, _)))) if t1 > t0 => (c1 - c0) / (*t1 - *t0).as_secs_f64() * 100.0,
+        (Some((t0, (_, c0, _))), Some((t1, _))) if t1 > t0 => {
+            let used: f64 = (0..c0.len())
+                .map(|i| samples.iter().map(|(_, (_, c, _))| c[i]).fold(0.0, f64::max) - c0[i])
+                .sum();
+            used / (*t1 - *t0).as_secs_f64() * 100.0
+        }
         _ => f64::NAN,
     };
     let lag: Vec<String> = samples.iter().map(|(_, (l, _, _))| l.to_string()).collect();
     println!("lag each second: {}", lag.join(" "));
     println!(
-        "service CPU: {cpu:.0}% of one core; RSS max {} MiB",
+        "service CPU (the instances started first): {cpu:.0}% of one core; RSS max {} MiB",
         samples.iter().map(|(_, (_, _, r))| r).max().unwrap_or(&0) / 1024
     );
 }
