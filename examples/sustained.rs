@@ -216,7 +216,10 @@ fn report_event(book: &Book, name: &str, window: std::ops::Range<Instant>, start
     );
 }
 
-fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[(Duration, (i64, Vec<f64>, u64))]) {
+/// One sample a second: (time into the load, (total lag, CPU seconds per instance, RSS KiB)).
+type Sample = (Duration, (i64, Vec<f64>, u64));
+
+fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[Sample]) {
     let book = book.lock().unwrap();
     let mut lat: Vec<Duration> = book.latencies.iter().map(|(_, l)| *l).collect();
     lat.sort();
@@ -235,9 +238,8 @@ fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[(Dur
     // Each instance's CPU time grows until it is killed: its largest sample minus its first.
     let cpu = match (samples.first(), samples.last()) {
         (Some((t0, (_, c0, _))), Some((t1, _))) if t1 > t0 => {
-            let used: f64 = (0..c0.len())
-                .map(|i| samples.iter().map(|(_, (_, c, _))| c[i]).fold(0.0, f64::max) - c0[i])
-                .sum();
+            let used: f64 =
+                (0..c0.len()).map(|i| samples.iter().map(|(_, (_, c, _))| c[i]).fold(0.0, f64::max) - c0[i]).sum();
             used / (*t1 - *t0).as_secs_f64() * 100.0
         }
         _ => f64::NAN,

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use unread::core::contract::UserView;
 use unread::core::hybrid::Diffusion;
 use unread::pipeline::MAX_BATCH;
 
@@ -33,21 +34,8 @@ fn read_diffusion_switching_both_ways_survives_sigkill_redis_loss_and_replay() {
     assert!(ns.ok(&["verify"]).contains("differing: 0"));
     svc.stop();
     // Redis loses everything: answered from the checkpoint (indexes included), then rebuilt, exact again.
-    let api = ns.start(&["--roles", "api"]);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let redis = unread::projection::redis::RedisProjection::connect(&stack.redis_url, "").await.unwrap();
-        unread::namespace::delete_matching(&redis, &format!("{}:*", ns.name)).await.unwrap()
-    });
-    for e in expected.iter().filter(|e| e.total_unread > 0).step_by(53) {
-        let (code, headers, body) =
-            http_get_full(api.port, &format!("/v1/users/{}/unread", encode(&e.user_id))).unwrap();
-        assert!(code == 200 && headers.contains(&"x-unread-source: checkpoint".to_owned()), "{body}");
-        assert_eq!(&serde_json::from_str::<unread::core::contract::UserView>(&body).unwrap(), e);
-    }
-    ns.ok(&["projection", "rebuild"]);
-    assert_exact_views(api.port, &expected);
-    api.stop();
+    let sample: Vec<&UserView> = expected.iter().filter(|e| e.total_unread > 0).step_by(53).collect();
+    lose_redis_then_rebuild(&stack, &ns, &expected, &sample);
     // A replay with read diffusion off builds the same counts.
     let out = ns.cmd(&["replay", "--into", "hybw"]).env("UNREAD_READ_DIFFUSION_THRESHOLD", "0").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -58,7 +46,7 @@ fn read_diffusion_switching_both_ways_survives_sigkill_redis_loss_and_replay() {
 }
 
 /// Every expected user is served exactly (the churned set lists fewer users than the dev set).
-fn assert_exact_views(port: u16, expected: &[unread::core::contract::UserView]) {
+fn assert_exact_views(port: u16, expected: &[UserView]) {
     let (n, bad) = mismatches(port, expected);
     assert!(n > 1000, "{n} users expected");
     assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);

@@ -92,6 +92,18 @@ impl Faults<'_> {
     }
 }
 
+/// "2 × a, 1 × b" for the faults in the order they first ran.
+fn tally(faults: &[&str]) -> String {
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
+    for f in faults {
+        match kinds.iter_mut().find(|(k, _)| k == f) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((f, 1)),
+        }
+    }
+    kinds.iter().map(|(k, n)| format!("{n} × {k}")).collect::<Vec<_>>().join(", ")
+}
+
 #[test]
 fn soak_under_a_fault_schedule_is_exact() {
     let Some(stack) = stack("soak_under_a_fault_schedule_is_exact") else { return };
@@ -140,7 +152,7 @@ fn soak_under_a_fault_schedule_is_exact() {
         "soak {minutes} min: {} faults survived ({}), {} events in {copy} copies, {checked} users checked, {} \
          mismatches; {n_reads} reads during the soak, {read_errors} not 200, max read latency {:.0} ms",
         faults.survived.len(),
-        faults.survived.join("; "),
+        tally(&faults.survived),
         events.load(Ordering::Relaxed),
         bad.len(),
         max_read.as_secs_f64() * 1000.0

@@ -6,6 +6,8 @@ use std::time::Duration;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use unread::core::contract::UserView;
 
+use super::{Ns, Stack};
+
 /// Everything but RFC 3986's unreserved characters is escaped in a path segment.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
@@ -129,4 +131,31 @@ pub fn metric(port: u16, name: &str) -> f64 {
 #[test]
 fn segments_escape_all_but_unreserved_characters() {
     assert_eq!(encode("a/b %c{d}~x-y_z.é"), "a%2Fb%20%25c%7Bd%7D~x-y_z.%C3%A9");
+}
+
+/// Redis loses every key of `ns`: an API-only instance answers each user of `sample` from the checkpoint
+/// (`x-unread-source: checkpoint`, exact, never zeros), then `unread projection rebuild` makes every user of
+/// `expected` exact again in Redis.
+pub fn lose_redis_then_rebuild(stack: &Stack, ns: &Ns, expected: &[UserView], sample: &[&UserView]) {
+    let api = ns.start(&["--roles", "api"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let redis = unread::projection::redis::RedisProjection::connect(&stack.redis_url, "").await.unwrap();
+        unread::namespace::delete_matching(&redis, &format!("{}:*", ns.name)).await.unwrap()
+    });
+    for e in sample {
+        let (code, headers, body) =
+            http_get_full(api.port, &format!("/v1/users/{}/unread", encode(&e.user_id))).unwrap();
+        assert!(code == 200 && headers.contains(&"x-unread-source: checkpoint".to_owned()), "{body}");
+        assert_eq!(&serde_json::from_str::<UserView>(&body).unwrap(), *e);
+    }
+    ns.ok(&["projection", "rebuild"]);
+    let (n, bad) = mismatches(api.port, expected);
+    assert!(
+        bad.is_empty(),
+        "{} of {n} users differ after the rebuild, e.g. {:#?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
+    api.stop();
 }
