@@ -126,21 +126,24 @@ struct UserStateV2 {
     notifications: Summary,
 }
 
+/// Version 1's fields, then the feed flag (postcard writes a nested struct's fields in line, so this is the same
+/// bytes as the seven fields flat).
 #[derive(Deserialize)]
 struct ConvStateV2 {
-    floor: u64,
-    joined_at: Option<u64>,
-    muted: bool,
-    unread: SeqSet,
-    mentions: SeqSet,
-    touched: u64,
+    v1: ConvStateV1,
     feed: bool,
+}
+
+impl From<ConvStateV1> for ConvState {
+    fn from(c: ConvStateV1) -> Self {
+        let ConvStateV1 { floor, joined_at, muted, unread, mentions, touched } = c;
+        ConvState { floor, joined_at, muted, unread, mentions, touched, ..ConvState::default() }
+    }
 }
 
 impl From<ConvStateV2> for ConvState {
     fn from(c: ConvStateV2) -> Self {
-        let ConvStateV2 { floor, joined_at, muted, unread, mentions, touched, feed } = c;
-        ConvState { floor, joined_at, muted, unread, mentions, touched, feed, ..ConvState::default() }
+        ConvState { feed: c.feed, ..c.v1.into() }
     }
 }
 
@@ -162,14 +165,7 @@ struct ConversationStateV2 {
 
 impl From<UserStateV1> for UserState {
     fn from(v1: UserStateV1) -> Self {
-        let conversations = v1
-            .conversations
-            .into_iter()
-            .map(|(id, c)| {
-                let ConvStateV1 { floor, joined_at, muted, unread, mentions, touched } = c;
-                (id, ConvState { floor, joined_at, muted, unread, mentions, touched, ..ConvState::default() })
-            })
-            .collect();
+        let conversations = v1.conversations.into_iter().map(|(id, c)| (id, c.into())).collect();
         let t = v1.totals;
         let totals = Totals {
             total_unread: t.total_unread,
@@ -322,6 +318,33 @@ mod tests {
             user.view("a/b", &crate::core::broadcast::NoLists)
         );
         assert_eq!(loaded.totals(), user.totals());
+    }
+
+    #[test]
+    fn version_2_user_and_conversation_rows_still_load() {
+        let (fanout, fold) = sample();
+        let user = fold.user("a/b").unwrap();
+        // The v2 layout: conversations without `read_from` and `named`, written flat.
+        type ConvV2 = (u64, Option<u64>, bool, SeqSet, SeqSet, u64, bool);
+        let convs: BTreeMap<String, ConvV2> = user
+            .conversations()
+            .iter()
+            .map(|(id, c)| {
+                let (unread, mentions) = (c.unread.clone(), c.mentions.clone());
+                (id.clone(), (c.floor, c.joined_at, c.muted, unread, mentions, c.touched, c.feed))
+            })
+            .collect();
+        let detached = user.conversations().values().filter(|c| !c.is_member()).count();
+        let v2 = (convs, user.totals(), 501u64, detached, user.broadcasts(), user.notification_summary());
+        let mut bytes = vec![2u8];
+        bytes.extend(postcard::to_allocvec(&v2).unwrap());
+        let loaded = decode_user(&bytes).unwrap();
+        assert_eq!(loaded.conversations(), user.conversations());
+        assert_eq!((loaded.totals(), loaded.broadcasts()), (user.totals(), user.broadcasts()));
+        let (id, conv) = fanout.conversations().next().unwrap();
+        let mut bytes = vec![2u8];
+        bytes.extend(postcard::to_allocvec(&(conv.kind, conv.head, &conv.members)).unwrap());
+        assert_eq!(&decode_conversation(&bytes).unwrap(), conv, "{id}");
     }
 
     #[test]

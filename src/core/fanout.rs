@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::core::broadcast::{ListId, ListOp, ListState, Lists};
-use crate::core::contract::{ConversationEvent, ConversationKind, Target};
+use crate::core::contract::{ConversationEvent, ConversationKind, MessageSent, Target};
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::core::seqset::SeqSet;
@@ -50,6 +50,8 @@ pub struct FanOut {
     /// The list and index changes of the batches since [`FanOut::take_list_ops`], in order.
     list_ops: Vec<(ListId, ListOp)>,
     diffusion: Diffusion,
+    /// How many conversations have an index (read-diffused), so a checkpoint need not scan them all to know.
+    indexed: usize,
 }
 
 /// Counts of what a batch held, for metrics.
@@ -113,7 +115,9 @@ impl FanOut {
 
     /// Puts back a conversation's state, e.g. loaded from a checkpoint.
     pub fn restore(&mut self, conversation_id: String, state: ConversationState) {
-        self.conversations.insert(conversation_id, state);
+        self.indexed += usize::from(state.index.is_some());
+        let old = self.conversations.insert(conversation_id, state);
+        self.indexed -= usize::from(old.is_some_and(|c| c.index.is_some()));
     }
 
     /// Every conversation's state.
@@ -148,7 +152,7 @@ impl FanOut {
 
     /// Whether anything is kept once in Redis: a broadcast list or a read-diffused conversation's index.
     pub fn has_shared(&self) -> bool {
-        !self.lists.is_empty() || self.conversations.values().any(|c| c.index.is_some())
+        !self.lists.is_empty() || self.indexed > 0
     }
 
     /// Whether list or index changes wait to be taken.
@@ -191,6 +195,7 @@ impl FanOut {
             batches[b].apply(state, event, &mut stats, &mut self.list_ops);
             if let Some(op) = switch(self.diffusion, cid, state, event, &mut self.list_ops) {
                 let to_read = matches!(op, DeltaOp::ReadDiffusion { .. });
+                self.indexed = if to_read { self.indexed + 1 } else { self.indexed - 1 };
                 (stats.to_read, stats.to_write) =
                     (stats.to_read + u64::from(to_read), stats.to_write + u64::from(!to_read));
                 // The switch happens at this event: what came before is emitted with the old diffusion.
@@ -309,57 +314,60 @@ impl<'e> ConvBatch<'e> {
                 }
                 state.head = e.seq;
                 self.timeline.entry(&e.sender_id).or_default().push(Mark::Own(e.seq));
-                if !e.countable {
-                    return;
-                }
-                if let Some(index) = &mut state.index {
-                    index.live.insert(e.seq);
-                    let op = if e.mention_all { ListOp::AddMention(e.seq) } else { ListOp::Add(e.seq) };
-                    if e.mention_all {
-                        index.mention_all.insert(e.seq);
-                    }
-                    list_ops.push((ListId::Index(self.conversation_id.to_owned()), op));
-                } else {
-                    self.countable.insert(e.seq);
-                    if e.mention_all {
-                        self.mention_all.insert(e.seq);
-                    }
-                }
-                if !e.mention_all {
-                    for m in &e.mentions {
-                        self.mentioned.entry(m).or_default().insert(e.seq);
-                    }
+                if e.countable {
+                    self.countable_sent(state, e, list_ops);
                 }
             }
             ConversationEvent::Published(_) | ConversationEvent::Unpublished(_) => {
                 unreachable!("broadcast events are handled by process_batch")
             }
-            ConversationEvent::Recalled(e) => {
-                if e.seq > state.head {
-                    stats.early_recalls += 1;
-                    return;
-                }
-                if e.seq > self.start_head {
-                    // Sent in this batch: this batch's Messages ops never carry it.
-                    self.countable.remove(e.seq);
-                    self.mention_all.remove(e.seq);
-                    for set in self.mentioned.values_mut() {
-                        set.remove(e.seq);
-                    }
-                }
-                match &mut state.index {
-                    // Read-diffused since before it was sent: only the index ever held it.
-                    Some(index) if e.seq > index.since => {
-                        index.live.remove(e.seq);
-                        index.mention_all.remove(e.seq);
-                        list_ops.push((ListId::Index(self.conversation_id.to_owned()), ListOp::Remove(e.seq)));
-                    }
-                    // Emitted even when sent in this batch: a fan-out that crashed after producing an earlier
-                    // batching of these events may already have delivered the message.
-                    _ => {
-                        self.recalls.insert(e.seq);
-                    }
-                }
+            ConversationEvent::Recalled(e) if e.seq > state.head => stats.early_recalls += 1,
+            ConversationEvent::Recalled(e) => self.recalled(state, e.seq, list_ops),
+        }
+    }
+
+    /// A countable message above the head: into the index (read-diffused) or this batch's countable seqs; its named
+    /// mentions, unless it mentions everyone, per user.
+    fn countable_sent(
+        &mut self,
+        state: &mut ConversationState,
+        e: &'e MessageSent,
+        list_ops: &mut Vec<(ListId, ListOp)>,
+    ) {
+        if let Some(index) = &mut state.index {
+            list_ops.push((ListId::Index(self.conversation_id.to_owned()), index.add(e.seq, e.mention_all)));
+        } else {
+            self.countable.insert(e.seq);
+            if e.mention_all {
+                self.mention_all.insert(e.seq);
+            }
+        }
+        if !e.mention_all {
+            for m in &e.mentions {
+                self.mentioned.entry(m).or_default().insert(e.seq);
+            }
+        }
+    }
+
+    /// A recall of `seq`, at or below the head.
+    fn recalled(&mut self, state: &mut ConversationState, seq: u64, list_ops: &mut Vec<(ListId, ListOp)>) {
+        if seq > self.start_head {
+            // Sent in this batch: this batch's Messages ops never carry it.
+            self.countable.remove(seq);
+            self.mention_all.remove(seq);
+            for set in self.mentioned.values_mut() {
+                set.remove(seq);
+            }
+        }
+        match &mut state.index {
+            // Read-diffused since before it was sent: only the index ever held it.
+            Some(index) if seq > index.since => {
+                list_ops.push((ListId::Index(self.conversation_id.to_owned()), index.remove(seq)));
+            }
+            // Emitted even when sent in this batch: a fan-out that crashed after producing an earlier batching of
+            // these events may already have delivered the message.
+            _ => {
+                self.recalls.insert(seq);
             }
         }
     }

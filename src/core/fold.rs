@@ -79,19 +79,9 @@ impl ConvState {
     }
 
     fn contribution(&self) -> Totals {
-        if !self.is_member() {
-            return Totals::default();
-        }
-        let shown = if self.muted { 0 } else { self.unread.len() };
-        if self.feed {
-            return Totals { feed_unread: shown, memberships: 1, ..Totals::default() };
-        }
-        Totals {
-            total_unread: shown,
-            total_mentions: self.mentions.len(),
-            unread_conversations: u64::from(shown > 0),
-            memberships: 1,
-            feed_unread: 0,
+        match self.is_member() {
+            true => Totals::of_member(self.unread.len(), self.mentions.len(), self.muted, self.feed),
+            false => Totals::default(),
         }
     }
 
@@ -142,7 +132,25 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn replace(&mut self, before: Totals, after: Totals) {
+    /// What one conversation the user is a member of adds, with `unread` and `mentions` (`CONTRACT.md`
+    /// § Semantics, "Per user"): muted, its unread do not count (its mentions do); a feed's unread count in
+    /// `feed_unread` only; it is an unread conversation when it shows unread.
+    pub fn of_member(unread: u64, mentions: u64, muted: bool, feed: bool) -> Totals {
+        let shown = if muted { 0 } else { unread };
+        if feed {
+            return Totals { feed_unread: shown, memberships: 1, ..Totals::default() };
+        }
+        Totals {
+            total_unread: shown,
+            total_mentions: mentions,
+            unread_conversations: u64::from(shown > 0),
+            memberships: 1,
+            feed_unread: 0,
+        }
+    }
+
+    /// Replaces a conversation's part `before` with `after`.
+    pub(crate) fn replace(&mut self, before: Totals, after: Totals) {
         self.total_unread = self.total_unread + after.total_unread - before.total_unread;
         self.total_mentions = self.total_mentions + after.total_mentions - before.total_mentions;
         self.unread_conversations =

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::broadcast::ListOp;
 use crate::core::contract::UserView;
+use crate::core::fold::Totals;
 use crate::core::seqset::SeqSet;
 
 /// The default threshold: conversations with at least 1,000 members are read-diffused.
@@ -83,6 +84,23 @@ impl ConvIndex {
         Self { since, ..Self::default() }
     }
 
+    /// Adds a countable message above `since` (`mention_all`: it mentions everyone); returns the projection's op.
+    pub fn add(&mut self, seq: u64, mention_all: bool) -> ListOp {
+        self.live.insert(seq);
+        if mention_all {
+            self.mention_all.insert(seq);
+            return ListOp::AddMention(seq);
+        }
+        ListOp::Add(seq)
+    }
+
+    /// Removes a recalled message above `since`; returns the projection's op.
+    pub fn remove(&mut self, seq: u64) -> ListOp {
+        self.live.remove(seq);
+        self.mention_all.remove(seq);
+        ListOp::Remove(seq)
+    }
+
     /// The ops that rebuild the index from empty (for a projection that lost it).
     pub fn whole_ops(&self) -> Vec<ListOp> {
         let op = |s: u64| if self.mention_all.contains(s) { ListOp::AddMention(s) } else { ListOp::Add(s) };
@@ -114,21 +132,29 @@ pub struct IndexShare {
 
 impl IndexShare {
     /// Adds the share to `view`, which holds the conversation's own part (for a non-feed, its entry in
-    /// `conversations`; without one the user is not a member and nothing is added), by the rules of
-    /// `CONTRACT.md` § Semantics, "Per user": a muted conversation's unread do not count in `total_unread`, its
-    /// mentions do; it becomes an unread conversation when only the index gives it unread seqs.
+    /// `conversations`; without one the user is not a member and nothing is added): the totals change from what the
+    /// own part contributes to what own part and share contribute together ([`Totals::of_member`], the fold's rule).
     pub fn add_to(&self, view: &mut UserView, conversation_id: &str) {
-        let shown = if self.muted { 0 } else { self.unread };
-        if self.feed {
-            view.feed_unread += shown;
+        let entry = view.conversations.get(conversation_id);
+        if entry.is_none() && !self.feed {
             return;
         }
-        let Some(c) = view.conversations.get_mut(conversation_id) else { return };
-        view.total_unread += shown;
-        view.total_mentions += self.mentions;
-        view.unread_conversations += u64::from(shown > 0 && c.unread == 0);
-        c.unread += self.unread;
-        c.mentions += self.mentions;
+        let (unread, mentions) = entry.map_or((0, 0), |c| (c.unread, c.mentions));
+        let before = Totals::of_member(unread, mentions, self.muted, self.feed);
+        let after = Totals::of_member(unread + self.unread, mentions + self.mentions, self.muted, self.feed);
+        let mut totals = Totals {
+            total_unread: view.total_unread,
+            total_mentions: view.total_mentions,
+            unread_conversations: view.unread_conversations,
+            memberships: 0,
+            feed_unread: view.feed_unread,
+        };
+        totals.replace(before, after);
+        (view.total_unread, view.total_mentions) = (totals.total_unread, totals.total_mentions);
+        (view.unread_conversations, view.feed_unread) = (totals.unread_conversations, totals.feed_unread);
+        if let Some(c) = view.conversations.get_mut(conversation_id) {
+            (c.unread, c.mentions) = (unread + self.unread, mentions + self.mentions);
+        }
     }
 }
 

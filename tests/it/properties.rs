@@ -301,6 +301,8 @@ fn fan_out_partition(
     while pos < events.len() {
         let n = (1 + rng.below(6) as usize).min(events.len() - pos);
         let (deltas, _) = fanout.process_batch(&events[pos..pos + n]);
+        let indexed = fanout.conversations().any(|(_, c)| c.index.is_some());
+        assert_eq!(fanout.has_shared(), indexed, "the fan-out's count of indexes");
         produced.extend(deltas);
         pos += n;
         if rng.chance(30) {
