@@ -275,7 +275,10 @@ pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport>
     }
     let prefix = ns.ns_redis_prefix();
     let mut redis_keys = 0;
-    for pattern in [format!("{prefix}u:*"), format!("{prefix}partition:*")] {
+    // Users, markers, the lists' and indexes' keys (`SharedKeys`), the version counter: not `{prefix}*`, which for
+    // the default namespace would take every other namespace's keys too.
+    let kinds = ["u:*", "partition:*", "[lx]:{#*", "[lx][agv]:{#*", "changes"];
+    for pattern in kinds.map(|k| format!("{prefix}{k}")) {
         redis_keys += delete_matching(&base, &pattern).await?;
     }
     let schema = ns.ns_db_schema();
@@ -291,13 +294,23 @@ pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport>
 }
 
 /// Deletes the keys matching `pattern` (a Redis glob; SCAN and UNLINK in batches of 1,000, so Redis is never
-/// blocked long). Returns how many were deleted.
+/// blocked long), on every master of a cluster. Returns how many were deleted.
 ///
 /// Errors: Redis unreachable.
 pub async fn delete_matching(projection: &RedisProjection, pattern: &str) -> anyhow::Result<usize> {
-    let mut conn = projection.connection();
-    let mut cursor: u64 = 0;
     let mut n = 0;
+    for master in projection.masters().await? {
+        let client = redis::Client::open(master.as_str()).context("a master's URL")?;
+        let mut conn = client.get_multiplexed_async_connection().await.context("connecting to a master")?;
+        n += delete_on_node(&mut conn, pattern).await?;
+    }
+    Ok(n)
+}
+
+/// [`delete_matching`] on one server (one master of a cluster: its keys, one UNLINK each, since a cluster refuses
+/// a multi-key command across slots).
+async fn delete_on_node(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> anyhow::Result<usize> {
+    let (mut cursor, mut n) = (0u64, 0);
     loop {
         let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
@@ -305,12 +318,16 @@ pub async fn delete_matching(projection: &RedisProjection, pattern: &str) -> any
             .arg(pattern)
             .arg("COUNT")
             .arg(1000)
-            .query_async(&mut conn)
+            .query_async(conn)
             .await
             .context("scanning Redis keys")?;
         if !keys.is_empty() {
             n += keys.len();
-            redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await.context("deleting Redis keys")?;
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("UNLINK").arg(key).ignore();
+            }
+            pipe.query_async::<()>(conn).await.context("deleting Redis keys")?;
         }
         if next == 0 {
             return Ok(n);

@@ -79,6 +79,8 @@ pub struct Hub {
     watchers: Mutex<Watchers>,
     pending: Mutex<HashSet<String>>,
     wake: Notify,
+    /// Subscriptions made so far (which cluster node the next one uses).
+    subscriptions: AtomicU64,
     next_id: AtomicU64,
     stop: watch::Receiver<bool>,
 }
@@ -111,6 +113,7 @@ impl Hub {
             pending: Mutex::default(),
             wake: Notify::new(),
             next_id: AtomicU64::new(1),
+            subscriptions: AtomicU64::new(0),
             stop,
         });
         tokio::spawn(hub.clone().listen());
@@ -217,7 +220,11 @@ impl Hub {
     /// One subscription to the live namespace's channel; ends when the namespace changes or the service stops.
     async fn listen_once(&self) -> anyhow::Result<()> {
         let prefix = self.live.current().1.prefix().to_owned();
-        let mut pubsub = redis::Client::open(self.redis_url.as_str())?.get_async_pubsub().await?;
+        // On a cluster every node forwards every PUBLISH: one node's plain subscription sees them all, and after a
+        // failure the next one is tried.
+        let attempt = self.subscriptions.fetch_add(1, Ordering::Relaxed) as usize;
+        let url = crate::projection::conn::pubsub_url(&self.redis_url, attempt);
+        let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
         pubsub.subscribe(changes_key(&prefix)).await?;
         let watched: Vec<String> = {
             let mut w = self.watchers.lock().expect("not poisoned");
@@ -225,7 +232,7 @@ impl Hub {
             w.users.keys().cloned().collect()
         };
         self.mark(watched); // whatever changed while not subscribed
-        let (users, lists) = (format!("{prefix}u:"), [format!("{prefix}l:"), format!("{prefix}x:")]);
+        let users = format!("{prefix}u:");
         let mut messages = pubsub.on_message();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut stop = self.stop.clone();
@@ -235,7 +242,7 @@ impl Hub {
                     let message = message.ok_or_else(|| anyhow::anyhow!("the subscription closed"))?;
                     let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
                     if let Some((version, key)) = payload.split_once(' ') {
-                        self.on_key(version.parse().unwrap_or(0), key, &users, &lists);
+                        self.on_key(version.parse().unwrap_or(0), key, &prefix, &users);
                     }
                 }
                 _ = tick.tick() => if self.live.current().1.prefix() != prefix { return Ok(()) },
@@ -245,13 +252,9 @@ impl Hub {
     }
 
     /// A key published on the change channel with its version: marks its user, or the watched readers of its
-    /// list or index (and remembers the list's version). `lists`: the key prefixes of lists and of indexes.
-    fn on_key(&self, version: u64, key: &str, users: &str, lists: &[String; 2]) {
-        let list = if let Some(id) = key.strip_prefix(lists[0].as_str()) {
-            Some(ListId::Broadcast(id.to_owned()))
-        } else {
-            key.strip_prefix(lists[1].as_str()).map(|id| ListId::Index(id.to_owned()))
-        };
+    /// list or index (and remembers the list's version). `users`: the key prefix of users' hashes.
+    fn on_key(&self, version: u64, key: &str, prefix: &str, users: &str) {
+        let list = crate::projection::shared_of_key(prefix, key);
         let marked: Vec<String> = {
             let mut w = self.watchers.lock().expect("not poisoned");
             if let Some(user) = key.strip_prefix(users) {

@@ -12,7 +12,7 @@
 //!   non-feed conversation (a conversation left is deleted from the hash);
 //! - [`NOTIFICATION_PREFIX`]`{category}` → `"{unread} {unseen}"`, one per category;
 //! - [`CURSOR_PREFIX`]`{broadcast_id}` → the user's cursor in the list; the list itself is stored once, as the
-//!   sorted set [`list_key`] of its live seqs, and the read script counts the seqs above each cursor
+//!   sorted set [`list_key`] of its live seqs (hash-tagged: [`SharedKeys`]), and the read script counts the seqs above each cursor
 //!   ([`redis::READ_SCRIPT`]): a publication writes that one key, never a user's hash;
 //! - [`INDEX_PREFIX`]`{conversation_id}` → `"{lo} {muted as 0|1} {feed as 0|1} {named mention seqs…}"`, one per
 //!   read-diffused conversation the user is a member of ([`crate::core::hybrid`]): the conversation's index is
@@ -28,6 +28,7 @@
 //! Readers get everything from one script call, which Redis runs atomically, and writers replace a user's changed
 //! fields and totals in one script, so totals always agree with the conversations.
 
+pub mod conn;
 pub mod redis;
 pub mod version;
 
@@ -104,23 +105,22 @@ pub fn user_key(prefix: &str, user_id: &str) -> String {
     format!("{prefix}u:{user_id}")
 }
 
-/// The Redis key of a broadcast list's live seqs (a sorted set, score = member = seq).
+/// The Redis key of a broadcast list's live seqs (a sorted set, score = member = seq): [`SharedKeys::live`].
 pub fn list_key(prefix: &str, broadcast_id: &str) -> String {
-    format!("{prefix}l:{broadcast_id}")
-}
-
-/// The Redis key of a broadcast list's push version: the namespace's version counter when the list last changed.
-pub fn list_version_key(prefix: &str, broadcast_id: &str) -> String {
-    format!("{prefix}lv:{broadcast_id}")
+    shared_keys(prefix, &ListId::Broadcast(broadcast_id.to_owned())).live
 }
 
 /// The Redis keys of what is stored once: a broadcast list's or a read-diffused conversation's index.
+///
+/// Each key ends in the hash tag `{#id}`, so the four keys of one list or index share a cluster slot and the list
+/// script, which writes them together, is slot-safe on Redis Cluster; different lists spread over the slots. (The
+/// `#` keeps the tag non-empty for an empty id; an id holding `}` is cut there, the same way in all four keys.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedKeys {
-    /// The sorted set of live seqs (score = member = seq): `{prefix}l:{id}` or `{prefix}x:{id}`.
+    /// The sorted set of live seqs (score = member = seq): `{prefix}l:{#id}` or `{prefix}x:{#id}`.
     pub live: String,
-    /// The sorted set of the live seqs that mention everyone: `{prefix}xa:{id}` (`{prefix}la:{id}`, always empty,
-    /// for a list).
+    /// The sorted set of the live seqs that mention everyone: `{prefix}xa:{#id}` (`{prefix}la:{#id}`, always
+    /// empty, for a list).
     pub mention_all: String,
     /// The guard: the lease generation of the fan-out task that last wrote it (`lg:` / `xg:`).
     pub guard: String,
@@ -128,17 +128,36 @@ pub struct SharedKeys {
     pub version: String,
 }
 
-/// The keys of a list or an index; with an empty id, the prefixes the read script appends ids to.
+/// The keys of a list or an index.
 pub fn shared_keys(prefix: &str, id: &ListId) -> SharedKeys {
     let (kind, id) = match id {
         ListId::Broadcast(id) => ('l', id),
         ListId::Index(id) => ('x', id),
     };
+    let [live, mention_all, guard, version] = shared_key_prefixes(prefix, kind);
     SharedKeys {
-        live: format!("{prefix}{kind}:{id}"),
-        mention_all: format!("{prefix}{kind}a:{id}"),
-        guard: format!("{prefix}{kind}g:{id}"),
-        version: format!("{prefix}{kind}v:{id}"),
+        live: format!("{live}{id}}}"),
+        mention_all: format!("{mention_all}{id}}}"),
+        guard: format!("{guard}{id}}}"),
+        version: format!("{version}{id}}}"),
+    }
+}
+
+/// What a shared key is made of before the id and the closing `}`: for kind `l` (list) or `x` (index), the
+/// prefixes of its live, mention-all, guard and version keys (`{prefix}l:{#`, …), which the read script completes.
+pub fn shared_key_prefixes(prefix: &str, kind: char) -> [String; 4] {
+    ["", "a", "g", "v"].map(|role| format!("{prefix}{kind}{role}:{{#"))
+}
+
+/// The list or index whose live seqs `key` holds (a key published on the change channel), if it is one.
+pub fn shared_of_key(prefix: &str, key: &str) -> Option<ListId> {
+    let rest = key.strip_prefix(prefix)?;
+    let (kind, id) = rest.split_once(":{#")?;
+    let id = id.strip_suffix('}')?.to_owned();
+    match kind {
+        "l" => Some(ListId::Broadcast(id)),
+        "x" => Some(ListId::Index(id)),
+        _ => None,
     }
 }
 
@@ -157,9 +176,12 @@ pub fn index_fields(state: &UserState) -> BTreeMap<String, String> {
     state.read_diffused().map(|(id, c)| (id.clone(), index_value(c))).collect()
 }
 
-/// The namespace's change channel (pub/sub: every user hash and list key written is published on it) and, as a
-/// key, its push version counter: the last version handed out. Versions are microseconds of the Redis server's
-/// clock or more, so they grow even across a Redis that lost everything.
+/// The namespace's change channel (pub/sub: every user hash and list key written is published on it) and, on a
+/// single server, as a key, its push version counter: the last version handed out. Versions are microseconds of
+/// the Redis server's clock or more, so they grow even across a Redis that lost everything. On Redis Cluster no key
+/// is shared by every write (each script stays within one slot): each key's version is one more than its own last,
+/// or the clock of the node holding it if that is larger ([`redis::WRITE_SCRIPT`]), so push versions there assume
+/// the nodes' clocks agree (NTP; see `docs/operations.md`, "Redis Cluster").
 pub fn changes_key(prefix: &str) -> String {
     format!("{prefix}changes")
 }
@@ -175,11 +197,6 @@ pub fn push_version<'a>(fields: impl IntoIterator<Item = &'a (String, String)>) 
         .filter_map(|(_, v)| v.parse::<u64>().ok())
         .max()
         .unwrap_or(0)
-}
-
-/// The Redis key of a broadcast list's guard: the lease generation of the fan-out task that last wrote it.
-pub fn list_guard_key(prefix: &str, broadcast_id: &str) -> String {
-    format!("{prefix}lg:{broadcast_id}")
 }
 
 /// The hash field of one conversation.

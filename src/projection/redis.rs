@@ -9,12 +9,15 @@
 
 use std::collections::BTreeMap;
 
-use redis::aio::ConnectionManager;
-use redis::RedisError;
+use std::sync::LazyLock;
 
+use redis::{Cmd, FromRedisValue, RedisError, Value};
+
+use super::conn::Conn;
 use super::{
-    changes_key, decode_view, list_key, push_version, shared_keys, user_key, ProjectionError, ProjectionVersion,
-    CONVERSATION_PREFIX, INDEX_PREFIX, VERSION_FIELD,
+    changes_key, decode_view, list_key, push_version, shared_key_prefixes, shared_keys, user_key, ProjectionError,
+    ProjectionVersion, CONVERSATION_PREFIX, COUNT_PREFIX, INDEX_COUNT_PREFIX, INDEX_PREFIX, INDEX_VERSION_PREFIX,
+    LIST_VERSION_PREFIX, VERSION_FIELD,
 };
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp, NoLists};
@@ -29,28 +32,54 @@ fn redis_err(doing: &'static str) -> impl FnOnce(RedisError) -> ProjectionError 
 /// A result of the projection.
 pub type ProjectionResult<T> = Result<T, ProjectionError>;
 
-/// Lua that sets `v` to the namespace's next push version, the counter being `KEYS[$k]`: one more than the last,
-/// or the server's clock in µs if that is larger, so versions only grow, even after Redis lost everything.
+/// Lua that sets `v` to the key's next push version: with a counter `KEYS[$k]` (a single server: the namespace's,
+/// [`super::changes_key`]) one more than the counter's last, else (Redis Cluster, where no key is shared by every
+/// write) one more than `$own`, the key's own last version; or the server's clock in µs if that is larger, so
+/// versions only grow, even after Redis lost everything.
 macro_rules! next_push_version {
-    ($k:literal) => {
+    ($k:literal, $own:literal) => {
         concat!(
-            "\nlocal t = redis.call('TIME')\nlocal v = redis.call('INCR', KEYS[",
+            "\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\nlocal v\n",
+            "if KEYS[",
             $k,
-            "])\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\nif v < now then v = now; redis.call('SET', KEYS[",
+            "] then v = redis.call('INCR', KEYS[",
             $k,
-            "], string.format('%d', v)) end\nv = string.format('%d', v)\n"
+            "]) else v = tonumber(",
+            $own,
+            " or '0') + 1 end\nif v < now then\n  v = now\n  if KEYS[",
+            $k,
+            "] then redis.call('SET', KEYS[",
+            $k,
+            "], string.format('%d', v)) end\nend\nv = string.format('%d', v)\n"
         )
     };
 }
 
-/// The write script. KEYS[1]: the user's hash; KEYS[2]: the namespace's change channel and version counter
-/// ([`super::changes_key`]). ARGV[1]: the version, `"{g} {a} {b}"` (the writing task's lease
-/// generation and its two next offsets);
-/// ARGV[2]: the totals value; ARGV[3]: `patch` (touch only the fields named) or `replace` (first delete every
-/// conversation field); ARGV[4]: n, the number of fields to set; ARGV[5 .. 4+2n]: field, value pairs; the
-/// remaining ARGV: fields to delete. Returns 1 when written, 0 when refused. A write also sets the hash's push
-/// version (`_pv`, [`super::PUSH_VERSION_FIELD`]) to the namespace's next one and publishes `"{version} {key}"` on the
-/// change channel, for the push stream ([`crate::push`]).
+/// Lua function `share(live, all, version, lo, named)`: a list's or index's share above a cursor `lo` — the live
+/// seqs above it; the mention-all seqs above it plus the `named` seqs still live and not mention-all; and its push
+/// version. Seqs are at most 2^53, exact as scores.
+macro_rules! share_fn {
+    () => {
+        r#"
+local function share(live, all, version, lo, named)
+  local unread = redis.call('ZCOUNT', live, '(' .. lo, '+inf')
+  local mentions = redis.call('ZCOUNT', all, '(' .. lo, '+inf')
+  for j = 1, #named do
+    if redis.call('ZSCORE', live, named[j]) and not redis.call('ZSCORE', all, named[j]) then mentions = mentions + 1 end
+  end
+  return tostring(unread), tostring(mentions), redis.call('GET', version) or '0'
+end
+"#
+    };
+}
+
+/// The write script. KEYS[1]: the user's hash; KEYS[2], on a single server only: the namespace's version counter
+/// ([`super::changes_key`]). ARGV[1]: the change channel; ARGV[2]: the version, `"{g} {a} {b}"` (the writing task's
+/// lease generation and its two next offsets); ARGV[3]: the totals value; ARGV[4]: `patch` (touch only the fields
+/// named) or `replace` (first delete every conversation field); ARGV[5]: n, the number of fields to set;
+/// ARGV[6 .. 5+2n]: field, value pairs; the remaining ARGV: fields to delete. Returns 1 when written, 0 when
+/// refused. A write also sets the hash's push version (`_pv`, [`super::PUSH_VERSION_FIELD`]) to the next one and
+/// publishes `"{version} {key}"` on the change channel, for the push stream ([`crate::push`]).
 ///
 /// A write is refused when it comes from an older generation (a paused task whose partition moved: fencing), or
 /// from the same generation with a position the stored one dominates: at least as far in both offsets and not
@@ -63,44 +92,46 @@ pub const WRITE_SCRIPT: &str = concat!(
 local cur = redis.call('HGET', KEYS[1], '_version')
 if cur then
   local g, a, b = string.match(cur, '^(%d+) (%d+) (%d+)$')
-  local ng, na, nb = string.match(ARGV[1], '^(%d+) (%d+) (%d+)$')
+  local ng, na, nb = string.match(ARGV[2], '^(%d+) (%d+) (%d+)$')
   if g then
     g, a, b, ng, na, nb = tonumber(g), tonumber(a), tonumber(b), tonumber(ng), tonumber(na), tonumber(nb)
     if ng < g then return 0 end
     if ng == g and a >= na and b >= nb and (a > na or b > nb) then return 0 end
   end
 end
-if ARGV[3] == 'replace' then
+if ARGV[4] == 'replace' then
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     local p = string.sub(f, 1, 2)
     if p == 'c:' or p == 'n:' or p == 'b:' or p == 'r:' then redis.call('HDEL', KEYS[1], f) end
   end
 end
-redis.call('HSET', KEYS[1], '_version', ARGV[1], '_totals', ARGV[2])
-local n = tonumber(ARGV[4])
-for i = 5, 4 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
+redis.call('HSET', KEYS[1], '_version', ARGV[2], '_totals', ARGV[3])
+local n = tonumber(ARGV[5])
+for i = 6, 5 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 6 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
 "#,
-    next_push_version!("2"),
+    next_push_version!("2", "redis.call('HGET', KEYS[1], '_pv')"),
     r#"
 redis.call('HSET', KEYS[1], '_pv', v)
-redis.call('PUBLISH', KEYS[2], v .. ' ' .. KEYS[1])
+redis.call('PUBLISH', ARGV[1], v .. ' ' .. KEYS[1])
 return 1
 "#
 );
 
-/// The read script. KEYS[1]: the user's hash; ARGV[1]: the prefix of the list keys (`{prefix}l:`); ARGV[2]: the
-/// prefix of the list version keys (`{prefix}lv:`); ARGV[3], ARGV[4], ARGV[5]: the prefixes of an index's live
-/// seqs, its mention-all seqs and its version (`{prefix}x:`, `xa:`, `xv:`). Returns the hash's fields and values
-/// flattened, and:
-/// - for every broadcast cursor `b:{id}` = c, a computed `B:{id}` = the number of the list's seqs above c
-///   (`ZCOUNT (c +inf`; seqs are at most 2^53, exact as scores) and `V:{id}` = the list's push version;
+/// The read script, on a single server. KEYS[1]: the user's hash; ARGV[1..3]: what the keys of a broadcast list
+/// are made of before its id ([`super::shared_key_prefixes`]: live, mention-all, version), ARGV[4..6]: the same
+/// for an index; the script appends `{id}}`. Returns the hash's fields and values flattened, and:
+/// - for every broadcast cursor `b:{id}` = c, a computed `B:{id}` = the number of the list's seqs above c and
+///   `V:{id}` = the list's push version;
 /// - for every read-diffused conversation `r:{id}` = `"{lo} {muted} {feed} {named…}"`, a computed `R:{id}` =
 ///   `"{unread} {mentions}"`: the index's live seqs above lo, and its mention-all seqs above lo plus the named seqs
 ///   still live and not mention-all; and `X:{id}` = the index's push version.
 ///
-/// One round trip, atomic.
-pub const READ_SCRIPT: &str = r#"
+/// One round trip, atomic. It reads keys it was not given, which only a single server allows; on Redis Cluster the
+/// hash is read alone and each list's or index's share with [`SHARE_SCRIPT`] ([`RedisProjection::read_many`]).
+pub const READ_SCRIPT: &str = concat!(
+    share_fn!(),
+    r#"
 local h = redis.call('HGETALL', KEYS[1])
 local out = {}
 local function put(f, v) out[#out + 1] = f; out[#out + 1] = v end
@@ -109,51 +140,64 @@ for i = 1, #h, 2 do
   local p, id = string.sub(f, 1, 2), string.sub(f, 3)
   put(f, v)
   if p == 'b:' then
-    put('B:' .. id, tostring(redis.call('ZCOUNT', ARGV[1] .. id, '(' .. v, '+inf')))
-    put('V:' .. id, redis.call('GET', ARGV[2] .. id) or '0')
+    local unread, _, version = share(ARGV[1] .. id .. '}', ARGV[2] .. id .. '}', ARGV[3] .. id .. '}', v, {})
+    put('B:' .. id, unread)
+    put('V:' .. id, version)
   elseif p == 'r:' then
     local n = {}
     for x in string.gmatch(v, '%d+') do n[#n + 1] = x end
-    local live, all = ARGV[3] .. id, ARGV[4] .. id
-    local unread = redis.call('ZCOUNT', live, '(' .. n[1], '+inf')
-    local mentions = redis.call('ZCOUNT', all, '(' .. n[1], '+inf')
-    for j = 4, #n do
-      if redis.call('ZSCORE', live, n[j]) and not redis.call('ZSCORE', all, n[j]) then mentions = mentions + 1 end
-    end
+    local lo = table.remove(n, 1)
+    table.remove(n, 1); table.remove(n, 1)
+    local unread, mentions, version = share(ARGV[4] .. id .. '}', ARGV[5] .. id .. '}', ARGV[6] .. id .. '}', lo, n)
     put('R:' .. id, unread .. ' ' .. mentions)
-    put('X:' .. id, redis.call('GET', ARGV[5] .. id) or '0')
+    put('X:' .. id, version)
   end
 end
 return out
-"#;
+"#
+);
 
-/// The list script, for a broadcast list or a read-diffused conversation's index ([`super::shared_keys`]).
-/// KEYS[1]: the live seqs' sorted set; KEYS[2]: its guard (the generation of the fan-out task that last wrote it);
-/// KEYS[3]: its push version; KEYS[4]: the change channel and version counter; KEYS[5]: the mention-all seqs'
-/// sorted set. ARGV[1]: the writer's generation; ARGV[2]: `patch` or `replace` (first empty both sets); then the
-/// ops in order, `+{seq}` (add), `*{seq}` (add to both), `-{seq}` (remove from both) or `!` (empty both). Refused (0) when the guard holds a newer generation: a paused
-/// fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log order,
-/// every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also sets the
-/// list's push version and publishes `"{version} {key}"` on the change channel.
+/// One list's or index's share above a cursor (Redis Cluster reads, [`READ_SCRIPT`] elsewhere). KEYS[1..3]: its
+/// live, mention-all and version keys (one slot: [`super::SharedKeys`]); ARGV[1]: the cursor (`lo`); ARGV[2..]: the
+/// reader's named mention seqs. Returns `[unread, mentions, version]`, strings.
+pub const SHARE_SCRIPT: &str = concat!(
+    share_fn!(),
+    r#"
+local named = {}
+for i = 2, #ARGV do named[#named + 1] = ARGV[i] end
+local unread, mentions, version = share(KEYS[1], KEYS[2], KEYS[3], ARGV[1], named)
+return {unread, mentions, version}
+"#
+);
+
+/// The list script, for a broadcast list or a read-diffused conversation's index ([`super::shared_keys`]: its
+/// keys share a slot). KEYS[1]: the live seqs' sorted set; KEYS[2]: its guard (the generation of the fan-out task
+/// that last wrote it); KEYS[3]: its push version; KEYS[4]: the mention-all seqs' sorted set; KEYS[5], on a single
+/// server only: the namespace's version counter. ARGV[1]: the change channel; ARGV[2]: the writer's generation;
+/// ARGV[3]: `patch` or `replace` (first empty both sets); then the ops in order, `+{seq}` (add), `*{seq}` (add to
+/// both), `-{seq}` (remove from both) or `!` (empty both). Refused (0) when the guard holds a newer generation: a
+/// paused fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log
+/// order, every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also
+/// sets the list's push version and publishes `"{version} {key}"` on the change channel.
 pub const LIST_SCRIPT: &str = concat!(
     r#"
 local g = tonumber(redis.call('GET', KEYS[2]) or '0')
-local ng = tonumber(ARGV[1])
+local ng = tonumber(ARGV[2])
 if ng < g then return 0 end
-if ng > g then redis.call('SET', KEYS[2], ARGV[1]) end
-if ARGV[2] == 'replace' then redis.call('DEL', KEYS[1], KEYS[5]) end
-for i = 3, #ARGV do
+if ng > g then redis.call('SET', KEYS[2], ARGV[2]) end
+if ARGV[3] == 'replace' then redis.call('DEL', KEYS[1], KEYS[4]) end
+for i = 4, #ARGV do
   local op, seq = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
   if op == '+' then redis.call('ZADD', KEYS[1], seq, seq)
-  elseif op == '*' then redis.call('ZADD', KEYS[1], seq, seq); redis.call('ZADD', KEYS[5], seq, seq)
-  elseif op == '-' then redis.call('ZREM', KEYS[1], seq); redis.call('ZREM', KEYS[5], seq)
-  else redis.call('DEL', KEYS[1], KEYS[5]) end
+  elseif op == '*' then redis.call('ZADD', KEYS[1], seq, seq); redis.call('ZADD', KEYS[4], seq, seq)
+  elseif op == '-' then redis.call('ZREM', KEYS[1], seq); redis.call('ZREM', KEYS[4], seq)
+  else redis.call('DEL', KEYS[1], KEYS[4]) end
 end
 "#,
-    next_push_version!("4"),
+    next_push_version!("5", "redis.call('GET', KEYS[3])"),
     r#"
 redis.call('SET', KEYS[3], v)
-redis.call('PUBLISH', KEYS[4], v .. ' ' .. KEYS[1])
+redis.call('PUBLISH', ARGV[1], v .. ' ' .. KEYS[1])
 return 1
 "#
 );
@@ -235,6 +279,18 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
     (set, delete)
 }
 
+/// The share a hash field asks for, when it is a broadcast cursor (`b:{id}` = c: `(true, id, [c])`) or a
+/// read-diffused conversation's (`r:{id}` = `"{lo} {muted} {feed} {named…}"`: `(false, id, [lo, named…])`).
+fn share_wanted(field: &str, value: &str) -> Option<(bool, String, Vec<String>)> {
+    if let Some(id) = field.strip_prefix(super::CURSOR_PREFIX) {
+        return Some((true, id.to_owned(), vec![value.to_owned()]));
+    }
+    let id = field.strip_prefix(INDEX_PREFIX)?;
+    let mut numbers = value.split(' ').map(str::to_owned);
+    let lo = numbers.next()?;
+    Some((false, id.to_owned(), std::iter::once(lo).chain(numbers.skip(2)).collect()))
+}
+
 /// A user's counts as the push stream reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
@@ -257,27 +313,44 @@ struct UserRead {
     version: u64,
 }
 
-/// A handle on the projection: a reconnecting connection and the key prefix.
+/// The scripts, in the order of their SHA1s in [`SHAS`].
+const SCRIPTS: [&str; 4] = [WRITE_SCRIPT, LIST_SCRIPT, READ_SCRIPT, SHARE_SCRIPT];
+/// The SHA1 of each of [`SCRIPTS`] (what `EVALSHA` takes).
+static SHAS: LazyLock<[String; 4]> = LazyLock::new(|| SCRIPTS.map(|s| redis::Script::new(s).get_hash().to_owned()));
+const WRITE: usize = 0;
+const LIST: usize = 1;
+const READ: usize = 2;
+const SHARE: usize = 3;
+
+/// An `EVALSHA` of script `script` (an index into [`SCRIPTS`]) with `keys`; the caller adds the ARGV.
+fn evalsha(script: usize, keys: &[&str]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(&SHAS[script]).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// Pairs up a flattened `field, value, …` reply.
+fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
+    let mut it = flat.into_iter();
+    std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+}
+
+/// A handle on the projection: a reconnecting connection (to one server or a cluster: [`Conn`]) and the key prefix.
 #[derive(Clone)]
 pub struct RedisProjection {
-    conn: ConnectionManager,
+    conn: Conn,
+    url: String,
     prefix: String,
-    sha: String,
-    read: redis::Script,
-    list_sha: String,
 }
 
 impl RedisProjection {
-    /// Connects (reconnecting on failure from then on); the write script is loaded on first use.
+    /// Connects to one server, or to a cluster when `url` lists several seed nodes ([`super::conn`]), reconnecting
+    /// on failure from then on; the scripts are loaded on first use.
     ///
     /// Errors: [`ProjectionError::Redis`] for a malformed URL or Redis unreachable.
     pub async fn connect(url: &str, prefix: &str) -> ProjectionResult<Self> {
-        let client = redis::Client::open(url).map_err(redis_err("parsing the URL"))?;
-        let conn = ConnectionManager::new(client).await.map_err(redis_err("connecting"))?;
-        let sha = redis::Script::new(WRITE_SCRIPT).get_hash().to_owned();
-        let list_sha = redis::Script::new(LIST_SCRIPT).get_hash().to_owned();
-        let read = redis::Script::new(READ_SCRIPT);
-        Ok(Self { conn, prefix: prefix.to_owned(), sha, read, list_sha })
+        let conn = Conn::open(url).await.map_err(redis_err("connecting"))?;
+        Ok(Self { conn, url: url.to_owned(), prefix: prefix.to_owned() })
     }
 
     /// The same connection with another key prefix (another namespace's projection).
@@ -290,118 +363,113 @@ impl RedisProjection {
         &self.prefix
     }
 
-    /// The read script's ARGV: the key prefixes of lists and indexes.
-    fn read_args(&self) -> Vec<String> {
-        let (list, index) = (shared_keys(&self.prefix, &ListId::Broadcast(String::new())), self.index_keys(""));
-        vec![list.live, list.version, index.live, index.mention_all, index.version]
+    /// Whether the projection lives on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
-    fn index_keys(&self, conversation_id: &str) -> super::SharedKeys {
-        shared_keys(&self.prefix, &ListId::Index(conversation_id.to_owned()))
+    /// The URLs of the masters holding the keys ([`Conn::masters`]): for scanning keys, master by master.
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn masters(&self) -> ProjectionResult<Vec<String>> {
+        self.conn.masters(&self.url).await.map_err(redis_err("listing the cluster's masters"))
+    }
+
+    /// The key of the namespace's version counter, which the scripts take on a single server only (on a cluster a
+    /// key shared by every write would put every write in one slot).
+    fn counter(&self) -> Option<String> {
+        (!self.is_cluster()).then(|| changes_key(&self.prefix))
     }
 
     /// Round trip to Redis.
     ///
     /// Errors: [`ProjectionError::Redis`].
     pub async fn ping(&self) -> ProjectionResult<()> {
-        let mut conn = self.conn.clone();
-        redis::cmd("PING").query_async::<()>(&mut conn).await.map_err(redis_err("pinging"))
+        redis::cmd("PING").query_async::<()>(&mut self.connection()).await.map_err(redis_err("pinging"))
     }
 
-    /// Applies the writes, each user atomically, in pipelines of up to 500 users. Returns how many were written
-    /// and how many refused by the version guard.
+    /// Runs script calls ([`Conn::run_all`]): when Redis answers that it does not have a script (restarted, or a
+    /// new node), loads them all and runs the calls again (every script is safe to run twice).
+    async fn run_scripts<T: FromRedisValue + Send>(&self, cmds: impl Fn() -> Vec<Cmd>) -> Result<Vec<T>, RedisError> {
+        match self.conn.run_all(cmds()).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                for script in SCRIPTS {
+                    // On a cluster, SCRIPT LOAD goes to every master.
+                    redis::cmd("SCRIPT").arg("LOAD").arg(script).query_async::<Value>(&mut self.connection()).await?;
+                }
+                self.conn.run_all(cmds()).await
+            }
+            other => other,
+        }
+    }
+
+    /// Applies the writes, each user atomically, in batches of up to 500 users (one round trip each on a single
+    /// server). Returns how many were written and how many refused by the version guard.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis is unreachable or failing; some writes may then be applied
     /// and others not (each user's is all-or-nothing), and the caller retries the whole flush.
     pub async fn write(&self, writes: &[UserWrite]) -> ProjectionResult<(usize, usize)> {
-        self.write_chunks(writes).await.map_err(redis_err("writing users"))
-    }
-
-    async fn write_chunks(&self, writes: &[UserWrite]) -> Result<(usize, usize), RedisError> {
         let (mut written, mut refused) = (0, 0);
         for chunk in writes.chunks(500) {
-            let results = match self.eval_pipeline(chunk).await {
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    self.load_scripts().await?;
-                    self.eval_pipeline(chunk).await?
-                }
-                other => other?,
-            };
-            for r in results {
-                if r == 1 {
-                    written += 1
-                } else {
-                    refused += 1
-                }
-            }
+            let results: Vec<i64> = self
+                .run_scripts(|| chunk.iter().map(|w| self.write_cmd(w)).collect())
+                .await
+                .map_err(redis_err("writing users"))?;
+            let n = results.iter().filter(|r| **r == 1).count();
+            (written, refused) = (written + n, refused + results.len() - n);
         }
         Ok((written, refused))
     }
 
-    async fn load_scripts(&self) -> Result<(), RedisError> {
-        let mut conn = self.conn.clone();
-        for script in [WRITE_SCRIPT, LIST_SCRIPT] {
-            redis::cmd("SCRIPT").arg("LOAD").arg(script).query_async::<String>(&mut conn).await?;
+    /// One user's call of [`WRITE_SCRIPT`].
+    fn write_cmd(&self, w: &UserWrite) -> Cmd {
+        let user = user_key(&self.prefix, &w.user_id);
+        let counter = self.counter();
+        let mut cmd =
+            evalsha(WRITE, &[Some(user.as_str()), counter.as_deref()].into_iter().flatten().collect::<Vec<_>>());
+        let mode = if w.replace { "replace" } else { "patch" };
+        cmd.arg(changes_key(&self.prefix)).arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
+        let (set, delete) = changed_fields(w);
+        let summary = super::summary_fields(&w.view, &w.cursors);
+        cmd.arg(set.len() + summary.len() - 1);
+        for (field, value) in summary[1..].iter().chain(&set) {
+            cmd.arg(field).arg(value);
         }
-        Ok(())
+        cmd.arg(delete);
+        cmd
     }
 
-    async fn eval_pipeline(&self, writes: &[UserWrite]) -> Result<Vec<i64>, RedisError> {
-        let mut pipe = redis::pipe();
-        for w in writes {
-            let cmd = pipe.cmd("EVALSHA").arg(&self.sha).arg(2).arg(user_key(&self.prefix, &w.user_id));
-            cmd.arg(changes_key(&self.prefix));
-            let mode = if w.replace { "replace" } else { "patch" };
-            cmd.arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
-            let (set, delete) = changed_fields(w);
-            let summary = super::summary_fields(&w.view, &w.cursors);
-            cmd.arg(set.len() + summary.len() - 1);
-            for (field, value) in summary[1..].iter().chain(&set) {
-                cmd.arg(field).arg(value);
-            }
-            cmd.arg(delete);
-        }
-        let mut conn = self.conn.clone();
-        pipe.query_async(&mut conn).await
-    }
-
-    /// Applies the list writes, each list atomically, in one pipeline. Returns (written, refused by the guard).
+    /// Applies the list writes, each list atomically (one round trip on a single server). Returns (written, refused
+    /// by the guard).
     ///
     /// Errors: [`ProjectionError::Redis`]; the caller retries the whole flush (ops re-applied in order converge).
     pub async fn write_lists(&self, writes: &[ListWrite]) -> ProjectionResult<(usize, usize)> {
         if writes.is_empty() {
             return Ok((0, 0));
         }
-        let results = match self.list_pipeline(writes).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.load_scripts().await.map_err(redis_err("loading scripts"))?;
-                self.list_pipeline(writes).await
-            }
-            other => other,
-        }
-        .map_err(redis_err("writing broadcast lists"))?;
+        let results: Vec<i64> = self
+            .run_scripts(|| writes.iter().map(|w| self.list_cmd(w)).collect())
+            .await
+            .map_err(redis_err("writing broadcast lists"))?;
         let written = results.iter().filter(|r| **r == 1).count();
         Ok((written, results.len() - written))
     }
 
-    async fn list_pipeline(&self, writes: &[ListWrite]) -> Result<Vec<i64>, RedisError> {
-        let mut pipe = redis::pipe();
-        for w in writes {
-            let keys = shared_keys(&self.prefix, &w.list);
-            let cmd = pipe.cmd("EVALSHA").arg(&self.list_sha).arg(5).arg(keys.live).arg(keys.guard);
-            cmd.arg(keys.version).arg(changes_key(&self.prefix)).arg(keys.mention_all).arg(w.generation);
-            cmd.arg(if w.replace { "replace" } else { "patch" });
-            for op in &w.ops {
-                cmd.arg(match op {
-                    ListOp::Add(seq) => format!("+{seq}"),
-                    ListOp::AddMention(seq) => format!("*{seq}"),
-                    ListOp::Remove(seq) => format!("-{seq}"),
-                    ListOp::Clear => "!".to_owned(),
-                });
-            }
+    /// One list's call of [`LIST_SCRIPT`].
+    fn list_cmd(&self, w: &ListWrite) -> Cmd {
+        let (keys, counter) = (shared_keys(&self.prefix, &w.list), self.counter());
+        let all = [&keys.live, &keys.guard, &keys.version, &keys.mention_all].map(String::as_str);
+        let mut cmd = evalsha(LIST, &all.into_iter().chain(counter.as_deref()).collect::<Vec<_>>());
+        cmd.arg(changes_key(&self.prefix)).arg(w.generation).arg(if w.replace { "replace" } else { "patch" });
+        for op in &w.ops {
+            cmd.arg(match op {
+                ListOp::Add(seq) => format!("+{seq}"),
+                ListOp::AddMention(seq) => format!("*{seq}"),
+                ListOp::Remove(seq) => format!("-{seq}"),
+                ListOp::Clear => "!".to_owned(),
+            });
         }
-        let mut conn = self.conn.clone();
-        pipe.query_async(&mut conn).await
+        cmd
     }
 
     /// A user's counts; the zero state when the user has no hash.
@@ -411,7 +479,8 @@ impl RedisProjection {
         Ok(self.read_with_cursors(user_id).await?.0)
     }
 
-    /// Several users' counts, in the order asked, in one pipelined round trip (one read script call each).
+    /// Several users' counts, in the order asked: one round trip on a single server (one read script call each),
+    /// two on a cluster (the hashes, then the shares of their lists and indexes).
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_many(&self, user_ids: &[String]) -> ProjectionResult<Vec<UserView>> {
@@ -423,20 +492,9 @@ impl RedisProjection {
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_many_versioned(&self, user_ids: &[String]) -> ProjectionResult<Vec<Versioned>> {
-        let results = match self.read_pipeline(user_ids).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let mut conn = self.conn.clone();
-                let load = redis::cmd("SCRIPT").arg("LOAD").arg(READ_SCRIPT).query_async::<String>(&mut conn).await;
-                load.map_err(redis_err("loading scripts"))?;
-                self.read_pipeline(user_ids).await
-            }
-            other => other,
-        }
-        .map_err(redis_err("reading users"))?;
+        let results = self.read_fields(user_ids).await?;
         let mut views = Vec::with_capacity(results.len());
-        for (user_id, flat) in user_ids.iter().zip(results) {
-            let mut it = flat.into_iter();
-            let fields: Vec<(String, String)> = std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect();
+        for (user_id, fields) in user_ids.iter().zip(results) {
             let version = push_version(&fields);
             let indexes = fields.iter().filter_map(|(f, _)| f.strip_prefix(super::INDEX_VERSION_PREFIX));
             let indexes: Vec<ListId> = indexes.map(|id| ListId::Index(id.to_owned())).collect();
@@ -448,13 +506,58 @@ impl RedisProjection {
         Ok(views)
     }
 
-    async fn read_pipeline(&self, user_ids: &[String]) -> Result<Vec<Vec<String>>, RedisError> {
-        let mut pipe = redis::pipe();
-        for id in user_ids {
-            pipe.cmd("EVALSHA").arg(self.read.get_hash()).arg(1).arg(user_key(&self.prefix, id)).arg(self.read_args());
+    /// What [`READ_SCRIPT`] returns for each user: its hash's fields with the computed ones, in pairs.
+    async fn read_fields(&self, user_ids: &[String]) -> ProjectionResult<Vec<Vec<(String, String)>>> {
+        if self.is_cluster() {
+            return self.read_fields_cluster(user_ids).await.map_err(redis_err("reading users"));
         }
-        let mut conn = self.conn.clone();
-        pipe.query_async(&mut conn).await
+        let ([l, la, _, lv], [x, xa, _, xv]) =
+            (shared_key_prefixes(&self.prefix, 'l'), shared_key_prefixes(&self.prefix, 'x'));
+        let args = [l, la, lv, x, xa, xv];
+        let cmds = || {
+            let keys = user_ids.iter().map(|id| user_key(&self.prefix, id));
+            keys.map(|key| evalsha(READ, &[&key]).arg(&args).to_owned()).collect()
+        };
+        let flat: Vec<Vec<String>> = self.run_scripts(cmds).await.map_err(redis_err("reading users"))?;
+        Ok(flat.into_iter().map(pairs).collect())
+    }
+
+    /// [`RedisProjection::read_fields`] on a cluster, where a script may only touch keys of one slot: the hashes in
+    /// one round trip, then the share ([`SHARE_SCRIPT`]) of each list or index they hold a cursor in, added as the
+    /// read script would (`B:`/`V:`, `R:`/`X:`). Not atomic across keys, as reading a list just after a change is
+    /// not: a change between the two is pushed like any other.
+    async fn read_fields_cluster(&self, user_ids: &[String]) -> Result<Vec<Vec<(String, String)>>, RedisError> {
+        let hgetall = |id: &String| redis::cmd("HGETALL").arg(user_key(&self.prefix, id)).to_owned();
+        let flat: Vec<Vec<String>> = self.conn.run_all(user_ids.iter().map(hgetall).collect()).await?;
+        let mut users: Vec<Vec<(String, String)>> = flat.into_iter().map(pairs).collect();
+        let wanted: Vec<(usize, bool, String, Vec<String>)> = users
+            .iter()
+            .enumerate()
+            .flat_map(|(u, fields)| {
+                fields.iter().filter_map(move |(f, v)| share_wanted(f, v).map(|(b, id, a)| (u, b, id, a)))
+            })
+            .collect();
+        let shares: Vec<Vec<String>> = self.run_scripts(|| wanted.iter().map(|w| self.share_cmd(w)).collect()).await?;
+        for ((u, broadcast, id, _), share) in wanted.into_iter().zip(shares) {
+            let [unread, mentions, version] = <[String; 3]>::try_from(share).map_err(|_| {
+                RedisError::from((redis::ErrorKind::Client, "a share reply of another shape than 3 strings"))
+            })?;
+            let computed = if broadcast {
+                [(format!("{COUNT_PREFIX}{id}"), unread), (format!("{LIST_VERSION_PREFIX}{id}"), version)]
+            } else {
+                let share = format!("{unread} {mentions}");
+                [(format!("{INDEX_COUNT_PREFIX}{id}"), share), (format!("{INDEX_VERSION_PREFIX}{id}"), version)]
+            };
+            users[u].extend(computed);
+        }
+        Ok(users)
+    }
+
+    /// The [`SHARE_SCRIPT`] call for one wanted share: (user, broadcast?, id, ARGV).
+    fn share_cmd(&self, (_, broadcast, id, args): &(usize, bool, String, Vec<String>)) -> Cmd {
+        let list = if *broadcast { ListId::Broadcast(id.clone()) } else { ListId::Index(id.clone()) };
+        let keys = shared_keys(&self.prefix, &list);
+        evalsha(SHARE, &[&keys.live, &keys.mention_all, &keys.version]).arg(args).to_owned()
     }
 
     /// A user's counts, or `None` when the user has no hash (never written, or lost by Redis).
@@ -483,16 +586,7 @@ impl RedisProjection {
 
     /// Everything the read script says of a user.
     async fn read_all(&self, user_id: &str) -> ProjectionResult<UserRead> {
-        let mut conn = self.conn.clone();
-        let flat: Vec<String> = self
-            .read
-            .key(user_key(&self.prefix, user_id))
-            .arg(self.read_args())
-            .invoke_async(&mut conn)
-            .await
-            .map_err(redis_err("reading a user"))?;
-        let mut it = flat.into_iter();
-        let fields: Vec<(String, String)> = std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect();
+        let fields = self.read_fields(&[user_id.to_owned()]).await?.pop().unwrap_or_default();
         let cursors = fields
             .iter()
             .filter_map(|(f, v)| Some((f.strip_prefix(super::CURSOR_PREFIX)?.to_owned(), v.parse().ok()?)))
@@ -558,9 +652,10 @@ impl RedisProjection {
     }
 
     /// The key marking that a partition's entities (a fold partition's users, a fan-out partition's lists) are
-    /// all in Redis.
+    /// all in Redis. `v2`: the layout whose shared keys carry a hash tag ([`super::SharedKeys`]); a projection
+    /// written with the older layout has no such marker, so its partitions are written again in this one.
     fn marker_key(&self, stage: Stage, partition: i32) -> String {
-        format!("{}partition:{stage}:{partition}", self.prefix)
+        format!("{}partition:v2:{stage}:{partition}", self.prefix)
     }
 
     /// Whether the marker of a partition is present. A missing marker means Redis lost the projection (restarted
@@ -582,8 +677,8 @@ impl RedisProjection {
         redis::cmd("SET").arg(key).arg(1).query_async(&mut conn).await.map_err(redis_err("setting a marker"))
     }
 
-    /// Raw command access for tools and tests.
-    pub fn connection(&self) -> ConnectionManager {
+    /// Raw command access for tools and tests: commands on one key (or keys of one slot) work on a cluster too.
+    pub fn connection(&self) -> Conn {
         self.conn.clone()
     }
 }
