@@ -25,8 +25,9 @@
 //!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
 //!   [`redis::WRITE_SCRIPT`]).
 //!
-//! Readers get everything from one script call, which Redis runs atomically, and writers replace a user's changed
-//! fields and totals in one script, so totals always agree with the conversations.
+//! Readers get everything from one script call, which Redis runs atomically (on a Redis Cluster: the hash, then
+//! each list's share, [`conn`]), and writers replace a user's changed fields and totals in one script, so totals
+//! always agree with the conversations.
 
 pub mod conn;
 pub mod redis;

@@ -2,7 +2,8 @@
 //!
 //! Every user's write is one `EVALSHA` of [`WRITE_SCRIPT`]: it compares the version the write carries with the
 //! `_version` field and applies the totals, the changed conversation fields and the deleted ones only when the
-//! write is not older, all atomically. A flush pipelines the writes of many users in one round trip. A broadcast
+//! write is not older, all atomically. A flush pipelines the writes of many users in one round trip (on a Redis
+//! Cluster: concurrent calls, each to its slot's master, [`super::conn`]). A broadcast
 //! list's (or a read-diffused conversation's index's) changes are one `EVALSHA` of [`LIST_SCRIPT`] per list,
 //! guarded by the fan-out task's lease generation; a user's read is one `EVALSHA` of [`READ_SCRIPT`], which
 //! combines the user's cursors with the lists and the indexes.

@@ -35,7 +35,7 @@ fn read_diffusion_switching_both_ways_survives_sigkill_redis_loss_and_replay() {
     svc.stop();
     // Redis loses everything: answered from the checkpoint (indexes included), then rebuilt, exact again.
     let sample: Vec<&UserView> = expected.iter().filter(|e| e.total_unread > 0).step_by(53).collect();
-    lose_redis_then_rebuild(&stack, &ns, &expected, &sample);
+    lose_redis_then_rebuild(&ns, &expected, &sample);
     // A replay with read diffusion off builds the same counts.
     let out = ns.cmd(&["replay", "--into", "hybw"]).env("UNREAD_READ_DIFFUSION_THRESHOLD", "0").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -2,6 +2,7 @@
 
 mod api;
 mod cli;
+mod cluster;
 mod dataset;
 mod decoder;
 mod hybrid;

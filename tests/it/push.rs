@@ -17,7 +17,7 @@ use crate::support::*;
 const SAMPLE: [&str; 4] = ["aadi", "[[mandrix]]", "_icebreaker_", "epod"];
 
 /// A client's view of a stream: the messages, in order, as JSON.
-struct Follower {
+pub(crate) struct Follower {
     messages: mpsc::Receiver<Value>,
     child: Option<Child>,
 }
@@ -54,7 +54,7 @@ fn watch(ns: &Ns, port: u16, user: &str, extra: &[&str]) -> Follower {
 }
 
 /// An SSE client for `user` on `port` (the tests' service token), reading in a thread.
-fn sse(port: u16, user: &str) -> Follower {
+pub(crate) fn sse(port: u16, user: &str) -> Follower {
     let url = format!("http://127.0.0.1:{port}/v1/users/{}/stream", encode(user));
     let token = token("sse-client", true);
     let response = ureq::get(&url)
@@ -98,7 +98,7 @@ fn apply_message(view: &mut UserView, version: &mut u64, m: &Value) {
 
 /// Applies the follower's messages until its view equals `expected` (60 s at most). Every message is applied
 /// twice, as a client would after a duplicate delivery: the second changes nothing.
-fn converge(f: &Follower, expected: &UserView) {
+pub(crate) fn converge(f: &Follower, expected: &UserView) {
     let (mut view, mut version) = (UserView::default(), 0);
     let deadline = Instant::now() + Duration::from_secs(60);
     while view != *expected {

@@ -30,7 +30,7 @@ fn v2_dev_set_end_to_end_then_redis_lost_and_rebuilt_is_exact() {
     // Redis loses everything (users and broadcast lists): answered from the checkpoint, lists included, never
     // zeros; rebuilt from the checkpoint, exact again.
     let sample: Vec<&UserView> = expected.iter().step_by(97).collect();
-    lose_redis_then_rebuild(&stack, &ns, &expected, &sample);
+    lose_redis_then_rebuild(&ns, &expected, &sample);
 }
 
 #[test]

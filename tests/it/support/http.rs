@@ -136,11 +136,11 @@ fn segments_escape_all_but_unreserved_characters() {
 /// Redis loses every key of `ns`: an API-only instance answers each user of `sample` from the checkpoint
 /// (`x-unread-source: checkpoint`, exact, never zeros), then `unread projection rebuild` makes every user of
 /// `expected` exact again in Redis.
-pub fn lose_redis_then_rebuild(stack: &Stack, ns: &Ns, expected: &[UserView], sample: &[&UserView]) {
+pub fn lose_redis_then_rebuild(ns: &Ns, expected: &[UserView], sample: &[&UserView]) {
     let api = ns.start(&["--roles", "api"]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let redis = unread::projection::redis::RedisProjection::connect(&stack.redis_url, "").await.unwrap();
+        let redis = unread::projection::redis::RedisProjection::connect(&ns.redis_url, "").await.unwrap();
         unread::namespace::delete_matching(&redis, &format!("{}:*", ns.name)).await.unwrap()
     });
     for e in sample {

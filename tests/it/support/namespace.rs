@@ -26,7 +26,8 @@ pub struct Ns<'s> {
     stack: &'s Stack,
     /// The name every prefix, group and schema derives from: `it_{test}_{pid}_{nanos}`.
     pub name: String,
-    redis_url: String,
+    /// The Redis (one server's URL, or a cluster's seed URLs) the namespace's services use.
+    pub redis_url: String,
     database_url: String,
 }
 

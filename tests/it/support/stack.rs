@@ -143,6 +143,86 @@ impl Drop for PrivateRedis {
     }
 }
 
+/// A Redis Cluster of the test's own: 3 masters, no replicas (Debian's `redis-server` in cluster mode, joined with
+/// `redis-cli --cluster create`), with no persistence; its files in a temporary directory.
+pub struct PrivateRedisCluster {
+    nodes: Vec<Child>,
+    dir: std::path::PathBuf,
+    /// The masters' ports on loopback.
+    pub ports: Vec<u16>,
+}
+
+impl PrivateRedisCluster {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("unread-it-cluster-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports: Vec<u16> = (0..3).map(|_| cluster_port()).collect();
+        let nodes = ports.iter().map(|p| cluster_node(&dir, *p)).collect();
+        ports.iter().for_each(|p| wait_port(*p, true));
+        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let create = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli (installed with redis-server by scripts/stack up)");
+        assert!(create.status.success(), "{}", String::from_utf8_lossy(&create.stdout));
+        let cluster = Self { nodes, dir, ports };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.ports.iter().all(|p| cluster_ok(*p)) {
+            assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok within 30 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        cluster
+    }
+
+    /// `UNREAD_REDIS_URL` for the cluster: the masters' URLs, comma-separated.
+    pub fn url(&self) -> String {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// One master's URL (a plain connection: commands on its own keys only).
+    pub fn node_url(&self, i: usize) -> String {
+        format!("redis://127.0.0.1:{}", self.ports[i])
+    }
+}
+
+/// A free port whose cluster bus port (+10,000) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p < 55_000 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
+        }
+    }
+}
+
+fn cluster_node(dir: &std::path::Path, port: u16) -> Child {
+    let conf = dir.join(format!("nodes-{port}.conf"));
+    Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", conf.to_str().unwrap(), "--dir", dir.to_str().unwrap()])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (installed by scripts/stack up)")
+}
+
+fn cluster_ok(port: u16) -> bool {
+    let out = Command::new("redis-cli").args(["-p", &port.to_string(), "cluster", "info"]).output();
+    out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+}
+
+impl Drop for PrivateRedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill().ok();
+            node.wait().ok();
+        }
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
 /// A PostgreSQL cluster of the test's own (from the package scripts/stack installs).
 pub struct PrivatePg {
     dir: std::path::PathBuf,

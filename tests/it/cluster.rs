@@ -1,0 +1,61 @@
+//! unread on a Redis Cluster of 3 masters ([`PrivateRedisCluster`]; `docs/operations.md`, "Redis Cluster"): the
+//! same end-to-end run as on one server, with read diffusion switching conversations both ways, so users' hashes
+//! and the indexes and lists spread over the masters and every script must stay within one slot.
+
+use unread::core::contract::UserView;
+use unread::core::hybrid::Diffusion;
+use unread::pipeline::MAX_BATCH;
+
+use crate::push::{converge, sse};
+use crate::support::*;
+
+#[test]
+fn v2_dev_set_with_read_diffusion_on_a_redis_cluster_is_exact_pushed_verified_and_rebuilt() {
+    let test = "v2_dev_set_with_read_diffusion_on_a_redis_cluster_is_exact_pushed_verified_and_rebuilt";
+    let Some(stack) = stack(test) else { return };
+    let cluster = PrivateRedisCluster::start();
+    let ns = Ns::with(&stack, "clu", &cluster.url(), &stack.database_url);
+    let events = churned_v2_dev_events();
+    let (expected, _) = fold_text(&events, Diffusion::OFF, MAX_BATCH);
+    let path = std::env::temp_dir().join(format!("{}-churn.jsonl", ns.name));
+    std::fs::write(&path, &events).unwrap();
+    let svc = ns.start(&["--read-diffusion-threshold", "5"]);
+    // Push from an instance without the stages: it hears every node's writes through one node's subscription.
+    let api = ns.start(&["--roles", "api"]);
+    let sample: Vec<&UserView> =
+        expected.iter().filter(|e| e.total_unread > 0 && !e.broadcasts.is_empty()).step_by(97).collect();
+    assert!(sample.len() >= 3, "{} sampled users", sample.len());
+    let followers: Vec<_> = sample.iter().map(|e| sse(api.port, &e.user_id)).collect();
+    ns.ok(&["produce", path.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let (n, bad) = mismatches(svc.port, &expected);
+    assert!(n > 1000 && bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
+    for (f, e) in followers.iter().zip(&sample) {
+        converge(f, e);
+    }
+    assert_spread(&cluster, &ns.name);
+    assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    svc.stop();
+    // Every master loses the namespace's keys: answered from the checkpoint, then rebuilt, exact again.
+    drop(followers);
+    api.stop();
+    lose_redis_then_rebuild(&ns, &expected, &sample);
+    std::fs::remove_file(path).ok();
+}
+
+/// Every master holds users' hashes, and read-diffused conversations' indexes live on more than one master.
+fn assert_spread(cluster: &PrivateRedisCluster, name: &str) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let count = |node: usize, pattern: String| {
+        rt.block_on(async {
+            let client = redis::Client::open(cluster.node_url(node)).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut conn).await.unwrap();
+            keys.len()
+        })
+    };
+    let users: Vec<usize> = (0..3).map(|i| count(i, format!("{name}:u:*"))).collect();
+    let indexes: Vec<usize> = (0..3).map(|i| count(i, format!("{name}:x:{{#*"))).collect();
+    assert!(users.iter().all(|n| *n > 100), "users' hashes per master: {users:?}");
+    assert!(indexes.iter().filter(|n| **n > 0).count() >= 2, "indexes per master: {indexes:?}");
+}
