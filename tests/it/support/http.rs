@@ -6,7 +6,7 @@ use std::time::Duration;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use unread::core::contract::UserView;
 
-use super::{Ns, Stack};
+use super::Ns;
 
 /// Everything but RFC 3986's unreserved characters is escaped in a path segment.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
