@@ -54,15 +54,20 @@ fn wait_for_zero_lag(bin: &str) {
     assert!(out.status.success(), "unread lag: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// (bytes Redis received, bytes of PostgreSQL WAL) so far.
-async fn written(redis: &mut redis::aio::MultiplexedConnection, pg: &sqlx::PgPool) -> (u64, u64) {
-    let info: String = redis::cmd("INFO").arg("stats").query_async(redis).await.expect("INFO");
-    let net = info.lines().find_map(|l| l.strip_prefix("total_net_input_bytes:")).expect("total_net_input_bytes");
+/// (bytes Redis received, summed over a cluster's masters, bytes of PostgreSQL WAL) so far.
+async fn written(masters: &[String], pg: &sqlx::PgPool) -> (u64, u64) {
+    let mut net = 0;
+    for url in masters {
+        let mut redis = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO").arg("stats").query_async(&mut redis).await.expect("INFO");
+        let n = info.lines().find_map(|l| l.strip_prefix("total_net_input_bytes:")).expect("total_net_input_bytes");
+        net += n.trim().parse::<u64>().expect("a number");
+    }
     let wal: i64 = sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
         .fetch_one(pg)
         .await
         .expect("WAL position");
-    (net.trim().parse().expect("a number"), wal as u64)
+    (net, wal as u64)
 }
 
 /// Member 1's count of the conversation, over HTTP.
@@ -121,9 +126,10 @@ async fn main() {
     wait_for_zero_lag(bin);
     eprintln!("setup: {members} members joined in {:.1} s", started.elapsed().as_secs_f64());
     let redis_url = std::env::var("UNREAD_REDIS_URL").expect("UNREAD_REDIS_URL");
-    let mut redis = redis::Client::open(redis_url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let projection = unread::projection::redis::RedisProjection::connect(&redis_url, "").await.unwrap();
+    let masters = projection.masters().await.unwrap();
     let pg = sqlx::PgPool::connect(&std::env::var("UNREAD_DATABASE_URL").expect("UNREAD_DATABASE_URL")).await.unwrap();
-    let before = written(&mut redis, &pg).await;
+    let before = written(&masters, &pg).await;
     let sends = (1..=messages).map(|seq| {
         let mut e = event("message.sent");
         (e["seq"], e["sender_id"], e["mentions"]) = (seq.into(), "m-0".into(), serde_json::json!([]));
@@ -137,7 +143,7 @@ async fn main() {
     let visible = started.elapsed().as_secs_f64();
     wait_for_zero_lag(bin);
     let ingest = started.elapsed().as_secs_f64();
-    let after = written(&mut redis, &pg).await;
+    let after = written(&masters, &pg).await;
     let (p50, p99, max) = read_latency(&agent, api, members);
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
