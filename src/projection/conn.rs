@@ -30,11 +30,6 @@ pub fn seeds(url: &str) -> Vec<&str> {
     url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
 }
 
-/// Whether a `UNREAD_REDIS_URL` names a cluster (several comma-separated seed nodes).
-pub fn is_cluster_url(url: &str) -> bool {
-    seeds(url).len() > 1
-}
-
 /// The URL to subscribe to for the `attempt`-th time (counting from 0): the server's, or the seed nodes in turn,
 /// so a subscription that failed moves on to the next node.
 pub fn pubsub_url(url: &str, attempt: usize) -> &str {
@@ -150,8 +145,9 @@ mod tests {
 
     #[test]
     fn one_url_is_a_server_several_are_a_cluster() {
-        assert!(!is_cluster_url("redis://127.0.0.1:36379"));
-        assert!(is_cluster_url("redis://127.0.0.1:37001, redis://127.0.0.1:37002,"));
+        assert_eq!(seeds("redis://127.0.0.1:36379"), vec!["redis://127.0.0.1:36379"]);
+        let cluster = seeds("redis://127.0.0.1:37001, redis://127.0.0.1:37002,");
+        assert_eq!(cluster, vec!["redis://127.0.0.1:37001", "redis://127.0.0.1:37002"]);
         assert_eq!(pubsub_url("redis://a:1,redis://b:2", 3), "redis://b:2");
         assert_eq!(pubsub_url("redis://a:1", 3), "redis://a:1");
     }

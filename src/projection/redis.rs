@@ -280,16 +280,17 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
     (set, delete)
 }
 
-/// The share a hash field asks for, when it is a broadcast cursor (`b:{id}` = c: `(true, id, [c])`) or a
-/// read-diffused conversation's (`r:{id}` = `"{lo} {muted} {feed} {named…}"`: `(false, id, [lo, named…])`).
-fn share_wanted(field: &str, value: &str) -> Option<(bool, String, Vec<String>)> {
+/// The share a hash field asks for, with the share script's ARGV, when it is a broadcast cursor (`b:{id}` = c:
+/// the list, `[c]`) or a read-diffused conversation's (`r:{id}` = `"{lo} {muted} {feed} {named…}"`: the index,
+/// `[lo, named…]`).
+fn share_wanted(field: &str, value: &str) -> Option<(ListId, Vec<String>)> {
     if let Some(id) = field.strip_prefix(super::CURSOR_PREFIX) {
-        return Some((true, id.to_owned(), vec![value.to_owned()]));
+        return Some((ListId::Broadcast(id.to_owned()), vec![value.to_owned()]));
     }
     let id = field.strip_prefix(INDEX_PREFIX)?;
     let mut numbers = value.split(' ').map(str::to_owned);
     let lo = numbers.next()?;
-    Some((false, id.to_owned(), std::iter::once(lo).chain(numbers.skip(2)).collect()))
+    Some((ListId::Index(id.to_owned()), std::iter::once(lo).chain(numbers.skip(2)).collect()))
 }
 
 /// A user's counts as the push stream reads them.
@@ -531,33 +532,34 @@ impl RedisProjection {
         let hgetall = |id: &String| redis::cmd("HGETALL").arg(user_key(&self.prefix, id)).to_owned();
         let flat: Vec<Vec<String>> = self.conn.run_all(user_ids.iter().map(hgetall).collect()).await?;
         let mut users: Vec<Vec<(String, String)>> = flat.into_iter().map(pairs).collect();
-        let wanted: Vec<(usize, bool, String, Vec<String>)> = users
+        let wanted: Vec<(usize, ListId, Vec<String>)> = users
             .iter()
             .enumerate()
-            .flat_map(|(u, fields)| {
-                fields.iter().filter_map(move |(f, v)| share_wanted(f, v).map(|(b, id, a)| (u, b, id, a)))
-            })
+            .flat_map(|(u, fields)| fields.iter().filter_map(move |(f, v)| share_wanted(f, v).map(|(l, a)| (u, l, a))))
             .collect();
-        let shares: Vec<Vec<String>> = self.run_scripts(|| wanted.iter().map(|w| self.share_cmd(w)).collect()).await?;
-        for ((u, broadcast, id, _), share) in wanted.into_iter().zip(shares) {
+        let cmds = || wanted.iter().map(|(_, list, args)| self.share_cmd(list, args)).collect();
+        let shares: Vec<Vec<String>> = self.run_scripts(cmds).await?;
+        for ((u, list, _), share) in wanted.into_iter().zip(shares) {
             let [unread, mentions, version] = <[String; 3]>::try_from(share).map_err(|_| {
                 RedisError::from((redis::ErrorKind::Client, "a share reply of another shape than 3 strings"))
             })?;
-            let computed = if broadcast {
-                [(format!("{COUNT_PREFIX}{id}"), unread), (format!("{LIST_VERSION_PREFIX}{id}"), version)]
-            } else {
-                let share = format!("{unread} {mentions}");
-                [(format!("{INDEX_COUNT_PREFIX}{id}"), share), (format!("{INDEX_VERSION_PREFIX}{id}"), version)]
+            let computed = match list {
+                ListId::Broadcast(id) => {
+                    [(format!("{COUNT_PREFIX}{id}"), unread), (format!("{LIST_VERSION_PREFIX}{id}"), version)]
+                }
+                ListId::Index(id) => {
+                    let share = format!("{unread} {mentions}");
+                    [(format!("{INDEX_COUNT_PREFIX}{id}"), share), (format!("{INDEX_VERSION_PREFIX}{id}"), version)]
+                }
             };
             users[u].extend(computed);
         }
         Ok(users)
     }
 
-    /// The [`SHARE_SCRIPT`] call for one wanted share: (user, broadcast?, id, ARGV).
-    fn share_cmd(&self, (_, broadcast, id, args): &(usize, bool, String, Vec<String>)) -> Cmd {
-        let list = if *broadcast { ListId::Broadcast(id.clone()) } else { ListId::Index(id.clone()) };
-        let keys = shared_keys(&self.prefix, &list);
+    /// The [`SHARE_SCRIPT`] call for one list's or index's share, with its ARGV ([`share_wanted`]).
+    fn share_cmd(&self, list: &ListId, args: &[String]) -> Cmd {
+        let keys = shared_keys(&self.prefix, list);
         evalsha(SHARE, &[&keys.live, &keys.mention_all, &keys.version]).arg(args).to_owned()
     }
 
