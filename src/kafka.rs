@@ -10,6 +10,7 @@ use anyhow::Context;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaResult;
 use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
@@ -94,17 +95,33 @@ pub fn producer_config(brokers: &str) -> ClientConfig {
     c
 }
 
-/// The service's producer of deltas and dead letters: lingers 5 ms, and a delivery that cannot complete fails
+/// The service's producers of deltas and dead letters: linger 5 ms, and a delivery that cannot complete fails
 /// after 30 s (the task restarts from its checkpoint) rather than librdkafka's default 5 minutes.
+fn service_producer_config(brokers: &str) -> ClientConfig {
+    let mut c = producer_config(brokers);
+    c.set("linger.ms", "5").set("message.timeout.ms", "30000").set("queue.buffering.max.messages", "500000");
+    c
+}
+
+/// The fold's and the API's producer of dead letters and user events ([`service_producer_config`]).
 ///
 /// Errors: the client cannot be created (a setting is invalid).
 pub fn service_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
-    producer_config(brokers)
-        .set("linger.ms", "5")
-        .set("message.timeout.ms", "30000")
-        .set("queue.buffering.max.messages", "500000")
+    service_producer_config(brokers).create().context("creating the Kafka producer")
+}
+
+/// The transactional producer of one fan-out partition task ([`service_producer_config`] plus
+/// `transactional.id`). The caller must `init_transactions` before its first transaction: that fences every
+/// earlier producer with the same id (a zombie) and aborts its open transaction (docs/operations.md § Fencing).
+/// A transaction the producer leaves open is aborted by the broker after 30 s (`transaction.timeout.ms`), or at
+/// once when a successor initializes the same id.
+///
+/// Errors: the client cannot be created (a setting is invalid).
+pub fn transactional_producer(brokers: &str, transactional_id: &str) -> KafkaResult<FutureProducer> {
+    service_producer_config(brokers)
+        .set("transactional.id", transactional_id)
+        .set("transaction.timeout.ms", "30000")
         .create()
-        .context("creating the Kafka producer")
 }
 
 /// The service's producer, replaced as a whole when its deliveries fail: after a broker restart, librdkafka's
@@ -151,6 +168,58 @@ pub fn bulk_producer_config(brokers: &str) -> ClientConfig {
     let mut c = producer_config(brokers);
     c.set("linger.ms", "10").set("batch.num.messages", "10000").set("queue.buffering.max.messages", "1000000");
     c
+}
+
+/// A [`reader`] that reports reaching the end of each partition it reads (`enable.partition.eof`): the end a
+/// `read_committed` consumer sees, past transaction markers and aborted records.
+pub fn eof_reader(brokers: &str, name: &str) -> ClientConfig {
+    let mut c = reader(brokers, name);
+    c.set("enable.partition.eof", "true");
+    c
+}
+
+/// For each `(partition, from)` of `topic`, the offset of the first record at or after `from` that a
+/// `read_committed` consumer gets, or `None` when it gets none before the partition's end (only transaction
+/// markers, aborted records or records of open transactions lie there). Offsets are not contiguous on a
+/// transactional topic, so this is how a reader tells "the records in between are invisible" from "the records in
+/// between were skipped" ([`crate::service::group::PartitionInput::accept`]) and a real lag from a trailing
+/// commit marker ([`crate::ops::lag`]). A blocking call: one short-lived consumer, one fetch per partition.
+///
+/// Errors: the client cannot be created, the read fails, or some partition gives no answer within `timeout`.
+pub fn first_visible(
+    brokers: &str,
+    topic: &str,
+    from: &[(i32, i64)],
+    timeout: Duration,
+) -> anyhow::Result<HashMap<i32, Option<i64>>> {
+    let consumer: BaseConsumer = eof_reader(brokers, "unread-visibility-probe").create()?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for (p, offset) in from {
+        tpl.add_partition_offset(topic, *p, rdkafka::Offset::Offset(*offset))?;
+    }
+    consumer.assign(&tpl).with_context(|| format!("assigning {topic} to the visibility probe"))?;
+    let mut found = HashMap::new();
+    let deadline = std::time::Instant::now() + timeout;
+    while found.len() < from.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        anyhow::ensure!(
+            !left.is_zero(),
+            "{topic}: no answer for {} of {} partitions",
+            from.len() - found.len(),
+            from.len()
+        );
+        match consumer.poll(left) {
+            None => {}
+            Some(Ok(m)) => {
+                found.entry(rdkafka::Message::partition(&m)).or_insert(Some(rdkafka::Message::offset(&m)));
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                found.entry(p).or_insert(None);
+            }
+            Some(Err(e)) => return Err(e).with_context(|| format!("probing {topic}")),
+        }
+    }
+    Ok(found)
 }
 
 /// A client for metadata and watermark queries only.

@@ -22,11 +22,17 @@ pub struct PartitionLag {
     pub end: i64,
     /// The stage's checkpointed next offset (the log start when never checkpointed).
     pub checkpointed: i64,
+    /// Whether no record between the checkpoint and the end reaches a `read_committed` consumer (only transaction
+    /// markers or aborted records lie there, as after the fan-out's last commit on the delta topic).
+    pub only_invisible: bool,
 }
 
 impl PartitionLag {
-    /// Records not yet checkpointed.
+    /// Offsets not yet checkpointed (transaction markers among them), or 0 when none of them holds a visible record.
     pub fn lag(&self) -> i64 {
+        if self.only_invisible {
+            return 0;
+        }
         (self.end - self.checkpointed).max(0)
     }
 }
@@ -82,11 +88,34 @@ pub async fn lag(settings: &Settings, store: &CheckpointStore) -> anyhow::Result
             for (p, (low, end)) in kafka::watermarks(&client, topic, n)?.into_iter().enumerate() {
                 let partition = p as i32;
                 let checkpointed = done.get(&(topic.clone(), partition)).copied().unwrap_or(0).max(low);
-                rows.push(PartitionLag { stage, topic: topic.clone(), partition, end, checkpointed });
+                let only_invisible = false;
+                rows.push(PartitionLag { stage, topic: topic.clone(), partition, end, checkpointed, only_invisible });
             }
         }
     }
+    mark_only_invisible(&settings.brokers, &topics.user_deltas, &mut rows);
     Ok(LagReport { rows })
+}
+
+/// Marks the rows of the transactional `topic` behind whose checkpoint no record is visible
+/// ([`kafka::first_visible`]). A failed probe marks nothing: the lag then counts every offset.
+fn mark_only_invisible(brokers: &str, topic: &str, rows: &mut [PartitionLag]) {
+    let behind: Vec<(i32, i64)> = rows
+        .iter()
+        .filter(|r| r.topic == topic && r.checkpointed < r.end)
+        .map(|r| (r.partition, r.checkpointed))
+        .collect();
+    if behind.is_empty() {
+        return;
+    }
+    match kafka::first_visible(brokers, topic, &behind, Duration::from_secs(5)) {
+        Ok(first) => {
+            for r in rows.iter_mut().filter(|r| r.topic == topic) {
+                r.only_invisible = first.get(&r.partition).is_some_and(Option::is_none);
+            }
+        }
+        Err(e) => tracing::debug!(error = %format!("{e:#}"), "probing {topic} for visible records failed"),
+    }
 }
 
 /// Waits until every partition's lag is zero, polling every 100 ms, for at most `timeout`.

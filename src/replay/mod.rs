@@ -239,7 +239,12 @@ async fn seed(
         StartPoint::Checkpoint => {
             let src = CheckpointStore::connect(&source.database_url, &source.ns_db_schema(), 2).await?;
             let snap = src.snapshot().await.context("reading the source's checkpoint")?;
-            in_flight = r.seed_from(snap, &source.topics(), c).await?;
+            // Its own reader, told each partition's end: the delta topic is transactional, so its last offsets
+            // can be commit markers no reader ever gets.
+            let deltas: StreamConsumer = kafka::eof_reader(&source.brokers, "unread-replay")
+                .create()
+                .context("creating the replay's delta reader")?;
+            in_flight = r.seed_from(snap, &source.topics(), &deltas).await?;
         }
         StartPoint::Timestamp { ms, text } => {
             seek_to_time(r, c, *ms, marks)?;

@@ -210,6 +210,9 @@ impl Replay {
     /// first checkpoint writes them all), then applies the deltas its fold had not read yet (source delta topic,
     /// from the fold's offsets to the current end). Returns the deltas applied.
     ///
+    /// `c` must be a [`kafka::eof_reader`]: the delta topic is read up to each partition's end as a
+    /// `read_committed` reader sees it, past the commit markers that may end it.
+    ///
     /// Errors: PostgreSQL or Kafka failing, or a corrupt row.
     pub async fn seed_from(&mut self, snap: Snapshot, source: &Topics, c: &StreamConsumer) -> anyhow::Result<u64> {
         // Every entity of the snapshot is written by the first checkpoint.
@@ -258,10 +261,14 @@ impl Replay {
             .collect();
         let mut applied = 0u64;
         while next.iter().zip(&marks).any(|(n, (_, high))| n < high) {
-            let msg = tokio::time::timeout(Duration::from_secs(30), c.recv())
-                .await
-                .context("no delta records for 30 s")?
-                .context("reading the source's delta topic")?;
+            let msg = match tokio::time::timeout(Duration::from_secs(30), c.recv()).await {
+                Err(_) => anyhow::bail!("no delta records for 30 s"),
+                Ok(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    next[p as usize] = next[p as usize].max(marks[p as usize].1);
+                    continue;
+                }
+                Ok(msg) => msg.context("reading the source's delta topic")?,
+            };
             let p = msg.partition() as usize;
             if msg.offset() < next[p] || msg.offset() >= marks[p].1 {
                 continue;

@@ -1,11 +1,14 @@
 //! The fan-out stage: one task per partition of `unread.conversation-events`.
 //!
-//! A task loads its conversations and next offset from the checkpoint, then repeats: take a batch of records,
-//! decode them (bad ones go to the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to
-//! `unread.user-deltas` keyed by user without waiting, and every flush interval (or flush events) wait for every
-//! acknowledgement still outstanding, then checkpoint the changed conversations with the next offset in one
-//! transaction. Deltas are acknowledged before the checkpoint that covers their input commits, so a crash can
-//! repeat deltas but never lose one; the fold applies a repeated suffix idempotently (docs/semantics.md).
+//! A task takes its partition's lease, loads its conversations and next offset from the checkpoint, and
+//! initializes its own transactional producer (`transactional.id` `{group}.{partition}`, which fences the producer
+//! of any earlier owner: a zombie). Then it repeats: take a batch of records, decode them (bad ones go to the
+//! dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas` keyed by user
+//! inside a Kafka transaction, and every flush interval (or flush events) commit the transaction, then checkpoint
+//! the changed conversations with the next offset in one PostgreSQL transaction. Deltas are committed before the
+//! checkpoint that covers their input, so a crash can repeat deltas but never lose one; the fold applies a
+//! repeated suffix idempotently (docs/semantics.md). The fold reads `read_committed`: a zombie's late batch is
+//! refused or aborted by the broker and never reaches it (docs/operations.md § Fencing).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
@@ -32,7 +35,10 @@ use crate::projection::redis::ListWrite;
 struct FanOutTask {
     shared: Arc<Shared>,
     input: PartitionInput,
+    /// The task's own transactional producer ([`crate::kafka::transactional_producer`]).
     producer: FutureProducer,
+    /// Whether a Kafka transaction is open (begun at the first record produced after a commit).
+    in_transaction: bool,
     generation: i64,
     fanout: FanOut,
     next: i64,
@@ -43,43 +49,87 @@ struct FanOutTask {
 
 /// Runs the task of one partition until its input closes (then it checkpoints and returns).
 ///
-/// Errors: PostgreSQL or Kafka failing (after retries), a corrupt checkpoint, or a fencing; the dispatcher restarts
-/// the task from its checkpoint. When a delivery failed, the shared producer is replaced first
-/// ([`crate::kafka::ProducerSlot`]), so the restarted task gets a new one.
+/// Errors: PostgreSQL or Kafka failing (after retries), a corrupt checkpoint, or a fencing (by the lease in
+/// PostgreSQL, or by Kafka when a successor initialized the partition's transactional id); the dispatcher restarts
+/// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
 pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> Result<(), TaskError> {
-    let (generation, producer) = shared.producer.get();
-    let result = run_with(shared.clone(), input, producer).await;
-    if result.as_ref().is_err_and(TaskError::is_delivery_failure) {
-        shared.producer.replace(generation);
-    }
+    let mut task = FanOutTask::load(shared, input).await?;
+    let result = task.run().await.map_err(|e| fenced_or(&task.producer, e));
+    discard(task.producer);
     result
 }
 
-async fn run_with(shared: Arc<Shared>, input: PartitionInput, producer: FutureProducer) -> Result<(), TaskError> {
-    let mut task = FanOutTask::load(shared, input, producer).await?;
-    let flush = task.shared.flush;
-    let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
-    loop {
-        let Some(batch) = task.input.next_batch(MAX_BATCH, flush.interval).await else {
-            let done = task.checkpoint().await;
-            task.shared.metrics.forget_lag(Stage::FanOut, task.input.partition);
-            return done;
-        };
-        pending += task.process(&batch).await?;
-        if pending >= flush.events || (pending > 0 && last_checkpoint.elapsed() >= flush.interval) {
-            task.checkpoint().await?;
-            (pending, last_checkpoint) = (0, Instant::now());
-        } else if batch.is_empty() && pending == 0 && last_checkpoint.elapsed() >= super::fold_stage::IDLE_CHECK {
-            // Idle: rewrite the partition's broadcast lists if Redis lost them (no marker).
-            task.write_lists().await?;
-            last_checkpoint = Instant::now();
+/// `error`, or the producer's fatal error when Kafka fenced it: once a successor initializes the partition's
+/// transactional id, the old producer's sends and commit fail with a fatal error whose cause only the client
+/// keeps (`rd_kafka_fatal_error`).
+fn fenced_or(producer: &FutureProducer, error: TaskError) -> TaskError {
+    match producer.client().fatal_error() {
+        Some((code, reason)) => {
+            let fenced = TaskError::kafka("producing to Kafka")(KafkaError::MessageProduction(code));
+            if fenced.is_kafka_fenced() {
+                debug!(%reason, "the transactional producer was fenced");
+                return fenced;
+            }
+            error
+        }
+        None => error,
+    }
+}
+
+/// Drops a producer off the async threads: dropping waits for its queue (up to 500 ms) and, when a transaction
+/// is open, for its abort.
+fn discard(producer: FutureProducer) {
+    tokio::task::spawn_blocking(move || drop(producer));
+}
+
+/// Creates partition `p`'s transactional producer and initializes it (up to 60 s), which fences every earlier
+/// producer of the partition. Blocking calls run off the async threads.
+///
+/// Errors: the client cannot be created, or the initialization fails (the broker is unreachable, say).
+async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProducer, TaskError> {
+    let id = format!("{}.{p}", shared.transactional_prefix);
+    let producer = crate::kafka::transactional_producer(&shared.brokers, &id)
+        .map_err(TaskError::kafka("creating the transactional producer"))?;
+    let init = producer.clone();
+    let result = tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(60)))
+        .await
+        .expect("init_transactions does not panic");
+    match result {
+        Ok(()) => Ok(producer),
+        Err(e) => {
+            discard(producer);
+            Err(TaskError::kafka("initializing transactions")(e))
         }
     }
 }
 
 impl FanOutTask {
-    /// Takes the partition's lease and loads its conversations and next offset from the checkpoint.
-    async fn load(shared: Arc<Shared>, mut input: PartitionInput, producer: FutureProducer) -> Result<Self, TaskError> {
+    /// The task's loop: batches, flushes, idle checks; checkpoints and returns once its input closes.
+    async fn run(&mut self) -> Result<(), TaskError> {
+        let task = self;
+        let flush = task.shared.flush;
+        let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
+        loop {
+            let Some(batch) = task.input.next_batch(MAX_BATCH, flush.interval).await else {
+                let done = task.checkpoint().await;
+                task.shared.metrics.forget_lag(Stage::FanOut, task.input.partition);
+                return done;
+            };
+            pending += task.process(&batch).await?;
+            if pending >= flush.events || (pending > 0 && last_checkpoint.elapsed() >= flush.interval) {
+                task.checkpoint().await?;
+                (pending, last_checkpoint) = (0, Instant::now());
+            } else if batch.is_empty() && pending == 0 && last_checkpoint.elapsed() >= super::fold_stage::IDLE_CHECK {
+                // Idle: rewrite the partition's broadcast lists if Redis lost them (no marker).
+                task.write_lists().await?;
+                last_checkpoint = Instant::now();
+            }
+        }
+    }
+
+    /// Takes the partition's lease, loads its conversations and next offset from the checkpoint, and initializes
+    /// its transactional producer.
+    async fn load(shared: Arc<Shared>, mut input: PartitionInput) -> Result<Self, TaskError> {
         let (p, topic) = (input.partition, &shared.topics.conversation_events);
         // The lease first: from then on the previous owner cannot commit, so the offset and the state read next
         // are one checkpoint. (Read the other way round, a commit in between gave a state newer than its offset:
@@ -87,9 +137,36 @@ impl FanOutTask {
         let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
         let next = shared.store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
         let fanout = load_fanout(&shared.store, Some(p), shared.diffusion).await?;
+        // After the lease: a zombie that checked its lease before is fenced from here on.
+        let producer = transactional_producer(&shared, p).await?;
         info!(partition = p, generation, next, "fan-out task started");
         input.rewind(topic, next).await;
-        Ok(Self { shared, input, producer, generation, fanout, next, dirty: HashSet::new(), in_flight: Vec::new() })
+        let (dirty, in_flight) = (HashSet::new(), Vec::new());
+        Ok(Self { shared, input, producer, in_transaction: false, generation, fanout, next, dirty, in_flight })
+    }
+
+    /// Begins a Kafka transaction unless one is open.
+    fn begin(&mut self) -> Result<(), TaskError> {
+        if !self.in_transaction {
+            self.producer.begin_transaction().map_err(TaskError::kafka("beginning a transaction"))?;
+            self.in_transaction = true;
+        }
+        Ok(())
+    }
+
+    /// Commits the open Kafka transaction, if any (a blocking call, up to 30 s, run off the async threads): its
+    /// deltas and dead letters become visible to `read_committed` readers at once.
+    async fn commit_transaction(&mut self) -> Result<(), TaskError> {
+        if !self.in_transaction {
+            return Ok(());
+        }
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || producer.commit_transaction(Duration::from_secs(30)))
+            .await
+            .expect("commit_transaction does not panic")
+            .map_err(TaskError::kafka("committing a transaction"))?;
+        self.in_transaction = false;
+        Ok(())
     }
 
     /// Decodes a batch (bad records go to the dead-letter topic), fans it out and enqueues the deltas. Returns how
@@ -107,6 +184,7 @@ impl FanOutTask {
                 Ok(Event::User(_)) => unreachable!("records::event checks the stream"),
                 Err(e) => {
                     self.shared.metrics.dead_letter(e.kind());
+                    self.begin()?;
                     records::dead_letter(&self.producer, &self.shared.topics.dead_letter, record, &e).await?;
                 }
             }
@@ -115,6 +193,7 @@ impl FanOutTask {
         }
         self.shared.metrics.processed(&self.shared.topics.conversation_events, events.len());
         if !events.is_empty() {
+            self.begin()?;
             let (sh, p) = (&*self.shared, self.input.partition);
             // A task whose partition moved must not add deltas to the stream of its successor.
             retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, self.generation)).await?;
@@ -132,11 +211,12 @@ impl FanOutTask {
         Ok(pending)
     }
 
-    /// Waits for every outstanding delta acknowledgement, then commits the changed conversations with the next
-    /// offset in one transaction.
+    /// Waits for every outstanding delta acknowledgement and commits the Kafka transaction, then commits the
+    /// changed conversations with the next offset in one PostgreSQL transaction.
     async fn checkpoint(&mut self) -> Result<(), TaskError> {
         let started = Instant::now();
         acknowledged(&mut self.in_flight).await?;
+        self.commit_transaction().await?;
         self.write_lists().await?;
         let (sh, p, next) = (&*self.shared, self.input.partition, self.next);
         let changes = changes(&self.fanout, self.dirty.iter());

@@ -8,7 +8,9 @@
 //!
 //! Offsets belong to the tasks' checkpoints in PostgreSQL. Kafka's committed offsets are only a hint, stored after
 //! each checkpoint: a task drops records below its checkpoint, and seeks back ([`PartitionInput::accept`]) when the
-//! first record it sees is above it.
+//! first record it sees is above it and records in between are visible. Offsets of a transactional topic (the
+//! delta topic) are not contiguous: commit markers and aborted records take offsets a `read_committed` consumer
+//! never gets.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -69,11 +71,28 @@ pub struct PartitionInput {
     pub records: mpsc::Receiver<OwnedMessage>,
     /// The group member's consumer (seeks, watermarks, offset hints).
     pub consumer: Arc<GroupConsumer>,
+    brokers: Arc<str>,
     last_seek: HashMap<String, Instant>,
     last_lag_probe: HashMap<String, Instant>,
+    runs: HashMap<String, Run>,
+    /// Per topic, the last probe's answer ([`crate::kafka::first_visible`]): (from, first visible offset at or
+    /// after it).
+    probed: HashMap<String, (i64, i64)>,
     /// Started again after the previous task of this partition failed, without a rebalance: the records since
     /// the checkpoint went to the failed task, so the new one must [`PartitionInput::rewind`].
     pub restarted: bool,
+}
+
+/// The records of one topic a task got since the consumer last started a sequence (at an assignment's committed
+/// offset, or at a seek): their offsets only grow, so a record at or below the last one starts a new sequence.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The offset of the sequence's last record.
+    last: i64,
+    /// Whether the sequence is known to have started at or below the task's next offset. Then every record of
+    /// it at or above the next offset is the next record the task must process, whatever offsets lie between
+    /// (transaction markers and aborted records never arrive).
+    covered: bool,
 }
 
 /// Whether a task should process a record, from its checkpointed next offset for the record's topic.
@@ -83,38 +102,88 @@ pub enum Verdict {
     Process,
     /// Already covered by the checkpoint: drop it.
     Skip,
-    /// Above the checkpoint: a seek back was asked for; drop it and wait for the records in between.
+    /// Above the checkpoint with visible records in between: a seek back was asked for; drop it and wait for
+    /// them.
     Gap,
 }
 
+/// The verdict on a record of a sequence ([`Run`]) from its offset and the task's next offset, when telling needs
+/// no broker: `None` for a record above the next offset in a sequence not known to cover it.
+fn verdict_in_run(run: &mut Run, offset: i64, next: i64) -> Option<Verdict> {
+    if offset < next {
+        run.covered = true;
+        Some(Verdict::Skip)
+    } else if offset == next || run.covered {
+        run.covered = true;
+        Some(Verdict::Process)
+    } else {
+        None
+    }
+}
+
 impl PartitionInput {
-    /// Decides about one record given the next offset the task expects for its topic. On a gap it seeks the
-    /// consumer back to `next` (at most once every 5 s per topic, in case a seek is lost), unless `next` is below
-    /// the log start, in which case the records in between are gone and the record is processed.
+    /// Decides about one record given the next offset the task expects for its topic. A record above `next` is
+    /// processed when the consumer's sequence is known to have passed `next` ([`Run`]), or when a probe finds no
+    /// visible record between ([`crate::kafka::first_visible`], once per `next`); otherwise it is a gap and the
+    /// consumer is sought back to `next` (at most once every 5 s per topic, in case a seek is lost), unless `next`
+    /// is below the log start, in which case the records in between are gone and the record is processed.
     pub fn accept(&mut self, record: &OwnedMessage, next: i64) -> Verdict {
-        let offset = record.offset();
-        if offset < next {
-            return Verdict::Skip;
+        let (offset, topic) = (record.offset(), record.topic());
+        let run = self.runs.entry(topic.to_owned()).or_insert(Run { last: i64::MAX, covered: false });
+        if offset <= run.last {
+            run.covered = false; // a new sequence: after a seek, or a task's first record
         }
-        if offset == next {
+        run.last = offset;
+        if let Some(verdict) = verdict_in_run(run, offset, next) {
+            return verdict;
+        }
+        if self.nothing_visible_between(topic, next, offset) {
+            self.runs.get_mut(topic).expect("inserted above").covered = true;
             return Verdict::Process;
         }
-        let topic = record.topic().to_owned();
-        if let Ok((low, _)) = self.consumer.fetch_watermarks(&topic, self.partition, Duration::from_secs(5)) {
+        self.seek_back(topic, next, offset);
+        Verdict::Gap
+    }
+
+    /// Whether `offset` is the first record at or after `next` a `read_committed` consumer gets (or `next` is
+    /// below the log start and `offset` is the start): the records in between are invisible or gone.
+    fn nothing_visible_between(&mut self, topic: &str, next: i64, offset: i64) -> bool {
+        let (consumer, p) = (&self.consumer, self.partition);
+        if let Ok((low, _)) = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
             if next < low && offset == low {
-                warn!(topic, partition = self.partition, next, low, "checkpoint is below the log start; going on");
-                return Verdict::Process;
+                warn!(topic, partition = p, next, low, "checkpoint is below the log start; going on");
+                return true;
             }
         }
-        let due = self.last_seek.get(&topic).is_none_or(|t| t.elapsed() > Duration::from_secs(5));
+        let first = match self.probed.get(topic) {
+            Some((from, first)) if *from == next => Some(*first),
+            _ => {
+                let brokers = &self.brokers;
+                let probe = tokio::task::block_in_place(|| {
+                    crate::kafka::first_visible(brokers, topic, &[(p, next)], Duration::from_secs(5))
+                });
+                let first = probe.map_err(|e| warn!(topic, partition = p, error = %format!("{e:#}"), "probe failed"));
+                let first = first.ok().and_then(|found| found.get(&p).copied().flatten());
+                // Only an answer is kept: a failed probe, or one that saw nothing, is asked again.
+                if let Some(at) = first {
+                    self.probed.insert(topic.to_owned(), (next, at));
+                }
+                first
+            }
+        };
+        first == Some(offset)
+    }
+
+    /// Asks the consumer to go back to `next` in `topic`'s partition, unless it was asked less than 5 s ago.
+    fn seek_back(&mut self, topic: &str, next: i64, from: i64) {
+        let due = self.last_seek.get(topic).is_none_or(|t| t.elapsed() > Duration::from_secs(5));
         if due {
-            info!(topic, partition = self.partition, from = offset, to = next, "seeking back to the checkpoint");
-            if let Err(e) = self.consumer.seek(&topic, self.partition, Offset::Offset(next), Duration::from_secs(5)) {
+            info!(topic, partition = self.partition, from, to = next, "seeking back to the checkpoint");
+            if let Err(e) = self.consumer.seek(topic, self.partition, Offset::Offset(next), Duration::from_secs(5)) {
                 warn!(topic, partition = self.partition, error = %e, "seek failed; will retry");
             }
-            self.last_seek.insert(topic, Instant::now());
+            self.last_seek.insert(topic.to_owned(), Instant::now());
         }
-        Verdict::Gap
     }
 
     /// When [`PartitionInput::restarted`], moves the consumer's position in `topic`'s partition back to `next`
@@ -219,12 +288,14 @@ pub fn consumer(
         .create_with_context(GroupContext { events: tx })
         .with_context(|| format!("creating consumer of group {group}"))?;
     consumer.subscribe(topics).with_context(|| format!("subscribing to {topics:?}"))?;
-    Ok(Dispatcher { consumer: Arc::new(consumer), events: rx, assignment: Arc::new(Assignment::default()) })
+    let (consumer, brokers) = (Arc::new(consumer), brokers.into());
+    Ok(Dispatcher { consumer, brokers, events: rx, assignment: Arc::new(Assignment::default()) })
 }
 
 /// The loop that polls the consumer and feeds the partition tasks.
 pub struct Dispatcher {
     consumer: Arc<GroupConsumer>,
+    brokers: Arc<str>,
     events: mpsc::UnboundedReceiver<RebalanceEvent>,
     /// What the member holds now.
     pub assignment: Arc<Assignment>,
@@ -240,6 +311,7 @@ struct Tasks {
     stage: Stage,
     spawn: SpawnTask,
     consumer: Arc<GroupConsumer>,
+    brokers: Arc<str>,
     running: HashMap<i32, Running>,
 }
 
@@ -251,8 +323,11 @@ impl Tasks {
             partition: p,
             records: rx,
             consumer: self.consumer.clone(),
+            brokers: self.brokers.clone(),
             last_seek: HashMap::new(),
             last_lag_probe: HashMap::new(),
+            runs: HashMap::new(),
+            probed: HashMap::new(),
             restarted,
         };
         self.running.insert(p, Running { records: tx, handle: (self.spawn)(input) });
@@ -338,7 +413,8 @@ impl Dispatcher {
         spawn: SpawnTask,
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let mut tasks = Tasks { stage, spawn, consumer: self.consumer.clone(), running: HashMap::new() };
+        let (consumer, brokers) = (self.consumer.clone(), self.brokers.clone());
+        let mut tasks = Tasks { stage, spawn, consumer, brokers, running: HashMap::new() };
         let mut health = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {

@@ -68,6 +68,7 @@ pub struct Metrics {
     checkpoints: Counter,
     checkpoint_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     fenced: Counter,
+    kafka_fenced: Counter,
     zombie_deltas: Counter,
     flush_latency: LatencyFamily,
     transaction_latency: LatencyFamily,
@@ -98,6 +99,7 @@ impl Default for Metrics {
             checkpoints: Counter::default(),
             checkpoint_seconds: Counter::default(),
             fenced: Counter::default(),
+            kafka_fenced: Counter::default(),
             zombie_deltas: Counter::default(),
             flush_latency: Family::new_with_constructor(latency_histogram),
             transaction_latency: Family::new_with_constructor(latency_histogram),
@@ -144,6 +146,11 @@ impl Metrics {
         );
         r.register("checkpoint_seconds", "Seconds spent in checkpoints, in all", self.checkpoint_seconds.clone());
         r.register("fenced_tasks", "Partition tasks fenced because another task took their lease", self.fenced.clone());
+        r.register(
+            "kafka_fenced_tasks",
+            "Fan-out tasks whose transactional producer Kafka fenced (a successor holds its transactional id)",
+            self.kafka_fenced.clone(),
+        );
         let zombie = self.zombie_deltas.clone();
         r.register(
             "zombie_deltas",
@@ -215,9 +222,13 @@ impl Metrics {
         self.zombie_deltas.inc();
     }
 
-    /// A partition task was fenced (its lease was taken by another task).
-    pub fn fenced(&self) {
+    /// A partition task was fenced: its lease was taken by another task, or (`by_kafka`) Kafka fenced its
+    /// transactional producer.
+    pub fn fenced(&self, by_kafka: bool) {
         self.fenced.inc();
+        if by_kafka {
+            self.kafka_fenced.inc();
+        }
     }
 
     /// One checkpoint (or flush) that took `took`.

@@ -144,8 +144,13 @@ pub struct Shared {
     pub store: CheckpointStore,
     /// The namespace's projection.
     pub projection: RedisProjection,
-    /// The producer of deltas and dead letters.
+    /// The producer of the fold's dead letters (each fan-out task has its own, transactional).
     pub producer: ProducerSlot,
+    /// The Kafka bootstrap servers.
+    pub brokers: String,
+    /// What the fan-out's transactional ids start with: its consumer group, `{group}.fanout`; partition `p`'s id
+    /// is `{group}.fanout.{p}`.
+    pub transactional_prefix: String,
     /// When tasks flush.
     pub flush: FlushPolicy,
     /// When the fan-out read-diffuses a conversation.
@@ -195,9 +200,21 @@ impl TaskError {
         move |source| TaskError::Kafka { doing, source }
     }
 
-    /// Whether another task took the partition's lease.
+    /// Whether another task took the partition's lease, or Kafka fenced the task's transactional producer (a
+    /// successor initialized the same transactional id).
     pub fn is_fenced(&self) -> bool {
-        matches!(self, TaskError::Store(StoreError::Fenced(_)))
+        matches!(self, TaskError::Store(StoreError::Fenced(_))) || self.is_kafka_fenced()
+    }
+
+    /// Whether Kafka fenced the task's transactional producer: what a zombie fan-out's late batch meets.
+    pub fn is_kafka_fenced(&self) -> bool {
+        use rdkafka::types::RDKafkaErrorCode::{Fenced, InvalidProducerEpoch, ProducerFenced};
+        let code = match self {
+            TaskError::Kafka { source: KafkaError::Transaction(e), .. } => e.code(),
+            TaskError::Kafka { source: KafkaError::MessageProduction(code), .. } => *code,
+            _ => return false,
+        };
+        matches!(code, Fenced | ProducerFenced | InvalidProducerEpoch)
     }
 
     /// Whether a delivery failed (the shared producer is then replaced, [`ProducerSlot::replace`]).
@@ -270,7 +287,7 @@ fn logged(stage: Stage, partition: i32, metrics: &Metrics, result: Result<(), Ta
     match &result {
         Ok(()) => tracing::debug!(%stage, partition, "task ended"),
         Err(e) if e.is_fenced() => {
-            metrics.fenced();
+            metrics.fenced(e.is_kafka_fenced());
             tracing::warn!(%stage, partition, error = %e, "task fenced: another task owns the partition now");
         }
         Err(e) => tracing::warn!(%stage, partition, error = %e, "task failed"),
@@ -295,6 +312,8 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         store,
         projection,
         producer: ProducerSlot::new(&s.brokers)?,
+        brokers: s.brokers.clone(),
+        transactional_prefix: s.stage_group(Stage::FanOut),
         flush: FlushPolicy { interval: opts.flush_interval, events: opts.flush_events },
         diffusion: s.diffusion(),
         produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
