@@ -56,12 +56,14 @@ fn header(m: &OwnedMessage, name: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Reads the whole dead-letter topic, oldest first (every partition up to its end at the time of the call).
+/// Reads the whole dead-letter topic, oldest first (every partition up to its end at the time of the call, or to
+/// the end a `read_committed` reader reaches: the fan-out writes its dead letters in transactions, so commit markers
+/// can end a partition).
 ///
 /// Errors: Kafka unreachable or the topic missing.
 pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
     let consumer: BaseConsumer =
-        kafka::reader(brokers, "unread-dead-letter-reader").create().context("creating the dead-letter reader")?;
+        kafka::eof_reader(brokers, "unread-dead-letter-reader").create().context("creating the dead-letter reader")?;
     let n = kafka::partition_count(&consumer, topic)?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = std::collections::HashMap::new();
@@ -80,6 +82,9 @@ pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
     while !ends.is_empty() {
         match consumer.poll(Duration::from_secs(10)) {
             None => anyhow::bail!("no dead-letter record within 10 s while {} partitions are unread", ends.len()),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                ends.remove(&p);
+            }
             Some(Err(e)) => return Err(e).context("reading the dead-letter topic"),
             Some(Ok(m)) => {
                 let m = m.detach();

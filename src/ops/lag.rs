@@ -118,9 +118,10 @@ fn mark_only_invisible(brokers: &str, topic: &str, rows: &mut [PartitionLag]) {
     }
 }
 
-/// Waits until every partition's lag is zero, polling every 100 ms, for at most `timeout`.
+/// Waits until every partition's lag is zero, polling every 100 ms, for at most `timeout`. A failed poll (a
+/// broker still electing leaders after a restart, say) is tried again.
 ///
-/// Errors: the timeout passes (with the remaining lag table), or a store is unreachable.
+/// Errors: the timeout passes, with the remaining lag table or the last poll's error.
 pub async fn wait_for_zero_lag(
     settings: &Settings,
     store: &CheckpointStore,
@@ -128,12 +129,18 @@ pub async fn wait_for_zero_lag(
 ) -> anyhow::Result<LagReport> {
     let started = Instant::now();
     loop {
-        let report = lag(settings, store).await?;
-        if report.total() == 0 {
-            return Ok(report);
+        let polled = lag(settings, store).await;
+        if let Ok(report) = &polled {
+            if report.total() == 0 {
+                return polled;
+            }
         }
         if started.elapsed() >= timeout {
-            anyhow::bail!("lag is still {} after {}:\n{report}", report.total(), humantime::format_duration(timeout));
+            let waited = humantime::format_duration(timeout);
+            return match polled {
+                Ok(report) => Err(anyhow::anyhow!("lag is still {} after {waited}:\n{report}", report.total())),
+                Err(e) => Err(e.context(format!("lag unknown after {waited}"))),
+            };
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -107,17 +107,28 @@ pub enum Verdict {
     Gap,
 }
 
-/// The verdict on a record of a sequence ([`Run`]) from its offset and the task's next offset, when telling needs
-/// no broker: `None` for a record above the next offset in a sequence not known to cover it.
-fn verdict_in_run(run: &mut Run, offset: i64, next: i64) -> Option<Verdict> {
-    if offset < next {
-        run.covered = true;
-        Some(Verdict::Skip)
-    } else if offset == next || run.covered {
-        run.covered = true;
-        Some(Verdict::Process)
-    } else {
-        None
+impl Run {
+    /// A run before its first record.
+    fn new() -> Self {
+        Run { last: i64::MAX, covered: false }
+    }
+
+    /// Takes the next record of the topic, at `offset`, and gives its verdict from the task's `next` offset when
+    /// telling needs no broker: `None` for a record above `next` in a sequence not known to cover it.
+    fn observe(&mut self, offset: i64, next: i64) -> Option<Verdict> {
+        if offset <= self.last {
+            self.covered = false; // a new sequence: after a seek, or a task's first record
+        }
+        self.last = offset;
+        if offset < next {
+            self.covered = true;
+            Some(Verdict::Skip)
+        } else if offset == next || self.covered {
+            self.covered = true;
+            Some(Verdict::Process)
+        } else {
+            None
+        }
     }
 }
 
@@ -129,12 +140,7 @@ impl PartitionInput {
     /// is below the log start, in which case the records in between are gone and the record is processed.
     pub fn accept(&mut self, record: &OwnedMessage, next: i64) -> Verdict {
         let (offset, topic) = (record.offset(), record.topic());
-        let run = self.runs.entry(topic.to_owned()).or_insert(Run { last: i64::MAX, covered: false });
-        if offset <= run.last {
-            run.covered = false; // a new sequence: after a seek, or a task's first record
-        }
-        run.last = offset;
-        if let Some(verdict) = verdict_in_run(run, offset, next) {
+        if let Some(verdict) = self.runs.entry(topic.to_owned()).or_insert_with(Run::new).observe(offset, next) {
             return verdict;
         }
         if self.nothing_visible_between(topic, next, offset) {
@@ -443,5 +449,33 @@ impl Dispatcher {
         }
         tasks.stop_all().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Run, Verdict};
+
+    #[test]
+    fn a_sequence_that_passed_the_next_offset_goes_on_over_holes() {
+        let mut run = Run::new();
+        // From the committed hint below the checkpoint (next 10): skipped, then processed; the holes at 12 and 15
+        // (commit markers) need nothing.
+        let (offsets, nexts) = ([8, 9, 10, 11, 13, 14, 16], [10, 10, 10, 11, 12, 14, 15]);
+        let verdicts: Vec<_> = offsets.iter().zip(nexts).map(|(o, next)| run.observe(*o, next)).collect();
+        assert_eq!(verdicts[..2], [Some(Verdict::Skip), Some(Verdict::Skip)]);
+        assert!(verdicts[2..].iter().all(|v| *v == Some(Verdict::Process)), "{verdicts:?}");
+    }
+
+    #[test]
+    fn a_first_record_above_the_next_offset_needs_the_broker_until_a_new_sequence_starts() {
+        let mut run = Run::new();
+        assert_eq!(run.observe(12, 10), None, "a marker at 10 or records skipped: not known");
+        assert_eq!(run.observe(13, 10), None, "the same sequence, still not known");
+        // A seek back to 10 starts a new sequence (its first offset is not above the last one).
+        assert_eq!(run.observe(10, 10), Some(Verdict::Process));
+        assert_eq!(run.observe(12, 11), Some(Verdict::Process), "11 is a marker: this sequence passed 10");
+        assert_eq!(run.observe(3, 13), Some(Verdict::Skip), "a new sequence from below");
+        assert_eq!(run.observe(20, 13), Some(Verdict::Process));
     }
 }
