@@ -37,8 +37,8 @@ struct FanOutTask {
     input: PartitionInput,
     /// The task's own transactional producer ([`crate::kafka::transactional_producer`]).
     producer: FutureProducer,
-    /// Whether a Kafka transaction is open (begun at the first record produced after a commit).
-    in_transaction: bool,
+    /// Since when a Kafka transaction is open (begun at the first record produced after a commit), if one is.
+    transaction_since: Option<Instant>,
     generation: i64,
     fanout: FanOut,
     next: i64,
@@ -110,7 +110,8 @@ impl FanOutTask {
         let flush = task.shared.flush;
         let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
         loop {
-            let Some(batch) = task.input.next_batch(MAX_BATCH, flush.interval).await else {
+            let wait = task.transaction_due_in().map_or(flush.interval, |due| due.min(flush.interval));
+            let Some(batch) = task.input.next_batch(MAX_BATCH, wait).await else {
                 let done = task.checkpoint().await;
                 task.shared.metrics.forget_lag(Stage::FanOut, task.input.partition);
                 return done;
@@ -119,6 +120,8 @@ impl FanOutTask {
             if pending >= flush.events || (pending > 0 && last_checkpoint.elapsed() >= flush.interval) {
                 task.checkpoint().await?;
                 (pending, last_checkpoint) = (0, Instant::now());
+            } else if task.transaction_due_in().is_some_and(|due| due.is_zero()) {
+                task.commit_transaction().await?;
             } else if batch.is_empty() && pending == 0 && last_checkpoint.elapsed() >= super::fold_stage::IDLE_CHECK {
                 // Idle: rewrite the partition's broadcast lists if Redis lost them (no marker).
                 task.write_lists().await?;
@@ -142,22 +145,29 @@ impl FanOutTask {
         info!(partition = p, generation, next, "fan-out task started");
         input.rewind(topic, next).await;
         let (dirty, in_flight) = (HashSet::new(), Vec::new());
-        Ok(Self { shared, input, producer, in_transaction: false, generation, fanout, next, dirty, in_flight })
+        Ok(Self { shared, input, producer, transaction_since: None, generation, fanout, next, dirty, in_flight })
     }
 
     /// Begins a Kafka transaction unless one is open.
     fn begin(&mut self) -> Result<(), TaskError> {
-        if !self.in_transaction {
+        if self.transaction_since.is_none() {
             self.producer.begin_transaction().map_err(TaskError::kafka("beginning a transaction"))?;
-            self.in_transaction = true;
+            self.transaction_since = Some(Instant::now());
         }
         Ok(())
+    }
+
+    /// How long until the open transaction is due for a commit ([`super::FlushPolicy::transaction`]); zero when
+    /// overdue, `None` when no transaction is open.
+    fn transaction_due_in(&self) -> Option<Duration> {
+        let since = self.transaction_since?;
+        Some((since + self.shared.flush.transaction).saturating_duration_since(Instant::now()))
     }
 
     /// Commits the open Kafka transaction, if any (a blocking call, up to 30 s, run off the async threads): its
     /// deltas and dead letters become visible to `read_committed` readers at once.
     async fn commit_transaction(&mut self) -> Result<(), TaskError> {
-        if !self.in_transaction {
+        if self.transaction_since.is_none() {
             return Ok(());
         }
         let producer = self.producer.clone();
@@ -165,7 +175,7 @@ impl FanOutTask {
             .await
             .expect("commit_transaction does not panic")
             .map_err(TaskError::kafka("committing a transaction"))?;
-        self.in_transaction = false;
+        self.transaction_since = None;
         Ok(())
     }
 

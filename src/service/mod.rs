@@ -38,6 +38,9 @@ pub struct FlushPolicy {
     pub interval: Duration,
     /// Flush as soon as this many records are pending.
     pub events: usize,
+    /// Commit a fan-out task's open Kafka transaction at least this often, also between checkpoints: its deltas
+    /// reach the fold only then, and an open transaction holds back every later delta on the partitions it wrote.
+    pub transaction: Duration,
 }
 
 /// Options of `unread run`.
@@ -60,6 +63,11 @@ pub struct RunOptions {
     /// Flush a partition task as soon as this many records are pending.
     #[arg(long, env = "UNREAD_FLUSH_EVENTS", default_value_t = 20_000)]
     pub flush_events: usize,
+    /// Commit a fan-out task's Kafka transaction at least this often while one is open, e.g. `50ms` (at most the
+    /// flush interval): shorter makes deltas visible to the fold sooner, at one commit (a marker per delta
+    /// partition written) each time (docs/operations.md, "Fencing").
+    #[arg(long, env = "UNREAD_TRANSACTION_INTERVAL", default_value = "50ms", value_parser = parse_duration_or_ms)]
+    pub transaction_interval: Duration,
     /// An instance that stops heart-beating (killed, paused) loses its partitions after this long, e.g. `3s`: the
     /// pause its partitions see after a SIGKILL (docs/operations.md, "Adding instances or partitions"). At least
     /// the broker's `group.min.session.timeout.ms`.
@@ -314,7 +322,11 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         producer: ProducerSlot::new(&s.brokers)?,
         brokers: s.brokers.clone(),
         transactional_prefix: s.stage_group(Stage::FanOut),
-        flush: FlushPolicy { interval: opts.flush_interval, events: opts.flush_events },
+        flush: FlushPolicy {
+            interval: opts.flush_interval,
+            events: opts.flush_events,
+            transaction: opts.transaction_interval.min(opts.flush_interval),
+        },
         diffusion: s.diffusion(),
         produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
             .ok()
