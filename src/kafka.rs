@@ -103,14 +103,14 @@ fn service_producer_config(brokers: &str) -> ClientConfig {
     c
 }
 
-/// The fold's and the API's producer of dead letters and user events ([`service_producer_config`]).
+/// The fold's and the API's producer of dead letters and user events (lingers 5 ms; a delivery fails after 30 s).
 ///
 /// Errors: the client cannot be created (a setting is invalid).
 pub fn service_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
     service_producer_config(brokers).create().context("creating the Kafka producer")
 }
 
-/// The transactional producer of one fan-out partition task ([`service_producer_config`] plus
+/// The transactional producer of one fan-out partition task ([`service_producer`]'s settings plus
 /// `transactional.id`). The caller must `init_transactions` before its first transaction: that fences every
 /// earlier producer with the same id (a zombie) and aborts its open transaction (docs/operations.md § Fencing).
 /// A transaction the producer leaves open is aborted by the broker after 30 s (`transaction.timeout.ms`), or at

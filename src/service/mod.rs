@@ -224,11 +224,6 @@ impl TaskError {
         };
         matches!(code, Fenced | ProducerFenced | InvalidProducerEpoch)
     }
-
-    /// Whether a delivery failed (the shared producer is then replaced, [`ProducerSlot::replace`]).
-    pub fn is_delivery_failure(&self) -> bool {
-        matches!(self, TaskError::Kafka { source: KafkaError::MessageProduction(_) | KafkaError::Canceled, .. })
-    }
 }
 
 /// An error that may go away when the operation is tried again.
