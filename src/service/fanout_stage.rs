@@ -1,11 +1,12 @@
 //! The fan-out stage: one task per partition of `unread.conversation-events`.
 //!
 //! A task takes its partition's lease, loads its conversations and next offset from the checkpoint, and
-//! initializes its own transactional producer (`transactional.id` `{group}.{partition}`, which fences the producer
-//! of any earlier owner: a zombie). Then it repeats: take a batch of records, decode them (bad ones go to the
-//! dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas` keyed by user
-//! inside a Kafka transaction, and every flush interval (or flush events) commit the transaction, then checkpoint
-//! the changed conversations with the next offset in one PostgreSQL transaction. Deltas are committed before the
+//! initializes its own transactional producer (`transactional.id` `{group}.fanout.{partition}`, which fences the
+//! producer of any earlier owner: a zombie). Then it repeats: take a batch of records, decode them (bad ones go to
+//! the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas` keyed by user
+//! inside a Kafka transaction, commit the transaction every transaction interval, and every flush interval (or
+//! flush events) commit it, then checkpoint the changed conversations with the next offset in one PostgreSQL
+//! transaction. Deltas are committed before the
 //! checkpoint that covers their input, so a crash can repeat deltas but never lose one; the fold applies a
 //! repeated suffix idempotently (docs/semantics.md). The fold reads `read_committed`: a zombie's late batch is
 //! refused or aborted by the broker and never reaches it (docs/operations.md § Fencing).
@@ -64,15 +65,11 @@ pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> Result<(), TaskE
 /// keeps (`rd_kafka_fatal_error`).
 fn fenced_or(producer: &FutureProducer, error: TaskError) -> TaskError {
     match producer.client().fatal_error() {
-        Some((code, reason)) => {
-            let fenced = TaskError::kafka("producing to Kafka")(KafkaError::MessageProduction(code));
-            if fenced.is_kafka_fenced() {
-                debug!(%reason, "the transactional producer was fenced");
-                return fenced;
-            }
-            error
+        Some((code, reason)) if super::is_fenced_code(code) => {
+            debug!(%reason, "the transactional producer was fenced");
+            TaskError::kafka("producing to Kafka")(KafkaError::MessageProduction(code))
         }
-        None => error,
+        _ => error,
     }
 }
 
@@ -106,25 +103,24 @@ async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProduce
 impl FanOutTask {
     /// The task's loop: batches, flushes, idle checks; checkpoints and returns once its input closes.
     async fn run(&mut self) -> Result<(), TaskError> {
-        let task = self;
-        let flush = task.shared.flush;
+        let flush = self.shared.flush;
         let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
         loop {
-            let wait = task.transaction_due_in().map_or(flush.interval, |due| due.min(flush.interval));
-            let Some(batch) = task.input.next_batch(MAX_BATCH, wait).await else {
-                let done = task.checkpoint().await;
-                task.shared.metrics.forget_lag(Stage::FanOut, task.input.partition);
+            let wait = self.transaction_due_in().map_or(flush.interval, |due| due.min(flush.interval));
+            let Some(batch) = self.input.next_batch(MAX_BATCH, wait).await else {
+                let done = self.checkpoint().await;
+                self.shared.metrics.forget_lag(Stage::FanOut, self.input.partition);
                 return done;
             };
-            pending += task.process(&batch).await?;
+            pending += self.process(&batch).await?;
             if pending >= flush.events || (pending > 0 && last_checkpoint.elapsed() >= flush.interval) {
-                task.checkpoint().await?;
+                self.checkpoint().await?;
                 (pending, last_checkpoint) = (0, Instant::now());
-            } else if task.transaction_due_in().is_some_and(|due| due.is_zero()) {
-                task.commit_transaction().await?;
+            } else if self.transaction_due_in().is_some_and(|due| due.is_zero()) {
+                self.commit_transaction().await?;
             } else if batch.is_empty() && pending == 0 && last_checkpoint.elapsed() >= super::fold_stage::IDLE_CHECK {
                 // Idle: rewrite the partition's broadcast lists if Redis lost them (no marker).
-                task.write_lists().await?;
+                self.write_lists().await?;
                 last_checkpoint = Instant::now();
             }
         }

@@ -140,7 +140,10 @@ impl PartitionInput {
     /// is below the log start, in which case the records in between are gone and the record is processed.
     pub fn accept(&mut self, record: &OwnedMessage, next: i64) -> Verdict {
         let (offset, topic) = (record.offset(), record.topic());
-        if let Some(verdict) = self.runs.entry(topic.to_owned()).or_insert_with(Run::new).observe(offset, next) {
+        if !self.runs.contains_key(topic) {
+            self.runs.insert(topic.to_owned(), Run::new()); // once per topic: no allocation per record
+        }
+        if let Some(verdict) = self.runs.get_mut(topic).expect("inserted above").observe(offset, next) {
             return verdict;
         }
         if self.nothing_visible_between(topic, next, offset) {

@@ -216,14 +216,19 @@ impl TaskError {
 
     /// Whether Kafka fenced the task's transactional producer: what a zombie fan-out's late batch meets.
     pub fn is_kafka_fenced(&self) -> bool {
-        use rdkafka::types::RDKafkaErrorCode::{Fenced, InvalidProducerEpoch, ProducerFenced};
-        let code = match self {
-            TaskError::Kafka { source: KafkaError::Transaction(e), .. } => e.code(),
-            TaskError::Kafka { source: KafkaError::MessageProduction(code), .. } => *code,
-            _ => return false,
-        };
-        matches!(code, Fenced | ProducerFenced | InvalidProducerEpoch)
+        match self {
+            TaskError::Kafka { source: KafkaError::Transaction(e), .. } => is_fenced_code(e.code()),
+            TaskError::Kafka { source: KafkaError::MessageProduction(code), .. } => is_fenced_code(*code),
+            _ => false,
+        }
     }
+}
+
+/// Whether a Kafka error code says a successor initialized the producer's transactional id (librdkafka's own
+/// `_FENCED`, or the broker's `PRODUCER_FENCED` / `INVALID_PRODUCER_EPOCH`).
+pub fn is_fenced_code(code: rdkafka::types::RDKafkaErrorCode) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{Fenced, InvalidProducerEpoch, ProducerFenced};
+    matches!(code, Fenced | ProducerFenced | InvalidProducerEpoch)
 }
 
 /// An error that may go away when the operation is tried again.
