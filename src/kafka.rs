@@ -64,10 +64,13 @@ pub fn group_member(brokers: &str, group: &str, session_timeout: Duration) -> Cl
 }
 
 /// What every consumer shares: its `group.id`, offsets stored only by unread itself, fetches answered within
-/// 50 ms, and a 64 MiB local queue.
+/// 50 ms, a 64 MiB local queue, and `isolation.level=read_committed` set explicitly (librdkafka's default, but the
+/// fencing of zombie fan-outs depends on it: a reader that saw uncommitted or aborted deltas would fold them;
+/// docs/operations.md § Fencing).
 fn consumer(brokers: &str, group: &str) -> ClientConfig {
     let mut c = base(brokers);
     c.set("group.id", group)
+        .set("isolation.level", "read_committed")
         .set("enable.auto.offset.store", "false")
         .set("fetch.wait.max.ms", "50")
         .set("queued.max.messages.kbytes", "65536");

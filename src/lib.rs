@@ -12,7 +12,10 @@
 //! - [`checkpoint`]: the bytes of state checkpointed to PostgreSQL, and the transactional store;
 //! - [`projection`]: the Redis hash layout readers are served from, its version, and its guarded writer;
 //! - [`kafka`]: every Kafka client's configuration, the broker queries, the partitioner, header names;
-//! - [`service`]: `unread run`, the consumer-group stages around the core; [`api`]: the read API and the stream;
+//! - [`state`]: the home of checkpointed partition state (offsets, loading, the one commit protocol, users'
+//!   checkpointed state for degraded reads and the operator tools); [`metrics`]: the service's metrics;
+//! - [`service`]: `unread run`, the consumer-group stages around the core, one partition task for both;
+//!   [`api`]: the read API and the stream;
 //! - [`push`]: the hub that turns the Redis change channel into messages for each connected socket;
 //! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
 //! - [`replay`]: `unread replay`, the log folded into another namespace; [`namespace`]: promote and drop;
@@ -30,6 +33,7 @@ pub mod config;
 pub mod core;
 pub mod dead_letter;
 pub mod kafka;
+pub mod metrics;
 pub mod namespace;
 pub mod ops;
 pub mod pipeline;
@@ -38,4 +42,5 @@ pub mod projection;
 pub mod push;
 pub mod replay;
 pub mod service;
+pub mod state;
 pub mod topology;

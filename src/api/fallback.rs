@@ -15,11 +15,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::{self, Stage};
 use crate::config::Settings;
 use crate::core::contract::UserView;
 use crate::core::fold::UserState;
-use crate::projection::redis::{RedisProjection, UserWrite};
+use crate::projection::redis::RedisProjection;
+use crate::state::user::UserCheckpoint;
 
 /// Longest a Redis read may take before it counts as failed: 250 ms.
 pub const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
@@ -93,39 +93,29 @@ impl Fallback {
         Ok(store)
     }
 
-    /// The user's checkpointed state, its fold partition, the store it came from and its counts (broadcast
-    /// counts from the checkpointed lists); `None` when the checkpoint has no state for the user.
-    async fn checkpointed(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<Checkpointed>> {
-        let Some((store, partition, state)) = self.state_row(namespace, user_id).await? else { return Ok(None) };
-        let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.clone()).collect();
-        let view = state.view(user_id, &crate::ops::load_shared(&store, Some(&indexed)).await?);
-        Ok(Some(Checkpointed { store, state, partition, view }))
-    }
-
-    /// The store of `namespace`, and the user's fold partition and decoded state there, if any.
-    async fn state_row(
-        &self,
-        namespace: &str,
-        user_id: &str,
-    ) -> anyhow::Result<Option<(CheckpointStore, i32, UserState)>> {
+    /// The user's checkpointed state ([`crate::state::user`]) with the store it came from; `None` when the
+    /// checkpoint has no state for the user.
+    async fn checkpointed(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<(CheckpointStore, UserCheckpoint)>> {
         let store = self.store(namespace).await?;
-        let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
-        let state = checkpoint::decode_user(&row.row.state)?;
-        Ok(Some((store, row.row.partition, state)))
+        let topics = self.settings.in_namespace(namespace)?.topics();
+        let user = crate::state::user::user(&store, &topics, user_id).await?;
+        Ok(user.map(|(user, _)| (store, user)))
     }
 
     /// The user's checkpointed state in `namespace`, or `None` when it has none.
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.
     pub async fn state(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserState>> {
-        Ok(self.state_row(namespace, user_id).await?.map(|(_, _, state)| state))
+        Ok(self.checkpointed(namespace, user_id).await?.map(|(_, user)| user.state))
     }
 
-    /// The user's counts from the checkpoint of `namespace`, or `None` when it has no state for the user.
+    /// The user's counts from the checkpoint of `namespace` (broadcast counts from the checkpointed lists), or
+    /// `None` when it has no state for the user.
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.
     pub async fn read(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserView>> {
-        Ok(self.checkpointed(namespace, user_id).await?.map(|c| c.view))
+        let Some((store, user)) = self.checkpointed(namespace, user_id).await? else { return Ok(None) };
+        Ok(Some(user.view_from(&store).await?))
     }
 
     /// [`Fallback::read`], then writes the user back to Redis at the checkpoint's version (refused where Redis
@@ -138,23 +128,13 @@ impl Fallback {
         user_id: &str,
         projection: &RedisProjection,
     ) -> anyhow::Result<Option<UserView>> {
-        let Some(c) = self.checkpointed(namespace, user_id).await? else { return Ok(None) };
-        let topics = self.settings.in_namespace(namespace)?.topics();
-        let versions = crate::ops::CheckpointVersions::load(&topics, &c.store).await?;
-        let write = UserWrite::of_state(user_id, Some(&c.state), versions.of(c.partition));
-        if let Err(e) = projection.write(&[write]).await {
+        let Some((store, user)) = self.checkpointed(namespace, user_id).await? else { return Ok(None) };
+        let view = user.view_from(&store).await?;
+        if let Err(e) = projection.write(&[user.write()]).await {
             tracing::warn!(error = %e, "refilling a user's hash from the checkpoint failed");
         }
-        Ok(Some(c.view))
+        Ok(Some(view))
     }
-}
-
-/// What the checkpoint holds for one user.
-struct Checkpointed {
-    store: CheckpointStore,
-    state: UserState,
-    partition: i32,
-    view: UserView,
 }
 
 #[cfg(test)]

@@ -57,8 +57,7 @@ use crate::checkpoint::Stage;
 use crate::core::contract::{validate_id, UserView};
 use crate::namespace::LiveProjection;
 use crate::projection::ProjectionError;
-use crate::service::group::Assignment;
-use crate::service::metrics::Metrics;
+use crate::metrics::{Assignment, Metrics};
 
 /// What the handlers share (behind one `Arc`).
 pub struct ApiState {
@@ -463,7 +462,7 @@ async fn openapi_json(Extension(doc): Extension<Arc<String>>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
 async fn metrics(State(s): State<Arc<ApiState>>) -> Response {
-    ([(axum::http::header::CONTENT_TYPE, crate::service::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
+    ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
 }
 
 /// Readiness: 200 when Redis answers and every running stage has partitions.

@@ -69,7 +69,7 @@ impl VerifyArgs {
                 }
                 None => {
                     let (store, projection) = (store(&settings).await?, projection(&settings).await?);
-                    crate::ops::verify::verify(&settings, &store, &projection, sample, repair).await?
+                    crate::ops::verify::verify(&settings.topics(), &store, &projection, sample, repair).await?
                 }
             };
             println!("{report}");

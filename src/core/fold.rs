@@ -29,6 +29,7 @@ use crate::core::delta::{Delta, DeltaOp};
 use crate::core::hybrid::IndexShare;
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::seqset::SeqSet;
+pub use crate::core::totals::Totals;
 use crate::core::Map;
 
 /// Most conversations a user is not a member of whose floor and mute are kept (the retention bound).
@@ -113,50 +114,6 @@ impl ConvState {
             }
         }
         added
-    }
-}
-
-/// A user's totals (`CONTRACT.md` § Semantics, "Per user").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Totals {
-    /// Sum of `unread` over member, unmuted conversations.
-    pub total_unread: u64,
-    /// Sum of `mentions` over member conversations, muted ones included.
-    pub total_mentions: u64,
-    /// Member, unmuted conversations with `unread > 0`.
-    pub unread_conversations: u64,
-    /// Conversations the user is a member of, feeds included.
-    pub memberships: u64,
-    /// Sum of `unread` over member, unmuted feed conversations (`CONTRACT.md` § v2).
-    pub feed_unread: u64,
-}
-
-impl Totals {
-    /// What one conversation the user is a member of adds, with `unread` and `mentions` (`CONTRACT.md`
-    /// § Semantics, "Per user"): muted, its unread do not count (its mentions do); a feed's unread count in
-    /// `feed_unread` only; it is an unread conversation when it shows unread.
-    pub fn of_member(unread: u64, mentions: u64, muted: bool, feed: bool) -> Totals {
-        let shown = if muted { 0 } else { unread };
-        if feed {
-            return Totals { feed_unread: shown, memberships: 1, ..Totals::default() };
-        }
-        Totals {
-            total_unread: shown,
-            total_mentions: mentions,
-            unread_conversations: u64::from(shown > 0),
-            memberships: 1,
-            feed_unread: 0,
-        }
-    }
-
-    /// Replaces a conversation's part `before` with `after`.
-    pub(crate) fn replace(&mut self, before: Totals, after: Totals) {
-        self.total_unread = self.total_unread + after.total_unread - before.total_unread;
-        self.total_mentions = self.total_mentions + after.total_mentions - before.total_mentions;
-        self.unread_conversations =
-            self.unread_conversations + after.unread_conversations - before.unread_conversations;
-        self.memberships = self.memberships + after.memberships - before.memberships;
-        self.feed_unread = self.feed_unread + after.feed_unread - before.feed_unread;
     }
 }
 

@@ -14,9 +14,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::broadcast::ListOp;
+use crate::core::lists::ListOp;
 use crate::core::contract::UserView;
-use crate::core::fold::Totals;
+use crate::core::totals::Totals;
 use crate::core::seqset::SeqSet;
 
 /// The default threshold: conversations with at least 1,000 members are read-diffused.

@@ -8,6 +8,8 @@
 //! - [`seqset`]: the range set both are built on;
 //! - [`broadcast`]: broadcast lists, kept once and combined with each reader's cursor at read time;
 //! - [`hybrid`]: read diffusion for huge conversations, whose index is kept once the same way;
+//! - [`lists`]: the ops both kinds of shared list change by; [`totals`]: a user's totals and what one member
+//!   conversation adds to them;
 //! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them;
 //! - [`changes`]: what changed between two reader shapes, as the push stream sends it.
 
@@ -23,5 +25,7 @@ pub mod delta;
 pub mod fanout;
 pub mod fold;
 pub mod hybrid;
+pub mod lists;
 pub mod notifications;
 pub mod seqset;
+pub mod totals;

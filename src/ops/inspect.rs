@@ -19,23 +19,20 @@ pub async fn inspect_user(
     projection: &RedisProjection,
     user_id: &str,
 ) -> anyhow::Result<Option<serde_json::Value>> {
-    let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
-    let (partition, bytes) = (row.row.partition, &row.row.state);
-    let state = checkpoint::decode_user(bytes).with_context(|| format!("checkpoint of user {user_id:?}"))?;
     let topics = settings.topics();
-    let offsets = store.offsets(Stage::Fold).await?;
-    let offset = |t: &str| offsets.get(&(t.to_owned(), partition)).copied();
+    let Some((user, at)) = crate::state::user::user(store, &topics, user_id).await? else { return Ok(None) };
+    let v = user.version;
     Ok(Some(serde_json::json!({
         "user_id": user_id,
-        "partition": partition,
-        "checkpointed_at": row.updated_at,
+        "partition": user.partition,
+        "checkpointed_at": at,
         "checkpoint_offsets": {
-            topics.user_events.as_str(): offset(&topics.user_events),
-            topics.user_deltas.as_str(): offset(&topics.user_deltas),
+            topics.user_events.as_str(): v.user_events,
+            topics.user_deltas.as_str(): v.user_deltas,
         },
-        "lease_generation": store.generation(Stage::Fold, partition).await?,
-        "checkpoint_bytes": bytes.len(),
-        "state": state,
+        "lease_generation": v.generation,
+        "checkpoint_bytes": user.bytes,
+        "state": user.state,
         "projection": projection.read(user_id).await?,
         "projection_version": projection.version(user_id).await?.map(|v| v.to_string()),
     })))

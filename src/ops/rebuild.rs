@@ -5,7 +5,8 @@ use std::fmt;
 
 use anyhow::Context;
 
-use super::CheckpointVersions;
+use crate::state::offsets::CheckpointVersions;
+use crate::state::user::Which;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{self, Stage};
 use crate::config::Settings;
@@ -48,18 +49,10 @@ pub async fn rebuild_projection(
     let started = std::time::Instant::now();
     let topics = settings.topics();
     let versions = CheckpointVersions::load(&topics, store).await?;
-    let rows = if users.is_empty() {
-        store.states(Stage::Fold, None).await?
-    } else {
-        store.states_of(Stage::Fold, users).await?
-    };
-    let mut writes = Vec::with_capacity(rows.len());
-    let mut found = HashSet::new();
-    for row in rows {
-        let state = checkpoint::decode_user(&row.state).with_context(|| format!("checkpoint of user {:?}", row.id))?;
-        writes.push(UserWrite::of_state(&row.id, Some(&state), versions.of(row.partition)));
-        found.insert(row.id);
-    }
+    let which = if users.is_empty() { Which::All } else { Which::Of(users) };
+    let checkpointed = crate::state::user::users(store, &topics, which).await?;
+    let writes_of = checkpointed.iter().map(|u| (u.write(), u.user_id.clone()));
+    let (mut writes, found): (Vec<UserWrite>, HashSet<String>) = writes_of.unzip();
     let missing: Vec<&String> = users.iter().filter(|u| !found.contains(*u)).collect();
     if !missing.is_empty() {
         let partitions = kafka::partition_counts(&settings.brokers)?

@@ -2,141 +2,16 @@
 //! checkpoint, or with another namespace's projection, field by field.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
-use anyhow::Context;
-
-use super::CheckpointVersions;
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::{self, Stage};
+use crate::checkpoint::Stage;
 use crate::config::Settings;
 use crate::core::contract::UserView;
 use crate::kafka;
 use crate::projection::redis::{RedisProjection, UserWrite};
 use crate::projection::ProjectionVersion;
-
-/// What `unread verify` found.
-#[derive(Debug, Default)]
-pub struct VerifyReport {
-    /// Users compared.
-    pub checked: usize,
-    /// Users whose Redis version is newer than the checkpoint's (the live service flushed since): not compared.
-    pub ahead: usize,
-    /// Users that differ: id and the differences, field by field.
-    pub differing: Vec<(String, Vec<String>)>,
-    /// Users rewritten from the checkpoint by `--repair`.
-    pub repaired: usize,
-}
-
-impl VerifyReport {
-    /// Whether nothing differs, or `repair` rewrote every user that did.
-    pub fn clean(&self, repair: bool) -> bool {
-        self.differing.is_empty() || (repair && self.repaired == self.differing.len())
-    }
-}
-
-impl fmt::Display for VerifyReport {
-    /// The first 10 differing users with their first 5 differences, then a summary line.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (user, diffs) in self.differing.iter().take(10) {
-            writeln!(f, "user {user:?} differs:")?;
-            for d in diffs.iter().take(5) {
-                writeln!(f, "    {d}")?;
-            }
-        }
-        let (checked, differing, ahead, repaired) = (self.checked, self.differing.len(), self.ahead, self.repaired);
-        write!(f, "users checked: {checked}, differing: {differing}, ahead in redis (not compared): {ahead}, repaired: {repaired}")
-    }
-}
-
-/// The differences between two views of one user, field by field (`expected` is the trusted side); `names` are
-/// the two sides' names in the messages, trusted first.
-pub fn view_differences(expected: &UserView, got: &UserView, names: (&str, &str)) -> Vec<String> {
-    let (en, gn) = names;
-    let (e, g) = (expected, got);
-    let mut d = Vec::new();
-    for (name, e, g) in [
-        ("total_unread", e.total_unread, g.total_unread),
-        ("total_mentions", e.total_mentions, g.total_mentions),
-        ("unread_conversations", e.unread_conversations, g.unread_conversations),
-        ("feed_unread", e.feed_unread, g.feed_unread),
-        ("total_notifications_unread", e.total_notifications_unread, g.total_notifications_unread),
-        ("total_notifications_unseen", e.total_notifications_unseen, g.total_notifications_unseen),
-    ] {
-        if e != g {
-            d.push(format!("{name}: {en} {e}, {gn} {g}"));
-        }
-    }
-    map_differences("conversations", &e.conversations, &g.conversations, names, &mut d);
-    map_differences("broadcasts", &e.broadcasts, &g.broadcasts, names, &mut d);
-    map_differences("notifications", &e.notifications, &g.notifications, names, &mut d);
-    d
-}
-
-/// The differences between two maps of a view, entry by entry.
-fn map_differences<V: PartialEq + fmt::Debug>(
-    what: &str,
-    expected: &BTreeMap<String, V>,
-    got: &BTreeMap<String, V>,
-    (en, gn): (&str, &str),
-    d: &mut Vec<String>,
-) {
-    for (id, e) in expected {
-        match got.get(id) {
-            None => d.push(format!("{what}[{id:?}]: {en} {e:?}, missing in {gn}")),
-            Some(g) if g != e => d.push(format!("{what}[{id:?}]: {en} {e:?}, {gn} {g:?}")),
-            Some(_) => {}
-        }
-    }
-    for id in got.keys().filter(|id| !expected.contains_key(*id)) {
-        d.push(format!("{what}[{id:?}]: not in {en}, present in {gn}"));
-    }
-}
-
-/// `unread verify`: compares the Redis projection with the PostgreSQL checkpoint for every checkpointed user, or
-/// for `sample` of them chosen at random; with `repair`, rewrites each differing user from the checkpoint (the
-/// trusted side) at the checkpoint's version, so the guard still refuses it wherever Redis is newer.
-///
-/// Errors: a store is unreachable or a checkpoint row is corrupt.
-pub async fn verify(
-    settings: &Settings,
-    store: &CheckpointStore,
-    projection: &RedisProjection,
-    sample: Option<usize>,
-    repair: bool,
-) -> anyhow::Result<VerifyReport> {
-    let versions = CheckpointVersions::load(&settings.topics(), store).await?;
-    let lists = super::load_shared(store, None).await?;
-    let rows = match sample {
-        Some(n) => store.states_sample(Stage::Fold, n).await?,
-        None => store.states(Stage::Fold, None).await?,
-    };
-    let mut report = VerifyReport::default();
-    let mut repairs = Vec::new();
-    for row in rows {
-        let id = row.id;
-        let state = checkpoint::decode_user(&row.state).with_context(|| format!("checkpoint of user {id:?}"))?;
-        let (expected, v) = (state.view(&id, &lists), versions.of(row.partition));
-        let got = projection.read(&id).await?;
-        report.checked += 1;
-        if got == expected {
-            continue;
-        }
-        if projection.version(&id).await?.is_some_and(|redis| redis.is_newer_than(&v)) {
-            report.ahead += 1;
-            continue;
-        }
-        report.differing.push((id.clone(), view_differences(&expected, &got, ("checkpoint", "redis"))));
-        if repair {
-            repairs.push(UserWrite::of_state(&id, Some(&state), v));
-        }
-    }
-    if !repairs.is_empty() {
-        report.repaired = projection.write(&repairs).await?.0;
-    }
-    Ok(report)
-}
+pub use crate::state::verify::{verify, view_differences, VerifyReport};
 
 /// Keeps `n` ids chosen at random: ordered by a hash (murmur2) of the id salted with the clock.
 fn take_sample(ids: &mut Vec<String>, n: usize) {

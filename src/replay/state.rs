@@ -13,16 +13,17 @@ use super::read::PerStream;
 use crate::checkpoint::store::{CheckpointStore, Snapshot};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListState};
-use crate::core::contract::{ConversationEvent, Stream, Target, UserEvent};
+use crate::core::contract::{ConversationEvent, Stream, UserEvent};
 use crate::core::delta::Fence;
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::kafka::{self, partition_for_key};
+use crate::metrics::Metrics;
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
-use crate::service::fanout_stage;
-use crate::service::fold_stage::{self, Next};
 use crate::service::records;
+use crate::state::commit::{commit, fanout_changes, fold_changes, Commit, FanOutKey, Home, RedisWrites};
+use crate::state::{load, FoldNext, Input, Offsets};
 use crate::topology::Topics;
 
 /// The replay's state between checkpoints.
@@ -44,11 +45,13 @@ pub struct Replay {
     /// Next offsets per input partition.
     pub next: PerStream<Vec<i64>>,
     dirty_users: HashSet<String>,
-    /// (is a broadcast list, id) of the conversations and lists changed since the last checkpoint.
-    dirty_convs: HashSet<(bool, String)>,
+    /// The conversations and lists changed since the last checkpoint.
+    dirty_convs: HashSet<FanOutKey>,
     /// Checkpoints written.
     pub checkpoints: u64,
     diffusion: Diffusion,
+    /// Retries and checkpoint sizes, as the service counts them (not served).
+    metrics: Metrics,
 }
 
 impl Replay {
@@ -85,16 +88,14 @@ impl Replay {
             dirty_convs,
             checkpoints,
             diffusion,
+            metrics: Metrics::default(),
         })
     }
 
     /// Folds one batch of records (both topics, each partition's order preserved).
     pub fn process(&mut self, conv: Vec<ConversationEvent>, user: Vec<UserEvent>) {
         let (deltas, _) = self.fanout.process_batch(&conv);
-        self.dirty_convs.extend(conv.iter().map(|e| match e.target() {
-            Target::Conversation(id) => (false, id.to_owned()),
-            Target::Broadcast(id) => (true, id.to_owned()),
-        }));
+        self.dirty_convs.extend(conv.iter().map(|e| FanOutKey::of(e.target())));
         for d in &deltas {
             self.dirty_users.insert(d.user_id.clone());
             self.fold.apply_delta(d);
@@ -105,70 +106,66 @@ impl Replay {
         }
     }
 
-    /// Checkpoints: Redis first (changed users, then every partition's marker), then each fold partition, then
-    /// each fan-out partition, each in one transaction with its offsets.
+    /// Where the replay commits: the target namespace.
+    fn home(&self) -> Home<'_> {
+        Home { topics: &self.topics, store: &self.store, projection: &self.projection, metrics: &self.metrics }
+    }
+
+    /// Checkpoints every partition of both stages through the service's commit protocol
+    /// ([`crate::state::commit`]): each fold partition (its changed users to Redis, its marker, then its
+    /// transaction with its offsets), then each fan-out partition likewise with its lists and indexes.
     ///
-    /// Errors: Redis or PostgreSQL failing, or another replay or service took a lease (fenced).
+    /// Errors: Redis or PostgreSQL failing (after retries), or another replay or service took a lease (fenced).
     pub async fn checkpoint(&mut self) -> anyhow::Result<()> {
         self.checkpoint_users().await?;
         // The replay writes changed lists and indexes whole (an index emptied when its conversation switched back).
         let touched: HashSet<ListId> = self.fanout.take_list_ops().into_iter().map(|(list, _)| list).collect();
-        let mut by_partition: HashMap<i32, Vec<(bool, String)>> = HashMap::new();
+        let mut by_partition: HashMap<i32, Vec<FanOutKey>> = HashMap::new();
         for key in self.dirty_convs.drain() {
-            by_partition
-                .entry(partition_for_key(key.1.as_bytes(), self.partitions.conversation))
-                .or_default()
-                .push(key);
-        }
-        let mut lists = Vec::new();
-        for (p, keys) in &by_partition {
-            let generation = self.generations.conversation[*p as usize];
-            for (is_list, id) in keys {
-                let (list, ops) = match is_list {
-                    true => (ListId::Broadcast(id.clone()), self.fanout.list(id).map(ListState::whole_ops)),
-                    false if touched.contains(&ListId::Index(id.clone())) => {
-                        let index = self.fanout.conversation(id).and_then(|c| c.index.as_ref());
-                        (ListId::Index(id.clone()), Some(index.map(ConvIndex::whole_ops).unwrap_or_default()))
-                    }
-                    false => continue,
-                };
-                lists.extend(ops.map(|ops| ListWrite { list, generation, ops, replace: true }));
-            }
-        }
-        self.projection.write_lists(&lists).await.context("writing the namespace's broadcast lists")?;
-        for p in 0..self.partitions.conversation {
-            self.projection.set_marker(Stage::FanOut, p).await?;
+            let p = partition_for_key(key.id().as_bytes(), self.partitions.conversation);
+            by_partition.entry(p).or_default().push(key);
         }
         for p in 0..self.partitions.conversation {
-            let changes = fanout_stage::changes(&self.fanout, by_partition.get(&p).into_iter().flatten());
-            let offsets = [(self.topics.conversation_events.as_str(), self.next.conversation[p as usize])];
-            let generation = self.generations.conversation[p as usize];
-            self.store.commit(Stage::FanOut, p, generation, &changes, &offsets).await?;
+            let (generation, keys) = (self.generations.conversation[p as usize], by_partition.remove(&p));
+            let keys = keys.unwrap_or_default();
+            let lists = keys.iter().filter_map(|key| self.whole_list(key, &touched, generation)).collect();
+            let offsets = vec![(Input::ConversationEvents, self.next.conversation[p as usize])];
+            let changes = fanout_changes(&self.fanout, &keys);
+            let (redis, mark, stage) = (RedisWrites::Lists(lists), true, Stage::FanOut);
+            commit(self.home(), &Commit { stage, partition: p, generation, redis, mark, changes, offsets }).await?;
         }
         self.checkpoints += 1;
         Ok(())
     }
 
-    /// The fold's half of a checkpoint: Redis, the markers, then each fold partition's transaction.
+    /// The whole write of a changed broadcast list, or of a changed conversation's index; `None` for a
+    /// conversation whose index did not change.
+    fn whole_list(&self, key: &FanOutKey, touched: &HashSet<ListId>, generation: i64) -> Option<ListWrite> {
+        let (list, ops) = match key {
+            FanOutKey::List(id) => (ListId::Broadcast(id.clone()), self.fanout.list(id).map(ListState::whole_ops)?),
+            FanOutKey::Conversation(id) if touched.contains(&ListId::Index(id.clone())) => {
+                let index = self.fanout.conversation(id).and_then(|c| c.index.as_ref());
+                (ListId::Index(id.clone()), index.map(ConvIndex::whole_ops).unwrap_or_default())
+            }
+            FanOutKey::Conversation(_) => return None,
+        };
+        Some(ListWrite { list, generation, ops, replace: true })
+    }
+
+    /// The fold's half of a checkpoint: each fold partition's changed users, marker and transaction.
     async fn checkpoint_users(&mut self) -> anyhow::Result<()> {
-        let mut writes = Vec::with_capacity(self.dirty_users.len());
         let mut by_partition: HashMap<i32, Vec<String>> = HashMap::new();
         for user in self.dirty_users.drain() {
-            let p = partition_for_key(user.as_bytes(), self.partitions.user) as usize;
-            let next = Next { user_events: self.next.user[p], user_deltas: 0 };
-            let version = fold_stage::version(self.generations.user[p], next);
-            writes.push(UserWrite::of_state(&user, self.fold.user(&user), version));
-            by_partition.entry(p as i32).or_default().push(user);
-        }
-        self.projection.write(&writes).await.context("writing the namespace's Redis projection")?;
-        for p in 0..self.partitions.user {
-            self.projection.set_marker(Stage::Fold, p).await?;
+            by_partition.entry(partition_for_key(user.as_bytes(), self.partitions.user)).or_default().push(user);
         }
         for p in 0..self.partitions.user {
-            let changes = fold_stage::changes(&mut self.fold, by_partition.get(&p).into_iter().flatten());
-            let offsets =
-                [(self.topics.user_events.as_str(), self.next.user[p as usize]), (self.topics.user_deltas.as_str(), 0)];
-            self.store.commit(Stage::Fold, p, self.generations.user[p as usize], &changes, &offsets).await?;
+            let (generation, users) = (self.generations.user[p as usize], by_partition.remove(&p).unwrap_or_default());
+            let next = FoldNext { user_events: self.next.user[p as usize], user_deltas: 0 };
+            let version = next.version(generation);
+            let writes = users.iter().map(|u| UserWrite::of_state(u, self.fold.user(u), version)).collect();
+            let changes = fold_changes(&mut self.fold, &users);
+            let (redis, mark, stage, offsets) = (RedisWrites::Users(writes), true, Stage::Fold, next.pairs().to_vec());
+            commit(self.home(), &Commit { stage, partition: p, generation, redis, mark, changes, offsets }).await?;
         }
         Ok(())
     }
@@ -177,32 +174,20 @@ impl Replay {
     ///
     /// Errors: PostgreSQL failing or a corrupt row.
     pub async fn restore_own(&mut self) -> anyhow::Result<()> {
-        self.fanout = fanout_stage::load_fanout(&self.store, None, self.diffusion).await?;
-        self.fold = fold_stage::load_users(&self.store, None).await?;
-        let fanout = self.store.offsets(Stage::FanOut).await?;
-        let fold = self.store.offsets(Stage::Fold).await?;
-        let topics = self.topics.clone();
-        self.seek_to(&fanout, &topics.conversation_events, &fold, &topics.user_events);
+        self.fanout = load::whole_fanout(&self.store, self.diffusion).await?;
+        self.fold = load::whole_fold(&self.store).await?;
+        let offsets = load::all_offsets(&self.store, &self.topics).await?;
+        self.seek_to(&offsets);
         Ok(())
     }
 
     /// Sets the next offsets from checkpointed ones (a partition never checkpointed stays at 0).
-    fn seek_to(
-        &mut self,
-        conv: &HashMap<(String, i32), i64>,
-        conv_topic: &str,
-        user: &HashMap<(String, i32), i64>,
-        user_topic: &str,
-    ) {
+    fn seek_to(&mut self, offsets: &Offsets) {
         for (p, next) in self.next.conversation.iter_mut().enumerate() {
-            if let Some(o) = conv.get(&(conv_topic.to_owned(), p as i32)) {
-                *next = *o;
-            }
+            *next = offsets.get(Input::ConversationEvents, p as i32).unwrap_or(*next);
         }
         for (p, next) in self.next.user.iter_mut().enumerate() {
-            if let Some(o) = user.get(&(user_topic.to_owned(), p as i32)) {
-                *next = *o;
-            }
+            *next = offsets.get(Input::UserEvents, p as i32).unwrap_or(*next);
         }
     }
 
@@ -216,11 +201,11 @@ impl Replay {
     /// Errors: PostgreSQL or Kafka failing, or a corrupt row.
     pub async fn seed_from(&mut self, snap: Snapshot, source: &Topics, c: &StreamConsumer) -> anyhow::Result<u64> {
         // Every entity of the snapshot is written by the first checkpoint.
-        self.dirty_convs.extend(snap.conversations.iter().map(|r| (false, r.id.clone())));
-        self.dirty_convs.extend(snap.lists.iter().map(|r| (true, r.id.clone())));
+        self.dirty_convs.extend(snap.conversations.iter().map(|r| FanOutKey::Conversation(r.id.clone())));
+        self.dirty_convs.extend(snap.lists.iter().map(|r| FanOutKey::List(r.id.clone())));
         let users: Vec<String> = snap.users.iter().map(|r| r.id.clone()).collect();
-        self.fanout = fanout_stage::fanout_from_rows(snap.conversations, snap.lists, self.diffusion)?;
-        self.fold = fold_stage::fold_from_rows(snap.users, snap.notes)?;
+        self.fanout = load::fanout_from_rows(snap.conversations, snap.lists, self.diffusion)?;
+        self.fold = load::fold_from_rows(snap.users, snap.notes)?;
         for user in users {
             if let Some(state) = self.fold.user_mut_existing(&user) {
                 state.notes_mut().mark_all_dirty();
@@ -228,8 +213,11 @@ impl Replay {
             self.dirty_users.insert(user);
         }
         // A partition never checkpointed starts at 0, which check_retained requires to be retained.
-        self.seek_to(&snap.fanout_offsets, &source.conversation_events, &snap.fold_offsets, &source.user_events);
-        self.apply_in_flight(&snap.fold_offsets, &snap.fences, &source.user_deltas, c).await
+        let mut rows = snap.fanout_offsets;
+        rows.extend(snap.fold_offsets);
+        let offsets = Offsets::from_rows(source, rows); // the source's topics name the snapshot's offsets
+        self.seek_to(&offsets);
+        self.apply_in_flight(&offsets, &snap.fences, &source.user_deltas, c).await
     }
 
     /// Applies the deltas in flight at the snapshot: produced by the source's fan-out (for events before its
@@ -237,7 +225,7 @@ impl Replay {
     /// repetition). Returns how many.
     async fn apply_in_flight(
         &mut self,
-        fold_offsets: &HashMap<(String, i32), i64>,
+        offsets: &Offsets,
         fences: &[(i32, i32, i64)],
         topic: &str,
         c: &StreamConsumer,
@@ -246,7 +234,7 @@ impl Replay {
         let mut tpl = TopicPartitionList::new();
         let mut next = Vec::new();
         for (p, (low, high)) in marks.iter().enumerate() {
-            let from = fold_offsets.get(&(topic.to_owned(), p as i32)).copied().unwrap_or(0).max(*low);
+            let from = offsets.next(Input::UserDeltas, p as i32).max(*low);
             next.push(from);
             if from < *high {
                 tpl.add_partition_offset(topic, p as i32, Offset::Offset(from))?;

@@ -21,16 +21,18 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
-use super::{records, retry, Shared, TaskError};
-use crate::checkpoint::store::{Changes, CheckpointStore, StateRow};
-use crate::checkpoint::{self, Stage};
+use super::task::{self, StageTask};
+use super::{records, Shared, TaskError};
+use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp};
-use crate::core::contract::{ConversationEvent, Event, Stream, Target};
+use crate::core::contract::ConversationEvent;
 use crate::core::delta::DeltaSource;
 use crate::core::fanout::FanOut;
-use crate::core::hybrid::Diffusion;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::ListWrite;
+use crate::state::commit::{fanout_changes, Commit, FanOutKey, RedisWrites};
+use crate::state::retry::retry;
+use crate::state::Input;
 
 /// One fan-out partition task's state.
 struct FanOutTask {
@@ -43,8 +45,8 @@ struct FanOutTask {
     generation: i64,
     fanout: FanOut,
     next: i64,
-    /// (is a broadcast list, id) of what changed since the last checkpoint.
-    dirty: HashSet<(bool, String)>,
+    /// The conversations and lists changed since the last commit.
+    dirty: HashSet<FanOutKey>,
     in_flight: Vec<DeliveryFuture>,
 }
 
@@ -53,9 +55,18 @@ struct FanOutTask {
 /// Errors: PostgreSQL or Kafka failing (after retries), a corrupt checkpoint, or a fencing (by the lease in
 /// PostgreSQL, or by Kafka when a successor initialized the partition's transactional id); the dispatcher restarts
 /// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
-pub async fn run(shared: Arc<Shared>, input: PartitionInput) -> Result<(), TaskError> {
-    let mut task = FanOutTask::load(shared, input).await?;
-    let result = task.run().await.map_err(|e| fenced_or(&task.producer, e));
+pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
+    let p = input.partition;
+    let loaded =
+        crate::state::load::fanout_partition(&shared.store, &shared.topics, p, &shared.owner, shared.diffusion).await?;
+    // After the lease: a zombie that checked its lease before is fenced from here on.
+    let producer = transactional_producer(&shared, p).await?;
+    let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
+    info!(partition = p, generation, next, "fan-out task started");
+    input.rewind(&shared.topics.conversation_events, next).await;
+    let (dirty, in_flight, transaction_since) = (HashSet::new(), Vec::new(), None);
+    let mut task = FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight };
+    let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
     discard(task.producer);
     result
 }
@@ -90,7 +101,7 @@ async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProduce
     let init = producer.clone();
     let result = tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(60)))
         .await
-        .expect("init_transactions does not panic");
+        .unwrap_or(Err(KafkaError::Canceled)); // the runtime shut down under it
     match result {
         Ok(()) => Ok(producer),
         Err(e) => {
@@ -101,49 +112,6 @@ async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProduce
 }
 
 impl FanOutTask {
-    /// The task's loop: batches, flushes, idle checks; checkpoints and returns once its input closes.
-    async fn run(&mut self) -> Result<(), TaskError> {
-        let flush = self.shared.flush;
-        let (mut pending, mut last_checkpoint) = (0usize, Instant::now());
-        loop {
-            let wait = self.transaction_due_in().map_or(flush.interval, |due| due.min(flush.interval));
-            let Some(batch) = self.input.next_batch(MAX_BATCH, wait).await else {
-                let done = self.checkpoint().await;
-                self.shared.metrics.forget_lag(Stage::FanOut, self.input.partition);
-                return done;
-            };
-            pending += self.process(&batch).await?;
-            if pending >= flush.events || (pending > 0 && last_checkpoint.elapsed() >= flush.interval) {
-                self.checkpoint().await?;
-                (pending, last_checkpoint) = (0, Instant::now());
-            } else if self.transaction_due_in().is_some_and(|due| due.is_zero()) {
-                self.commit_transaction().await?;
-            } else if batch.is_empty() && pending == 0 && last_checkpoint.elapsed() >= super::fold_stage::IDLE_CHECK {
-                // Idle: rewrite the partition's broadcast lists if Redis lost them (no marker).
-                self.write_lists().await?;
-                last_checkpoint = Instant::now();
-            }
-        }
-    }
-
-    /// Takes the partition's lease, loads its conversations and next offset from the checkpoint, and initializes
-    /// its transactional producer.
-    async fn load(shared: Arc<Shared>, mut input: PartitionInput) -> Result<Self, TaskError> {
-        let (p, topic) = (input.partition, &shared.topics.conversation_events);
-        // The lease first: from then on the previous owner cannot commit, so the offset and the state read next
-        // are one checkpoint. (Read the other way round, a commit in between gave a state newer than its offset:
-        // re-processing a leave and a rejoin on it moved the member's join head forward and lost its unread.)
-        let generation = shared.store.acquire(Stage::FanOut, p, &shared.owner).await?;
-        let next = shared.store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
-        let fanout = load_fanout(&shared.store, Some(p), shared.diffusion).await?;
-        // After the lease: a zombie that checked its lease before is fenced from here on.
-        let producer = transactional_producer(&shared, p).await?;
-        info!(partition = p, generation, next, "fan-out task started");
-        input.rewind(topic, next).await;
-        let (dirty, in_flight) = (HashSet::new(), Vec::new());
-        Ok(Self { shared, input, producer, transaction_since: None, generation, fanout, next, dirty, in_flight })
-    }
-
     /// Begins a Kafka transaction unless one is open.
     fn begin(&mut self) -> Result<(), TaskError> {
         if self.transaction_since.is_none() {
@@ -153,24 +121,18 @@ impl FanOutTask {
         Ok(())
     }
 
-    /// How long until the open transaction is due for a commit ([`super::FlushPolicy::transaction`]); zero when
-    /// overdue, `None` when no transaction is open.
-    fn transaction_due_in(&self) -> Option<Duration> {
-        let since = self.transaction_since?;
-        Some((since + self.shared.flush.transaction).saturating_duration_since(Instant::now()))
-    }
-
     /// Commits the open Kafka transaction, if any (a blocking call, up to 30 s, run off the async threads): its
     /// deltas and dead letters become visible to `read_committed` readers at once.
     async fn commit_transaction(&mut self) -> Result<(), TaskError> {
         if self.transaction_since.is_none() {
             return Ok(());
         }
-        let producer = self.producer.clone();
+        let (producer, started) = (self.producer.clone(), Instant::now());
         tokio::task::spawn_blocking(move || producer.commit_transaction(Duration::from_secs(30)))
             .await
-            .expect("commit_transaction does not panic")
+            .unwrap_or(Err(KafkaError::Canceled)) // the runtime shut down under it
             .map_err(TaskError::kafka("committing a transaction"))?;
+        self.shared.metrics.kafka_commit(started.elapsed());
         self.transaction_since = None;
         Ok(())
     }
@@ -185,9 +147,8 @@ impl FanOutTask {
                 Verdict::Skip | Verdict::Gap => continue,
                 Verdict::Process => {}
             }
-            match records::event(record, Stream::Conversation) {
-                Ok(Event::Conversation(e)) => events.push(e),
-                Ok(Event::User(_)) => unreachable!("records::event checks the stream"),
+            match records::conversation_event(record) {
+                Ok(e) => events.push(e),
                 Err(e) => {
                     self.shared.metrics.dead_letter(e.kind());
                     self.begin()?;
@@ -206,78 +167,76 @@ impl FanOutTask {
             if let Some(delay) = sh.produce_delay {
                 tokio::time::sleep(delay).await; // fault injection: widens the window a zombie produces in
             }
-            let (deltas, _) = self.fanout.process_batch(&events);
-            self.dirty.extend(events.iter().map(|e| e.target()).map(|t| match t {
-                Target::Conversation(id) => (false, id.to_owned()),
-                Target::Broadcast(id) => (true, id.to_owned()),
-            }));
+            let (deltas, stats) = self.fanout.process_batch(&events);
+            sh.metrics.fanout_batch(&stats);
+            self.dirty.extend(events.iter().map(|e| FanOutKey::of(e.target())));
             let source = DeltaSource { partition: p, generation: self.generation };
             produce(&self.producer, &sh.topics.user_deltas, &deltas, source, &mut self.in_flight).await?;
         }
         Ok(pending)
     }
 
-    /// Waits for every outstanding delta acknowledgement and commits the Kafka transaction, then commits the
-    /// changed conversations with the next offset in one PostgreSQL transaction.
-    async fn checkpoint(&mut self) -> Result<(), TaskError> {
-        let started = Instant::now();
-        acknowledged(&mut self.in_flight).await?;
-        self.commit_transaction().await?;
-        self.write_lists().await?;
-        let (sh, p, next) = (&*self.shared, self.input.partition, self.next);
-        let changes = changes(&self.fanout, self.dirty.iter());
-        let offsets = [(sh.topics.conversation_events.as_str(), next)];
-        let commit_started = Instant::now();
-        retry(&sh.metrics, "postgres", || sh.store.commit(Stage::FanOut, p, self.generation, &changes, &offsets))
-            .await?;
-        // The checkpoint's counters first: the lag probe below may wait up to 1 s for the broker.
-        let (rows, bytes) = changes.size();
-        sh.metrics.checkpoint_rows(rows, bytes);
-        sh.metrics.checkpoint(started.elapsed());
-        sh.metrics.flush_latency(Stage::FanOut, started.elapsed(), commit_started.elapsed());
-        self.dirty.clear();
-        self.input.store_offsets(&offsets);
-        if let Some(lag) = self.input.lag(offsets[0].0, next) {
-            sh.metrics.lag(Stage::FanOut, offsets[0].0, p, lag);
-        }
-        debug!(
-            partition = p,
-            next,
-            conversations = changes.states.len(),
-            lists = changes.lists.len(),
-            "fan-out checkpoint"
-        );
-        Ok(())
-    }
-
-    /// Writes the broadcast lists' and read-diffused conversations' indexes' changes since the last checkpoint to
-    /// Redis (O(1) per publication or message, whatever the number of readers), or every list and index of the
-    /// partition whole when Redis lost them (no marker).
-    async fn write_lists(&mut self) -> Result<(), TaskError> {
+    /// The Redis writes of a commit: the broadcast lists' and read-diffused conversations' indexes' changes since
+    /// the last commit (O(1) per publication or message, whatever the number of readers), or every list and index
+    /// of the partition whole when Redis lost them (no marker); and whether they are whole.
+    async fn list_writes(&mut self) -> Result<(RedisWrites, bool), TaskError> {
         let (sh, p, generation) = (&*self.shared, self.input.partition, self.generation);
         if !self.fanout.has_shared() && !self.fanout.has_list_ops() {
             // A partition without lists or read-diffused conversations keeps nothing in Redis: no round trip, no
             // dependency on it. (One whose last index was just dropped still writes the drop.)
-            return Ok(());
+            return Ok((RedisWrites::Nothing, false));
         }
         let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?;
         let ops = self.fanout.take_list_ops();
-        if ops.is_empty() && !full {
-            return Ok(());
-        }
         let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
-        let (_, refused) = retry(&sh.metrics, "redis", || async {
-            let r = sh.projection.write_lists(&writes).await?;
-            if full {
-                sh.projection.set_marker(Stage::FanOut, p).await?;
-            }
-            Ok::<_, crate::projection::ProjectionError>(r)
-        })
-        .await?;
-        if refused > 0 {
-            tracing::warn!(partition = p, refused, "broadcast lists refused older writes (another task is ahead)");
+        Ok((if writes.is_empty() && !full { RedisWrites::Nothing } else { RedisWrites::Lists(writes) }, full))
+    }
+}
+
+impl StageTask for &mut FanOutTask {
+    const STAGE: Stage = Stage::FanOut;
+    const MAX_BATCH: usize = MAX_BATCH;
+
+    fn parts(&mut self) -> (&mut PartitionInput, &Shared) {
+        (&mut self.input, &self.shared)
+    }
+
+    async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
+        self.process(batch).await
+    }
+
+    /// How long until the open transaction is due for a Kafka commit ([`super::FlushPolicy::transaction`]); zero
+    /// when overdue, `None` when no transaction is open.
+    fn interim_due_in(&self) -> Option<Duration> {
+        let since = self.transaction_since?;
+        Some((since + self.shared.flush.transaction).saturating_duration_since(Instant::now()))
+    }
+
+    async fn interim(&mut self) -> Result<(), TaskError> {
+        self.commit_transaction().await
+    }
+
+    /// Waits for every outstanding delta acknowledgement and commits the Kafka transaction: deltas are committed
+    /// before the checkpoint that covers their input, so a crash can repeat deltas but never lose one.
+    async fn pre_commit(&mut self) -> Result<(), TaskError> {
+        acknowledged(&mut self.in_flight).await?;
+        self.commit_transaction().await
+    }
+
+    async fn prepare(&mut self, idle: bool) -> Result<Option<Commit>, TaskError> {
+        let (redis, mark) = self.list_writes().await?;
+        if idle && !mark {
+            return Ok(None); // idle, and Redis holds the partition's lists: nothing to rewrite
         }
-        Ok(())
+        let changes = fanout_changes(&self.fanout, self.dirty.iter());
+        let (stage, partition, generation) = (Stage::FanOut, self.input.partition, self.generation);
+        let offsets = vec![(Input::ConversationEvents, self.next)];
+        debug!(partition, next = self.next, conversations = changes.states.len(), lists = changes.lists.len(), "fan-out commit");
+        Ok(Some(Commit { stage, partition, generation, redis, mark, changes, offsets }))
+    }
+
+    fn committed(&mut self) {
+        self.dirty.clear();
     }
 }
 
@@ -299,53 +258,6 @@ fn list_writes(ops: Vec<(ListId, ListOp)>, generation: i64) -> Vec<ListWrite> {
 fn whole_lists(fanout: &FanOut, generation: i64) -> Vec<ListWrite> {
     let whole = |(list, ops)| ListWrite { list, generation, ops, replace: true };
     fanout.whole_shared().into_iter().map(whole).collect()
-}
-
-/// What a fan-out checkpoint writes for the changed conversations and lists.
-pub fn changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a (bool, String)>) -> Changes {
-    let mut changes = Changes::default();
-    for (is_list, id) in dirty {
-        if *is_list {
-            changes.lists.extend(fanout.list(id).map(|l| (id.clone(), Some(checkpoint::encode_list(l)))));
-        } else {
-            let c = fanout.conversation(id).map(checkpoint::encode_conversation);
-            changes.states.extend(c.map(|c| (id.clone(), Some(c))));
-        }
-    }
-    changes
-}
-
-/// Loads the conversations and lists of one fan-out partition (or every partition).
-///
-/// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn load_fanout(
-    store: &CheckpointStore,
-    partition: Option<i32>,
-    diffusion: Diffusion,
-) -> Result<FanOut, TaskError> {
-    fanout_from_rows(store.states(Stage::FanOut, partition).await?, store.lists(partition).await?, diffusion)
-}
-
-/// A fan-out from checkpoint rows of conversations and broadcast lists.
-///
-/// Errors: a corrupt row.
-pub fn fanout_from_rows(
-    conversations: Vec<StateRow>,
-    lists: Vec<StateRow>,
-    diffusion: Diffusion,
-) -> Result<FanOut, TaskError> {
-    let mut fanout = FanOut::with_diffusion(diffusion);
-    for row in conversations {
-        let state = checkpoint::decode_conversation(&row.state)
-            .map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
-        fanout.restore(row.id, state);
-    }
-    for row in lists {
-        let state =
-            checkpoint::decode_list(&row.state).map_err(|source| TaskError::Corrupt { id: row.id.clone(), source })?;
-        fanout.restore_list(row.id, state);
-    }
-    Ok(fanout)
 }
 
 /// Enqueues deltas keyed by user, each with its `source` header (for the fold's fence against zombie deltas);

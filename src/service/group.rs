@@ -13,8 +13,8 @@
 //! never gets.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -27,6 +27,7 @@ use tracing::{info, warn};
 
 use super::TaskError;
 use crate::checkpoint::Stage;
+use crate::metrics::Assignment;
 
 /// What the rebalance callbacks report to the dispatcher.
 #[derive(Debug)]
@@ -158,7 +159,8 @@ impl PartitionInput {
     /// below the log start and `offset` is the start): the records in between are invisible or gone.
     fn nothing_visible_between(&mut self, topic: &str, next: i64, offset: i64) -> bool {
         let (consumer, p) = (&self.consumer, self.partition);
-        if let Ok((low, _)) = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+        let marks = tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)));
+        if let Ok((low, _)) = marks {
             if next < low && offset == low {
                 warn!(topic, partition = p, next, low, "checkpoint is below the log start; going on");
                 return true;
@@ -261,21 +263,6 @@ impl PartitionInput {
             }
         }
         Some(batch)
-    }
-}
-
-/// Shared view of a group member's assignment, for readiness and metrics.
-#[derive(Debug, Default)]
-pub struct Assignment {
-    partitions: Mutex<HashSet<i32>>,
-    /// Rebalance events seen (assignments and revocations).
-    pub rebalances: AtomicUsize,
-}
-
-impl Assignment {
-    /// The partition numbers currently assigned.
-    pub fn partitions(&self) -> HashSet<i32> {
-        self.partitions.lock().expect("not poisoned").clone()
     }
 }
 

@@ -7,15 +7,14 @@
 pub mod fanout_stage;
 pub mod fold_stage;
 pub mod group;
-pub mod metrics;
 pub mod records;
+pub mod task;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use backon::{ExponentialBuilder, Retryable};
 use clap::Args;
 use rdkafka::error::KafkaError;
 use tokio::sync::watch;
@@ -28,9 +27,9 @@ use crate::kafka::ProducerSlot;
 use crate::projection::redis::RedisProjection;
 use crate::projection::ProjectionError;
 use crate::topology::Topics;
-use metrics::Metrics;
+use crate::metrics::{Assignment, Metrics};
 
-/// When a partition task flushes (fold: Redis then PostgreSQL; fan-out: PostgreSQL): after `interval` with
+/// When a partition task commits ([`task`]: pre-commit, then Redis → marker → PostgreSQL): after `interval` with
 /// anything pending, or as soon as `events` records are pending.
 #[derive(Debug, Clone, Copy)]
 pub struct FlushPolicy {
@@ -117,7 +116,7 @@ fn spawn_verifier(settings: Settings, shared: &Shared, every: Duration, sample: 
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
-            match crate::ops::verify::verify(&settings, &store, &projection, Some(sample), false).await {
+            match crate::state::verify::verify(&settings.topics(), &store, &projection, Some(sample), false).await {
                 Ok(r) => {
                     metrics.verified(r.checked, r.differing.len(), r.ahead);
                     if !r.differing.is_empty() {
@@ -170,6 +169,25 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// This process, as named in partition leases: `{hostname or "host"}:{pid}`.
     pub owner: String,
+}
+
+impl From<crate::state::StateError> for TaskError {
+    fn from(e: crate::state::StateError) -> Self {
+        use crate::state::StateError as S;
+        match e {
+            S::Store(e) => TaskError::Store(e),
+            S::Projection(e) => TaskError::Projection(e),
+            S::Corrupt { id, source } => TaskError::Corrupt { id, source },
+        }
+    }
+}
+
+impl Shared {
+    /// Where the tasks commit partition state ([`crate::state::commit`]).
+    pub fn home(&self) -> crate::state::commit::Home<'_> {
+        let (topics, store, projection, metrics) = (&self.topics, &self.store, &self.projection, &*self.metrics);
+        crate::state::commit::Home { topics, store, projection, metrics }
+    }
 }
 
 /// Why a partition task stopped. The dispatcher starts it again from its checkpoint, except after a fencing,
@@ -229,50 +247,6 @@ impl TaskError {
 pub fn is_fenced_code(code: rdkafka::types::RDKafkaErrorCode) -> bool {
     use rdkafka::types::RDKafkaErrorCode::{Fenced, InvalidProducerEpoch, ProducerFenced};
     matches!(code, Fenced | ProducerFenced | InvalidProducerEpoch)
-}
-
-/// An error that may go away when the operation is tried again.
-pub trait Transient: std::fmt::Display {
-    /// Whether retrying may help.
-    fn is_transient(&self) -> bool;
-}
-
-impl Transient for StoreError {
-    fn is_transient(&self) -> bool {
-        StoreError::is_transient(self)
-    }
-}
-
-impl Transient for ProjectionError {
-    fn is_transient(&self) -> bool {
-        ProjectionError::is_transient(self)
-    }
-}
-
-/// Runs `op` until it succeeds or fails for good: a transient failure ([`Transient`]) is logged, counted under
-/// `what` and retried after 100 ms, then exponentially longer up to 2 s, with jitter, for at most 60 s of waiting
-/// in all; any other failure (a fencing, a malformed row) is returned at once.
-///
-/// Errors: the last error, once it is not transient or 60 s of waiting passed.
-pub async fn retry<T, E, F, Fut>(metrics: &Metrics, what: &'static str, op: F) -> Result<T, E>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, E>>,
-    E: Transient,
-{
-    let backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(2))
-        .with_jitter()
-        .without_max_times()
-        .with_total_delay(Some(Duration::from_secs(60)));
-    op.retry(backoff)
-        .when(|e: &E| e.is_transient())
-        .notify(|e: &E, wait: Duration| {
-            metrics.error(what);
-            tracing::warn!(what, error = %e, retry_in_ms = wait.as_millis() as u64, "failed; retrying");
-        })
-        .await
 }
 
 /// Starts a stage's partition task with `run`, its end logged by [`logged`].
@@ -340,7 +314,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
 struct Parts {
     tasks: tokio::task::JoinSet<anyhow::Result<()>>,
     session_timeout: Duration,
-    assignments: Vec<(Stage, Arc<group::Assignment>)>,
+    assignments: Vec<(Stage, Arc<Assignment>)>,
     stop: watch::Receiver<bool>,
 }
 

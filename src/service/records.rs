@@ -7,7 +7,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::TaskError;
-use crate::core::contract::{decode, DecodeError, Event, Stream};
+use crate::core::contract::{decode, ConversationEvent, DecodeError, Event, Stream, UserEvent};
 use crate::core::delta::Delta;
 use crate::kafka::headers as names;
 
@@ -79,6 +79,23 @@ pub fn event(record: &impl Message, stream: Stream) -> Result<Event, RecordError
         });
     }
     Ok(event)
+}
+
+/// [`event`] of a record of `unread.user-events`: a user event, or [`RecordError::WrongTopic`].
+pub fn user_event(record: &impl Message) -> Result<UserEvent, RecordError> {
+    match event(record, Stream::User)? {
+        Event::User(e) => Ok(e),
+        Event::Conversation(e) => Err(RecordError::WrongTopic { type_name: Event::Conversation(e).type_name() }),
+    }
+}
+
+/// [`event`] of a record of `unread.conversation-events`: a conversation or broadcast event, or
+/// [`RecordError::WrongTopic`].
+pub fn conversation_event(record: &impl Message) -> Result<ConversationEvent, RecordError> {
+    match event(record, Stream::Conversation)? {
+        Event::Conversation(e) => Ok(e),
+        Event::User(e) => Err(RecordError::WrongTopic { type_name: Event::User(e).type_name() }),
+    }
 }
 
 /// The fan-out partition and generation a delta record says it came from ([`crate::kafka::headers::DELTA_SOURCE`]);

@@ -231,3 +231,49 @@ fn every_error_kind_is_named() {
         ]
     );
 }
+
+/// Every field the contract names, each with a valid value: with any `type`, the decoder reads what it needs.
+const EVERY_FIELD: &str = r#""event_id":"e9","occurred_at":"2024-05-01T12:00:00Z","conversation_id":"c","user_id":"u","sender_id":"s","kind":"group","members":["u"],"seq":4,"mentions":[],"mention_all":false,"countable":true,"read_seq":2,"muted":true,"broadcast_id":"b","notification_id":"n","category":"k""#;
+
+#[test]
+fn every_listed_type_decodes_to_itself_on_its_stream() {
+    use unread::core::contract::{EventType, EVENT_TYPES};
+    assert_eq!(EVENT_TYPES.len(), EventType::ALL.len());
+    for (t, name) in EventType::ALL.into_iter().zip(EVENT_TYPES) {
+        assert_eq!(t.name(), name);
+        assert_eq!(EventType::parse(name), Some(t));
+        let text = format!(r#"{{"type":"{name}",{EVERY_FIELD}}}"#);
+        let event = decode(text.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((event.event_type(), event.type_name(), event.stream()), (t, name, t.stream()));
+    }
+}
+
+proptest::proptest! {
+    /// Any listed type with any subset of the fields, each valid or of a wrong shape, decodes to an event of that
+    /// type or to an error naming why: never a panic (a panic would crash-loop a partition task on one record).
+    #[test]
+    fn any_listed_type_with_any_fields_never_panics(
+        t in 0..unread::core::contract::EventType::ALL.len(),
+        keep in proptest::collection::vec(proptest::bool::ANY, 17),
+        wrong in proptest::collection::vec(0u8..4, 17),
+    ) {
+        let fields: Vec<&str> = EVERY_FIELD.split(",\"").collect();
+        let name = unread::core::contract::EventType::ALL[t].name();
+        let mut parts = vec![format!(r#""type":"{name}""#)];
+        for (i, field) in fields.iter().enumerate() {
+            let field = if i == 0 { field.to_string() } else { format!("\"{field}") };
+            let key = field.split(':').next().unwrap().to_owned();
+            match (keep[i % keep.len()], wrong[i % wrong.len()]) {
+                (false, _) => {}
+                (true, 0) => parts.push(format!("{key}:null")),
+                (true, 1) => parts.push(format!("{key}:-1")),
+                (true, 2) => parts.push(format!("{key}:\"\"")),
+                (true, _) => parts.push(field),
+            }
+        }
+        let text = format!("{{{}}}", parts.join(","));
+        if let Ok(event) = decode(text.as_bytes()) {
+            proptest::prop_assert_eq!(event.type_name(), name);
+        }
+    }
+}

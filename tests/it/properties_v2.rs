@@ -235,10 +235,10 @@ fn a_flush_writes_the_notifications_that_changed_not_the_history() {
     }
     fold.apply_user_event(&note_event(&NoteOp::ReadAll(None)));
     let users = ["u".to_owned()];
-    let first = unread::service::fold_stage::changes(&mut fold, &users);
+    let first = unread::state::commit::fold_changes(&mut fold, &users);
     assert_eq!(first.notes.len(), 3000, "the first flush writes every notification once");
     create(&mut fold);
-    let next = unread::service::fold_stage::changes(&mut fold, &users);
+    let next = unread::state::commit::fold_changes(&mut fold, &users);
     assert_eq!((next.states.len(), next.notes.len()), (1, 1), "one user row and one notification row");
     let (_, bytes) = next.size();
     assert!(bytes < 200, "{bytes} bytes for one notification after 3,000: the history is not rewritten");

@@ -253,13 +253,15 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
     }
 }
 
+/// An event's `event_id` and `occurred_at`, checked.
+type Meta = (String, String);
+
 impl<'a> Fields<'a> {
     fn into_event(self) -> Result<Event, DecodeError> {
         let type_name = self.string(TYPE)?;
         // Check the type before anything else so that an unknown type is reported as such.
-        let type_name = match EVENT_TYPES.iter().find(|t| **t == type_name) {
-            Some(t) => *t,
-            None => return Err(DecodeError::UnknownType { type_name }),
+        let Some(event_type) = EventType::parse(&type_name) else {
+            return Err(DecodeError::UnknownType { type_name });
         };
         let event_id = self.string(EVENT_ID)?;
         if event_id.is_empty() || event_id.len() > MAX_ID_BYTES {
@@ -273,121 +275,112 @@ impl<'a> Fields<'a> {
                 reason: format!("is not an RFC 3339 time ({e}): {occurred_at:?}"),
             });
         }
-        let event = match type_name {
-            "conversation.created" => Event::Conversation(ConversationEvent::Created(ConversationCreated {
-                event_id,
-                occurred_at,
-                conversation_id: self.id(CONVERSATION_ID)?,
-                kind: self.kind()?,
-                members: self.ids(MEMBERS)?.unwrap_or_default(),
-            })),
-            "member.joined" => Event::Conversation(ConversationEvent::Joined(MemberJoined {
-                event_id,
-                occurred_at,
-                conversation_id: self.id(CONVERSATION_ID)?,
-                user_id: self.id(USER_ID)?,
-            })),
-            "member.left" => Event::Conversation(ConversationEvent::Left(MemberLeft {
-                event_id,
-                occurred_at,
-                conversation_id: self.id(CONVERSATION_ID)?,
-                user_id: self.id(USER_ID)?,
-            })),
-            "message.sent" => Event::Conversation(ConversationEvent::Sent(MessageSent {
-                event_id,
-                occurred_at,
-                conversation_id: self.id(CONVERSATION_ID)?,
-                seq: self.seq(SEQ, 1)?,
-                sender_id: self.id(SENDER_ID)?,
-                mentions: self.ids(MENTIONS)?.unwrap_or_default(),
-                mention_all: self.boolean(MENTION_ALL)?.unwrap_or(false),
-                countable: self.boolean(COUNTABLE)?.unwrap_or(true),
-            })),
-            "message.recalled" => Event::Conversation(ConversationEvent::Recalled(MessageRecalled {
-                event_id,
-                occurred_at,
-                conversation_id: self.id(CONVERSATION_ID)?,
-                seq: self.seq(SEQ, 1)?,
-            })),
-            "read.ack" => Event::User(UserEvent::ReadAck(ReadAck {
-                event_id,
-                occurred_at,
-                user_id: self.id(USER_ID)?,
-                conversation_id: self.id(CONVERSATION_ID)?,
-                read_seq: self.seq(READ_SEQ, 0)?,
-            })),
-            "conversation.muted" => Event::User(UserEvent::Muted(ConversationMuted {
-                event_id,
-                occurred_at,
-                user_id: self.id(USER_ID)?,
-                conversation_id: self.id(CONVERSATION_ID)?,
-                muted: self.boolean(MUTED)?.ok_or(DecodeError::MissingField { field: "muted" })?,
-            })),
-            "broadcast.published" | "broadcast.recalled" => {
-                Event::Conversation(self.list_event(type_name, event_id, occurred_at)?)
-            }
-            other => Event::User(self.user_v2(other, event_id, occurred_at)?),
-        };
-        Ok(event)
+        self.body(event_type, event_id, occurred_at)
     }
 
-    /// The broadcast list events of contract v2 (`type_name` is one of them).
-    fn list_event(
-        &self,
-        type_name: &str,
-        event_id: String,
-        occurred_at: String,
-    ) -> Result<ConversationEvent, DecodeError> {
+    /// The fields of an event of type `t` past the common ones; one arm per type, so the compiler checks that
+    /// every type of [`EventType`] is decoded.
+    fn body(&self, t: EventType, event_id: String, occurred_at: String) -> Result<Event, DecodeError> {
+        use ConversationEvent as C;
+        use EventType as T;
+        use UserEvent as U;
+        let meta = (event_id, occurred_at);
+        Ok(match t {
+            T::ConversationCreated => Event::Conversation(C::Created(self.created(meta)?)),
+            T::MemberJoined => Event::Conversation(C::Joined(self.joined(meta)?)),
+            T::MemberLeft => Event::Conversation(C::Left(self.left(meta)?)),
+            T::MessageSent => Event::Conversation(C::Sent(self.sent(meta)?)),
+            T::MessageRecalled => Event::Conversation(C::Recalled(self.recalled(meta)?)),
+            T::BroadcastPublished => Event::Conversation(C::Published(self.published(meta)?)),
+            T::BroadcastRecalled => Event::Conversation(C::Unpublished(self.unpublished(meta)?)),
+            T::ReadAck => Event::User(U::ReadAck(self.read_ack(meta)?)),
+            T::ConversationMuted => Event::User(U::Muted(self.muted(meta)?)),
+            T::BroadcastRead => Event::User(U::BroadcastRead(self.broadcast_read(meta)?)),
+            T::NotificationCreated => Event::User(U::NotificationCreated(self.note_created(meta)?)),
+            T::NotificationRead => Event::User(U::NotificationRead(self.note_mark(meta)?)),
+            T::NotificationRetracted => Event::User(U::NotificationRetracted(self.note_mark(meta)?)),
+            T::NotificationsSeen => Event::User(U::NotificationsSeen(self.notes_mark(meta)?)),
+            T::NotificationsRead => Event::User(U::NotificationsRead(self.notes_mark(meta)?)),
+        })
+    }
+
+    fn created(&self, (event_id, occurred_at): Meta) -> Result<ConversationCreated, DecodeError> {
+        let (conversation_id, kind) = (self.id(CONVERSATION_ID)?, self.kind()?);
+        let members = self.ids(MEMBERS)?.unwrap_or_default();
+        Ok(ConversationCreated { event_id, occurred_at, conversation_id, kind, members })
+    }
+
+    fn joined(&self, (event_id, occurred_at): Meta) -> Result<MemberJoined, DecodeError> {
+        let (conversation_id, user_id) = (self.id(CONVERSATION_ID)?, self.id(USER_ID)?);
+        Ok(MemberJoined { event_id, occurred_at, conversation_id, user_id })
+    }
+
+    fn left(&self, (event_id, occurred_at): Meta) -> Result<MemberLeft, DecodeError> {
+        let (conversation_id, user_id) = (self.id(CONVERSATION_ID)?, self.id(USER_ID)?);
+        Ok(MemberLeft { event_id, occurred_at, conversation_id, user_id })
+    }
+
+    fn sent(&self, (event_id, occurred_at): Meta) -> Result<MessageSent, DecodeError> {
+        Ok(MessageSent {
+            event_id,
+            occurred_at,
+            conversation_id: self.id(CONVERSATION_ID)?,
+            seq: self.seq(SEQ, 1)?,
+            sender_id: self.id(SENDER_ID)?,
+            mentions: self.ids(MENTIONS)?.unwrap_or_default(),
+            mention_all: self.boolean(MENTION_ALL)?.unwrap_or(false),
+            countable: self.boolean(COUNTABLE)?.unwrap_or(true),
+        })
+    }
+
+    fn recalled(&self, (event_id, occurred_at): Meta) -> Result<MessageRecalled, DecodeError> {
+        let (conversation_id, seq) = (self.id(CONVERSATION_ID)?, self.seq(SEQ, 1)?);
+        Ok(MessageRecalled { event_id, occurred_at, conversation_id, seq })
+    }
+
+    fn published(&self, (event_id, occurred_at): Meta) -> Result<BroadcastPublished, DecodeError> {
         let (broadcast_id, seq) = (self.id(BROADCAST_ID)?, self.seq(SEQ, 1)?);
-        Ok(if type_name == "broadcast.published" {
-            let countable = self.boolean(COUNTABLE)?.unwrap_or(true);
-            ConversationEvent::Published(BroadcastPublished { event_id, occurred_at, broadcast_id, seq, countable })
-        } else {
-            ConversationEvent::Unpublished(BroadcastRecalled { event_id, occurred_at, broadcast_id, seq })
-        })
+        let countable = self.boolean(COUNTABLE)?.unwrap_or(true);
+        Ok(BroadcastPublished { event_id, occurred_at, broadcast_id, seq, countable })
     }
 
-    /// The user events of contract v2 (`type_name` is one of them).
-    fn user_v2(&self, type_name: &str, event_id: String, occurred_at: String) -> Result<UserEvent, DecodeError> {
+    fn unpublished(&self, (event_id, occurred_at): Meta) -> Result<BroadcastRecalled, DecodeError> {
+        let (broadcast_id, seq) = (self.id(BROADCAST_ID)?, self.seq(SEQ, 1)?);
+        Ok(BroadcastRecalled { event_id, occurred_at, broadcast_id, seq })
+    }
+
+    fn read_ack(&self, (event_id, occurred_at): Meta) -> Result<ReadAck, DecodeError> {
+        let (user_id, conversation_id) = (self.id(USER_ID)?, self.id(CONVERSATION_ID)?);
+        Ok(ReadAck { event_id, occurred_at, user_id, conversation_id, read_seq: self.seq(READ_SEQ, 0)? })
+    }
+
+    fn muted(&self, (event_id, occurred_at): Meta) -> Result<ConversationMuted, DecodeError> {
+        let (user_id, conversation_id) = (self.id(USER_ID)?, self.id(CONVERSATION_ID)?);
+        let muted = self.boolean(MUTED)?.ok_or(DecodeError::MissingField { field: "muted" })?;
+        Ok(ConversationMuted { event_id, occurred_at, user_id, conversation_id, muted })
+    }
+
+    fn broadcast_read(&self, (event_id, occurred_at): Meta) -> Result<BroadcastRead, DecodeError> {
         let user_id = self.id(USER_ID)?;
-        let mark = |id: &Self| -> Result<NotificationMark, DecodeError> {
-            Ok(NotificationMark {
-                event_id: event_id.clone(),
-                occurred_at: occurred_at.clone(),
-                user_id: user_id.clone(),
-                notification_id: id.id(NOTIFICATION_ID)?,
-            })
-        };
-        let marks = |id: &Self| -> Result<NotificationsMark, DecodeError> {
-            let category = id.0[CATEGORY].map(|_| id.id(CATEGORY)).transpose()?;
-            Ok(NotificationsMark {
-                event_id: event_id.clone(),
-                occurred_at: occurred_at.clone(),
-                user_id: user_id.clone(),
-                category,
-            })
-        };
-        Ok(match type_name {
-            "broadcast.read" => UserEvent::BroadcastRead(BroadcastRead {
-                broadcast_id: self.id(BROADCAST_ID)?,
-                read_seq: self.seq(READ_SEQ, 0)?,
-                event_id,
-                occurred_at,
-                user_id,
-            }),
-            "notification.created" => UserEvent::NotificationCreated(NotificationCreated {
-                notification_id: self.id(NOTIFICATION_ID)?,
-                category: self.id(CATEGORY)?,
-                event_id,
-                occurred_at,
-                user_id,
-            }),
-            "notification.read" => UserEvent::NotificationRead(mark(self)?),
-            "notification.retracted" => UserEvent::NotificationRetracted(mark(self)?),
-            "notifications.seen" => UserEvent::NotificationsSeen(marks(self)?),
-            "notifications.read" => UserEvent::NotificationsRead(marks(self)?),
-            _ => unreachable!("every name of EVENT_TYPES is matched"),
-        })
+        let (broadcast_id, read_seq) = (self.id(BROADCAST_ID)?, self.seq(READ_SEQ, 0)?);
+        Ok(BroadcastRead { event_id, occurred_at, user_id, broadcast_id, read_seq })
+    }
+
+    fn note_created(&self, (event_id, occurred_at): Meta) -> Result<NotificationCreated, DecodeError> {
+        let user_id = self.id(USER_ID)?;
+        let (notification_id, category) = (self.id(NOTIFICATION_ID)?, self.id(CATEGORY)?);
+        Ok(NotificationCreated { event_id, occurred_at, user_id, notification_id, category })
+    }
+
+    fn note_mark(&self, (event_id, occurred_at): Meta) -> Result<NotificationMark, DecodeError> {
+        let (user_id, notification_id) = (self.id(USER_ID)?, self.id(NOTIFICATION_ID)?);
+        Ok(NotificationMark { event_id, occurred_at, user_id, notification_id })
+    }
+
+    fn notes_mark(&self, (event_id, occurred_at): Meta) -> Result<NotificationsMark, DecodeError> {
+        let user_id = self.id(USER_ID)?;
+        let category = self.0[CATEGORY].map(|_| self.id(CATEGORY)).transpose()?;
+        Ok(NotificationsMark { event_id, occurred_at, user_id, category })
     }
 
     fn raw(&self, i: usize) -> Result<&'a RawValue, DecodeError> {

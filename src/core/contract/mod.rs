@@ -427,41 +427,139 @@ impl Event {
 
     /// The contract's name of the event's type, e.g. `"message.sent"`.
     pub fn type_name(&self) -> &'static str {
+        self.event_type().name()
+    }
+
+    /// The event's type.
+    pub fn event_type(&self) -> EventType {
+        use ConversationEvent as C;
+        use EventType as T;
+        use UserEvent as U;
         match self {
-            Self::Conversation(ConversationEvent::Created(_)) => "conversation.created",
-            Self::Conversation(ConversationEvent::Joined(_)) => "member.joined",
-            Self::Conversation(ConversationEvent::Left(_)) => "member.left",
-            Self::Conversation(ConversationEvent::Sent(_)) => "message.sent",
-            Self::Conversation(ConversationEvent::Recalled(_)) => "message.recalled",
-            Self::User(UserEvent::ReadAck(_)) => "read.ack",
-            Self::User(UserEvent::Muted(_)) => "conversation.muted",
-            Self::Conversation(ConversationEvent::Published(_)) => "broadcast.published",
-            Self::Conversation(ConversationEvent::Unpublished(_)) => "broadcast.recalled",
-            Self::User(UserEvent::BroadcastRead(_)) => "broadcast.read",
-            Self::User(UserEvent::NotificationCreated(_)) => "notification.created",
-            Self::User(UserEvent::NotificationRead(_)) => "notification.read",
-            Self::User(UserEvent::NotificationRetracted(_)) => "notification.retracted",
-            Self::User(UserEvent::NotificationsSeen(_)) => "notifications.seen",
-            Self::User(UserEvent::NotificationsRead(_)) => "notifications.read",
+            Self::Conversation(C::Created(_)) => T::ConversationCreated,
+            Self::Conversation(C::Joined(_)) => T::MemberJoined,
+            Self::Conversation(C::Left(_)) => T::MemberLeft,
+            Self::Conversation(C::Sent(_)) => T::MessageSent,
+            Self::Conversation(C::Recalled(_)) => T::MessageRecalled,
+            Self::Conversation(C::Published(_)) => T::BroadcastPublished,
+            Self::Conversation(C::Unpublished(_)) => T::BroadcastRecalled,
+            Self::User(U::ReadAck(_)) => T::ReadAck,
+            Self::User(U::Muted(_)) => T::ConversationMuted,
+            Self::User(U::BroadcastRead(_)) => T::BroadcastRead,
+            Self::User(U::NotificationCreated(_)) => T::NotificationCreated,
+            Self::User(U::NotificationRead(_)) => T::NotificationRead,
+            Self::User(U::NotificationRetracted(_)) => T::NotificationRetracted,
+            Self::User(U::NotificationsSeen(_)) => T::NotificationsSeen,
+            Self::User(U::NotificationsRead(_)) => T::NotificationsRead,
+        }
+    }
+}
+
+/// The contract's event types (`CONTRACT.md` § Events), the one list of their names: the decoder matches on this
+/// enum exhaustively, so a type listed here and not decoded does not compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `conversation.created`
+    ConversationCreated,
+    /// `member.joined`
+    MemberJoined,
+    /// `member.left`
+    MemberLeft,
+    /// `message.sent`
+    MessageSent,
+    /// `message.recalled`
+    MessageRecalled,
+    /// `broadcast.published`
+    BroadcastPublished,
+    /// `broadcast.recalled`
+    BroadcastRecalled,
+    /// `read.ack`
+    ReadAck,
+    /// `conversation.muted`
+    ConversationMuted,
+    /// `broadcast.read`
+    BroadcastRead,
+    /// `notification.created`
+    NotificationCreated,
+    /// `notification.read`
+    NotificationRead,
+    /// `notification.retracted`
+    NotificationRetracted,
+    /// `notifications.seen`
+    NotificationsSeen,
+    /// `notifications.read`
+    NotificationsRead,
+}
+
+impl EventType {
+    /// Every type, in the order of `CONTRACT.md`.
+    pub const ALL: [EventType; 15] = {
+        use EventType::*;
+        [
+            ConversationCreated,
+            MemberJoined,
+            MemberLeft,
+            MessageSent,
+            MessageRecalled,
+            BroadcastPublished,
+            BroadcastRecalled,
+            ReadAck,
+            ConversationMuted,
+            BroadcastRead,
+            NotificationCreated,
+            NotificationRead,
+            NotificationRetracted,
+            NotificationsSeen,
+            NotificationsRead,
+        ]
+    };
+
+    /// The type's name on the wire, e.g. `"message.sent"`.
+    pub const fn name(self) -> &'static str {
+        use EventType::*;
+        match self {
+            ConversationCreated => "conversation.created",
+            MemberJoined => "member.joined",
+            MemberLeft => "member.left",
+            MessageSent => "message.sent",
+            MessageRecalled => "message.recalled",
+            BroadcastPublished => "broadcast.published",
+            BroadcastRecalled => "broadcast.recalled",
+            ReadAck => "read.ack",
+            ConversationMuted => "conversation.muted",
+            BroadcastRead => "broadcast.read",
+            NotificationCreated => "notification.created",
+            NotificationRead => "notification.read",
+            NotificationRetracted => "notification.retracted",
+            NotificationsSeen => "notifications.seen",
+            NotificationsRead => "notifications.read",
+        }
+    }
+
+    /// The type named `name`, if the contract has one.
+    pub fn parse(name: &str) -> Option<EventType> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The topic events of this type are published to.
+    pub const fn stream(self) -> Stream {
+        use EventType::*;
+        match self {
+            ConversationCreated | MemberJoined | MemberLeft | MessageSent | MessageRecalled | BroadcastPublished
+            | BroadcastRecalled => Stream::Conversation,
+            ReadAck | ConversationMuted | BroadcastRead | NotificationCreated | NotificationRead
+            | NotificationRetracted | NotificationsSeen | NotificationsRead => Stream::User,
         }
     }
 }
 
 /// The names of the contract's event types, in the order of `CONTRACT.md`.
-pub const EVENT_TYPES: [&str; 15] = [
-    "conversation.created",
-    "member.joined",
-    "member.left",
-    "message.sent",
-    "message.recalled",
-    "broadcast.published",
-    "broadcast.recalled",
-    "read.ack",
-    "conversation.muted",
-    "broadcast.read",
-    "notification.created",
-    "notification.read",
-    "notification.retracted",
-    "notifications.seen",
-    "notifications.read",
-];
+pub const EVENT_TYPES: [&str; 15] = {
+    let mut names = [""; 15];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = EventType::ALL[i].name();
+        i += 1;
+    }
+    names
+};

@@ -13,8 +13,24 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::group::Assignment;
 use crate::checkpoint::Stage;
+
+/// A shared view of a stage's consumer-group assignment, for readiness (`/readyz`) and the partition gauges: the
+/// group member ([`crate::service::group`]) writes it at each rebalance, the API and the metrics read it.
+#[derive(Debug, Default)]
+pub struct Assignment {
+    /// The partition numbers currently assigned.
+    pub(crate) partitions: Mutex<HashSet<i32>>,
+    /// Rebalance events seen (assignments and revocations).
+    pub rebalances: std::sync::atomic::AtomicUsize,
+}
+
+impl Assignment {
+    /// The partition numbers currently assigned.
+    pub fn partitions(&self) -> HashSet<i32> {
+        self.partitions.lock().expect("not poisoned").clone()
+    }
+}
 
 /// The content type of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -70,8 +86,10 @@ pub struct Metrics {
     fenced: Counter,
     kafka_fenced: Counter,
     zombie_deltas: Counter,
+    fanout_batch: Family<KindLabel, Counter>,
     flush_latency: LatencyFamily,
     transaction_latency: LatencyFamily,
+    kafka_commit_latency: Histogram,
     lag: Family<LagLabels, Gauge>,
     lag_labels: Mutex<HashSet<LagLabels>>,
     assigned: Family<StageLabel, Gauge>,
@@ -101,8 +119,10 @@ impl Default for Metrics {
             fenced: Counter::default(),
             kafka_fenced: Counter::default(),
             zombie_deltas: Counter::default(),
+            fanout_batch: Family::default(),
             flush_latency: Family::new_with_constructor(latency_histogram),
             transaction_latency: Family::new_with_constructor(latency_histogram),
+            kafka_commit_latency: latency_histogram(),
             lag: Family::default(),
             lag_labels: Mutex::new(HashSet::new()),
             assigned: Family::default(),
@@ -157,9 +177,18 @@ impl Metrics {
             "Deltas dropped by the fold's fence: from a fan-out task whose lease had moved",
             zombie,
         );
+        let batch = self.fanout_batch.clone();
+        r.register(
+            "fanout_outcomes",
+            "What the fan-out met besides deltas: duplicate_message (a seq at or below the head, ignored), \
+             early_recall (a recall above the head, ignored), to_read and to_write (read-diffusion switches)",
+            batch,
+        );
         r.register("flush_seconds", "Latency of one whole flush, by stage", self.flush_latency.clone());
         let tx = self.transaction_latency.clone();
         r.register("checkpoint_transaction_seconds", "Latency of the PostgreSQL checkpoint transaction, by stage", tx);
+        let kafka = self.kafka_commit_latency.clone();
+        r.register("kafka_commit_seconds", "Latency of the fan-out's Kafka transaction commit", kafka);
         r.register(
             "partition_lag",
             "Records behind the end of an input partition, as its task last saw",
@@ -244,6 +273,25 @@ impl Metrics {
         self.transaction_latency.get_or_create(&label).observe(checkpoint.as_secs_f64());
     }
 
+    /// What one fan-out batch met besides deltas ([`crate::core::fanout::BatchStats`]).
+    pub fn fanout_batch(&self, stats: &crate::core::fanout::BatchStats) {
+        for (kind, n) in [
+            ("duplicate_message", stats.duplicate_messages),
+            ("early_recall", stats.early_recalls),
+            ("to_read", stats.to_read),
+            ("to_write", stats.to_write),
+        ] {
+            if n > 0 {
+                self.fanout_batch.get_or_create(&KindLabel { kind }).inc_by(n);
+            }
+        }
+    }
+
+    /// The fan-out committed its Kafka transaction in `took`.
+    pub fn kafka_commit(&self, took: Duration) {
+        self.kafka_commit_latency.observe(took.as_secs_f64());
+    }
+
     /// The lag of one input partition as its task last saw it (end offset minus its next offset).
     pub fn lag(&self, stage: Stage, topic: &str, partition: i32, lag: i64) {
         let labels = LagLabels { stage: stage.as_str(), topic: topic.to_owned(), partition };
@@ -308,6 +356,8 @@ mod tests {
         let m = Metrics::default();
         m.processed("t", 3);
         m.flush_latency(Stage::Fold, Duration::from_millis(3), Duration::from_millis(1));
+        m.kafka_commit(Duration::from_millis(2));
+        m.fanout_batch(&crate::core::fanout::BatchStats { duplicate_messages: 2, ..Default::default() });
         m.lag(Stage::Fold, "a", 1, 5);
         m.lag(Stage::Fold, "b", 1, 6);
         m.lag(Stage::FanOut, "c", 1, 7);
@@ -315,6 +365,8 @@ mod tests {
         assert!(text.contains("# HELP unread_events_processed Input records processed"), "{text}");
         assert!(text.contains("unread_events_processed_total{topic=\"t\"} 3"), "{text}");
         assert!(text.contains("unread_flush_seconds_bucket{le=\"+Inf\",stage=\"fold\"} 1"), "{text}");
+        assert!(text.contains("unread_fanout_outcomes_total{kind=\"duplicate_message\"} 2"), "{text}");
+        assert!(text.contains("unread_kafka_commit_seconds_bucket{le=\"0.0025\"} 1"), "{text}");
         assert!(text.contains("unread_partition_lag{stage=\"fold\",topic=\"b\",partition=\"1\"} 6"), "{text}");
         m.forget_lag(Stage::Fold, 1);
         let text = m.render();

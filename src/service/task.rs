@@ -1,0 +1,114 @@
+//! The one partition task of both stages: lease → load → rewind → batches under the flush policy → pre-commit →
+//! commit. What differs per stage is a [`StageTask`]: how it applies a batch, what must precede its commit (the
+//! fan-out's delivery acks and Kafka commit), and what it commits. Everything else, the loop, when to commit, the
+//! idle check of the Redis marker and the metrics of each commit, is here once.
+//!
+//! Words, the same in both stages, in the flags and in the metrics:
+//! - **commit**: the [`crate::state::commit`] protocol, Redis → marker → PostgreSQL with the offsets (a
+//!   "flush" in the flags `--flush-interval` and `--flush-events`, which say when it happens);
+//! - **pre-commit**: what a stage must finish before it commits (fan-out: every delta acknowledged and its Kafka
+//!   transaction committed; fold: its lease checked);
+//! - **Kafka commit**: the fan-out's Kafka transaction commit, also due between commits every
+//!   `--transaction-interval` (`unread_kafka_commit_seconds`);
+//! - **checkpoint**: the PostgreSQL transaction of a commit (`unread_checkpoint_transaction_seconds`).
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::OwnedMessage;
+
+use super::group::PartitionInput;
+use super::{Shared, TaskError};
+use crate::checkpoint::Stage;
+use crate::state::commit::{commit, Commit};
+
+/// How often an idle task checks that Redis still holds its partition (and rewrites it when not): 1 s.
+pub const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// What one stage's partition task does differently; [`run`] drives it.
+pub trait StageTask: Send {
+    /// The stage.
+    const STAGE: Stage;
+    /// Most records taken in one batch.
+    const MAX_BATCH: usize;
+
+    /// The task's input and what it shares with the other tasks.
+    fn parts(&mut self) -> (&mut PartitionInput, &Shared);
+
+    /// Applies a batch of records (bad ones go to the dead-letter topic). Returns how many records it moved past.
+    fn apply(&mut self, batch: &[OwnedMessage]) -> impl Future<Output = Result<usize, TaskError>> + Send;
+
+    /// How long until an interim step is due between commits (the fan-out's Kafka commit); `None`: none pending.
+    fn interim_due_in(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The interim step ([`StageTask::interim_due_in`]).
+    fn interim(&mut self) -> impl Future<Output = Result<(), TaskError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// What must be done before the commit: waits for what the commit covers to be durable elsewhere.
+    fn pre_commit(&mut self) -> impl Future<Output = Result<(), TaskError>> + Send;
+
+    /// The commit of everything changed since the last one: its Redis writes (all of the partition's when Redis
+    /// lost it, then marked), rows and offsets. `None`: nothing to write (an idle check found Redis whole).
+    fn prepare(&mut self, idle: bool) -> impl Future<Output = Result<Option<Commit>, TaskError>> + Send;
+
+    /// The commit is durable: forget what it covered.
+    fn committed(&mut self);
+}
+
+/// Runs a loaded task until its input closes (then it commits and returns): applies batches; commits after
+/// `flush.interval` with anything pending or once `flush.events` records are pending; runs the interim step when
+/// due; and when idle, checks every [`IDLE_CHECK`] that Redis still holds the partition.
+///
+/// Errors: as the stage's steps, or the commit's ([`crate::state::commit::commit`]); the dispatcher restarts the
+/// task from its checkpoint.
+pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
+    let flush = task.parts().1.flush;
+    let (mut pending, mut last_commit) = (0usize, Instant::now());
+    loop {
+        let wait = task.interim_due_in().map_or(flush.interval, |due| due.min(flush.interval));
+        let Some(batch) = task.parts().0.next_batch(T::MAX_BATCH, wait).await else {
+            let done = commit_task(&mut task, false).await;
+            let (input, shared) = task.parts();
+            shared.metrics.forget_lag(T::STAGE, input.partition);
+            return done;
+        };
+        pending += task.apply(&batch).await?;
+        if pending >= flush.events || (pending > 0 && last_commit.elapsed() >= flush.interval) {
+            commit_task(&mut task, false).await?;
+            (pending, last_commit) = (0, Instant::now());
+        } else if task.interim_due_in().is_some_and(|due| due.is_zero()) {
+            task.interim().await?;
+        } else if batch.is_empty() && pending == 0 && last_commit.elapsed() >= IDLE_CHECK {
+            commit_task(&mut task, true).await?;
+            last_commit = Instant::now();
+        }
+    }
+}
+
+/// Pre-commit, then the commit, then its metrics, Kafka's offset hint and the lag probe.
+async fn commit_task<T: StageTask>(task: &mut T, idle: bool) -> Result<(), TaskError> {
+    let started = Instant::now();
+    if !idle {
+        task.pre_commit().await?;
+    }
+    let Some(c) = task.prepare(idle).await? else { return Ok(()) };
+    let (input, sh) = task.parts();
+    let done = commit(sh.home(), &c).await?;
+    sh.metrics.checkpoint(started.elapsed());
+    sh.metrics.flush_latency(T::STAGE, started.elapsed(), done.postgres);
+    let offsets: Vec<(&str, i64)> = c.offsets.iter().map(|(i, o)| (i.topic(&sh.topics), *o)).collect();
+    input.store_offsets(&offsets);
+    for (topic, next) in offsets {
+        // The lag probe may wait up to 1 s for the broker: after the counters above.
+        if let Some(lag) = input.lag(topic, next) {
+            sh.metrics.lag(T::STAGE, topic, input.partition, lag);
+        }
+    }
+    tracing::debug!(stage = %T::STAGE, partition = input.partition, rows = done.rows, written = done.written, "commit");
+    task.committed();
+    Ok(())
+}

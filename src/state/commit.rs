@@ -1,0 +1,173 @@
+//! The one commit protocol of partition state, used by both stages and by replay: Redis writes (version-guarded)
+//! → the partition's marker (after a whole rewrite) → one PostgreSQL transaction with the changed rows and the
+//! next offsets, under the partition's lease.
+//!
+//! Redis goes first so that a crash between the two leaves Redis ahead of the checkpoint, never behind: the task
+//! restarted from the checkpoint rewrites those users, and the version guard refuses what would go backwards
+//! (docs/guarantees.md). Whatever must precede the commit (the fan-out's delivery acks and Kafka commit) is the
+//! caller's pre-commit step, done before [`commit`].
+
+use std::time::{Duration, Instant};
+
+use super::offsets::Input;
+use super::retry::retry;
+use super::StateResult;
+use crate::checkpoint::store::{Changes, CheckpointStore};
+use crate::checkpoint::{self, Stage};
+use crate::core::fanout::FanOut;
+use crate::core::fold::Fold;
+use crate::metrics::Metrics;
+use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
+use crate::projection::ProjectionError;
+use crate::topology::Topics;
+
+/// What partition state is committed to: a namespace's topics (for the offsets' names), its checkpoint store and
+/// projection, and the metrics commits count into.
+#[derive(Clone, Copy)]
+pub struct Home<'a> {
+    /// The namespace's topics.
+    pub topics: &'a Topics,
+    /// The namespace's checkpoint store.
+    pub store: &'a CheckpointStore,
+    /// The namespace's projection.
+    pub projection: &'a RedisProjection,
+    /// Where retries and commits are counted.
+    pub metrics: &'a Metrics,
+}
+
+/// What a commit writes to Redis before its checkpoint.
+#[derive(Debug, Default)]
+pub enum RedisWrites {
+    /// Nothing (a fan-out partition without lists or indexes).
+    #[default]
+    Nothing,
+    /// Users' hashes (the fold).
+    Users(Vec<UserWrite>),
+    /// Broadcast lists and read-diffused conversations' indexes (the fan-out).
+    Lists(Vec<ListWrite>),
+}
+
+/// One partition's commit.
+#[derive(Debug)]
+pub struct Commit {
+    /// Whose partition.
+    pub stage: Stage,
+    /// The partition number.
+    pub partition: i32,
+    /// The lease generation the committing task holds.
+    pub generation: i64,
+    /// The Redis writes, applied first.
+    pub redis: RedisWrites,
+    /// Whether the writes rewrote the partition's whole projection: its marker is set after them.
+    pub mark: bool,
+    /// The changed rows of the checkpoint.
+    pub changes: Changes,
+    /// The next offsets of the partition's inputs.
+    pub offsets: Vec<(Input, i64)>,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Committed {
+    /// Redis writes applied.
+    pub written: usize,
+    /// Redis writes the version guard refused (another task is ahead).
+    pub refused: usize,
+    /// Checkpoint rows written or deleted.
+    pub rows: usize,
+    /// Bytes of encoded state written.
+    pub bytes: usize,
+    /// Time in the PostgreSQL transaction (with its retries).
+    pub postgres: Duration,
+}
+
+/// Commits `c`: Redis, the marker, then PostgreSQL, each retried while its failure is transient (60 s at most).
+///
+/// Errors: Redis or PostgreSQL still failing after retries; [`crate::checkpoint::store::StoreError::Fenced`] when
+/// another task took the lease (Redis may then hold writes the guard accepted: the successor's are newer and win).
+pub async fn commit(home: Home<'_>, c: &Commit) -> StateResult<Committed> {
+    let (m, p) = (home.metrics, c.partition);
+    let (written, refused) = retry(m, "redis", || async {
+        let r = match &c.redis {
+            RedisWrites::Nothing => (0, 0),
+            RedisWrites::Users(w) => home.projection.write(w).await?,
+            RedisWrites::Lists(w) => home.projection.write_lists(w).await?,
+        };
+        if c.mark {
+            home.projection.set_marker(c.stage, p).await?;
+        }
+        Ok::<_, ProjectionError>(r)
+    })
+    .await?;
+    if refused > 0 {
+        tracing::warn!(stage = %c.stage, partition = p, refused, "projection refused older writes (another task is ahead)");
+    }
+    if matches!(c.redis, RedisWrites::Users(_)) {
+        m.redis_writes(written);
+    }
+    let offsets: Vec<(&str, i64)> = c.offsets.iter().map(|(i, o)| (i.topic(home.topics), *o)).collect();
+    let started = Instant::now();
+    retry(m, "postgres", || home.store.commit(c.stage, p, c.generation, &c.changes, &offsets)).await?;
+    let postgres = started.elapsed();
+    let (rows, bytes) = c.changes.size();
+    m.checkpoint_rows(rows, bytes);
+    Ok(Committed { written, refused, rows, bytes, postgres })
+}
+
+/// The key of what a fan-out checkpoint writes: a conversation's row or a broadcast list's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FanOutKey {
+    /// A conversation (`fanout_conversations`).
+    Conversation(String),
+    /// A broadcast list (`fanout_lists`).
+    List(String),
+}
+
+impl FanOutKey {
+    /// The key of an event's target.
+    pub fn of(target: crate::core::contract::Target<'_>) -> Self {
+        match target {
+            crate::core::contract::Target::Conversation(id) => FanOutKey::Conversation(id.to_owned()),
+            crate::core::contract::Target::Broadcast(id) => FanOutKey::List(id.to_owned()),
+        }
+    }
+
+    /// The conversation or list id.
+    pub fn id(&self) -> &str {
+        match self {
+            FanOutKey::Conversation(id) | FanOutKey::List(id) => id,
+        }
+    }
+}
+
+/// What a fan-out checkpoint writes for the changed conversations and lists.
+pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a FanOutKey>) -> Changes {
+    let mut changes = Changes::default();
+    for key in dirty {
+        match key {
+            FanOutKey::List(id) => {
+                changes.lists.extend(fanout.list(id).map(|l| (id.clone(), Some(checkpoint::encode_list(l)))));
+            }
+            FanOutKey::Conversation(id) => {
+                let c = fanout.conversation(id).map(checkpoint::encode_conversation);
+                changes.states.extend(c.map(|c| (id.clone(), Some(c))));
+            }
+        }
+    }
+    changes
+}
+
+/// What a fold checkpoint writes for `users`: each user's own row (deleted when nothing is kept) and the
+/// remembered notifications that changed since the last commit (taken from the fold).
+pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a String>) -> Changes {
+    let mut changes = Changes::default();
+    for user in users {
+        changes.states.push((user.clone(), fold.user(user).map(checkpoint::encode_user)));
+        let Some(state) = fold.user_mut_existing(user) else { continue };
+        for id in state.notes_mut().take_dirty() {
+            let note = state.notes().note(&id).map(checkpoint::encode_note);
+            changes.notes.push(((user.clone(), id), note));
+        }
+    }
+    changes
+}

@@ -1,0 +1,161 @@
+//! Loading checkpointed state: one partition's under a fresh lease (what a stage's task starts from), or a whole
+//! namespace's from checkpoint rows (replay), and the shared lists and indexes that views built from the
+//! checkpoint combine with each user's state.
+
+use std::collections::HashMap;
+
+use super::offsets::{FoldNext, Input, Offsets};
+use super::{StateError, StateResult};
+use crate::checkpoint::store::{CheckpointStore, NoteRow, StateRow};
+use crate::checkpoint::{self, Stage};
+use crate::core::broadcast::SharedLists;
+use crate::core::delta::Fence;
+use crate::core::fanout::FanOut;
+use crate::core::fold::Fold;
+use crate::core::hybrid::Diffusion;
+use crate::core::notifications::{Note, NoteBook};
+use crate::topology::Topics;
+
+/// A fan-out partition's checkpointed state, loaded under the lease taken for it.
+pub struct FanOutPartition {
+    /// The lease generation taken.
+    pub generation: i64,
+    /// The next offset of its `unread.conversation-events` partition.
+    pub next: i64,
+    /// Its conversations and broadcast lists.
+    pub fanout: FanOut,
+}
+
+/// A fold partition's checkpointed state, loaded under the lease taken for it.
+pub struct FoldPartition {
+    /// The lease generation taken.
+    pub generation: i64,
+    /// The next offsets of its two input partitions.
+    pub next: FoldNext,
+    /// Its users with their remembered notifications.
+    pub fold: Fold,
+    /// Its fence against zombie deltas.
+    pub fence: Fence,
+}
+
+/// Takes fan-out partition `p`'s lease as `owner`, then loads its offset and state.
+///
+/// The lease comes first: from then on the previous owner cannot commit, so the offset and the state read next
+/// are one checkpoint. (Read the other way round, a commit in between gave a state newer than its offset:
+/// re-processing a leave and a rejoin on it moved the member's join head forward and lost its unread.)
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn fanout_partition(
+    store: &CheckpointStore,
+    topics: &Topics,
+    p: i32,
+    owner: &str,
+    diffusion: Diffusion,
+) -> StateResult<FanOutPartition> {
+    let generation = store.acquire(Stage::FanOut, p, owner).await?;
+    let topic = Input::ConversationEvents.topic(topics);
+    let next = store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
+    let fanout = fanout_from_rows(store.states(Stage::FanOut, Some(p)).await?, store.lists(Some(p)).await?, diffusion)?;
+    Ok(FanOutPartition { generation, next, fanout })
+}
+
+/// Takes fold partition `p`'s lease as `owner`, then loads both offsets, its users and its fence (lease first, as
+/// in [`fanout_partition`]).
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn fold_partition(store: &CheckpointStore, topics: &Topics, p: i32, owner: &str) -> StateResult<FoldPartition> {
+    let generation = store.acquire(Stage::Fold, p, owner).await?;
+    let next = FoldNext::load(store, topics, p).await?;
+    let fold = fold_from_rows(store.states(Stage::Fold, Some(p)).await?, store.notes(Some(p)).await?)?;
+    let fence = Fence::from_rows(store.fences(p).await?);
+    Ok(FoldPartition { generation, next, fold, fence })
+}
+
+/// Every conversation and list of the namespace's fan-out (a resumed replay).
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn whole_fanout(store: &CheckpointStore, diffusion: Diffusion) -> StateResult<FanOut> {
+    fanout_from_rows(store.states(Stage::FanOut, None).await?, store.lists(None).await?, diffusion)
+}
+
+/// Every user of the namespace's fold (a resumed replay).
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn whole_fold(store: &CheckpointStore) -> StateResult<Fold> {
+    fold_from_rows(store.states(Stage::Fold, None).await?, store.notes(None).await?)
+}
+
+/// Both stages' checkpointed offsets of a namespace (a resumed replay).
+///
+/// Errors: PostgreSQL failing.
+pub async fn all_offsets(store: &CheckpointStore, topics: &Topics) -> StateResult<Offsets> {
+    let mut rows = store.offsets(Stage::FanOut).await?;
+    rows.extend(store.offsets(Stage::Fold).await?);
+    Ok(Offsets::from_rows(topics, rows))
+}
+
+/// A fan-out from checkpoint rows of conversations and broadcast lists.
+///
+/// Errors: a corrupt row.
+pub fn fanout_from_rows(conversations: Vec<StateRow>, lists: Vec<StateRow>, diffusion: Diffusion) -> StateResult<FanOut> {
+    let mut fanout = FanOut::with_diffusion(diffusion);
+    for row in conversations {
+        let state = checkpoint::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
+        fanout.restore(row.id, state);
+    }
+    for row in lists {
+        let state = checkpoint::decode_list(&row.state).map_err(StateError::corrupt(&row.id))?;
+        fanout.restore_list(row.id, state);
+    }
+    Ok(fanout)
+}
+
+/// A fold from checkpoint rows of users and their remembered notifications.
+///
+/// Errors: a corrupt row.
+pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>) -> StateResult<Fold> {
+    let mut by_user = notes_by_user(notes)?;
+    let mut fold = Fold::new();
+    for row in users {
+        let mut state = checkpoint::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
+        state.set_notes(NoteBook::restore(by_user.remove(&row.id).unwrap_or_default()));
+        fold.restore(row.id, state);
+    }
+    Ok(fold)
+}
+
+/// Remembered notifications' rows decoded and grouped by user.
+///
+/// Errors: a corrupt row.
+pub fn notes_by_user(notes: Vec<NoteRow>) -> StateResult<HashMap<String, Vec<(String, Note)>>> {
+    let mut by_user: HashMap<String, Vec<(String, Note)>> = HashMap::new();
+    for row in notes {
+        let id = format!("{}/{}", row.user_id, row.notification_id);
+        let note = checkpoint::decode_note(&row.state).map_err(StateError::corrupt(&id))?;
+        by_user.entry(row.user_id).or_default().push((row.notification_id, note));
+    }
+    Ok(by_user)
+}
+
+/// Every broadcast list of the checkpoint, and the index of every read-diffused conversation among
+/// `conversations` (all conversations for `None`): what views built from the checkpoint combine with each user's
+/// state.
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn shared_lists(store: &CheckpointStore, conversations: Option<&[String]>) -> StateResult<SharedLists> {
+    let mut shared = SharedLists::default();
+    for row in store.lists(None).await? {
+        let state = checkpoint::decode_list(&row.state).map_err(StateError::corrupt(&row.id))?;
+        shared.lists.insert(row.id, state);
+    }
+    let rows = match conversations {
+        Some([]) => Vec::new(),
+        Some(ids) => store.states_of(Stage::FanOut, ids).await?,
+        None => store.states(Stage::FanOut, None).await?,
+    };
+    for row in rows {
+        let state = checkpoint::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
+        shared.indexes.extend(state.index.map(|index| (row.id, index)));
+    }
+    Ok(shared)
+}

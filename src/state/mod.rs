@@ -1,0 +1,57 @@
+//! The home of checkpointed partition state: a shell over PostgreSQL ([`crate::checkpoint`]) and Redis
+//! ([`crate::projection`]), with no Kafka in it.
+//!
+//! - [`offsets`]: the inputs of each stage ([`Input`]) and their next offsets, typed, one shape everywhere;
+//! - [`load`]: one loader of a partition's state (fan-out or fold, with its fence) under its lease, and the
+//!   loaders of a whole namespace's state from checkpoint rows (replay, `--from checkpoint`);
+//! - [`user`]: one reader of a user's checkpointed state with its version and its Redis write, for degraded reads,
+//!   `verify`, `projection rebuild` and `inspect`;
+//! - [`commit`]: the one commit protocol, Redis writes → the partition's marker → the PostgreSQL transaction
+//!   with the offsets, used by both stages and by replay;
+//! - [`verify`]: the Redis projection compared with the checkpoint, user by user.
+//!
+//! The stages ([`crate::service`]), replay ([`crate::replay`]), the operator tools ([`crate::ops`]) and the API's
+//! degraded reads ([`crate::api::fallback`]) all reach checkpointed state through here, never through each other.
+
+pub mod commit;
+pub mod load;
+pub mod offsets;
+pub mod user;
+pub mod retry;
+pub mod verify;
+
+pub use offsets::{FoldNext, Input, Offsets};
+
+use crate::checkpoint::store::StoreError;
+use crate::checkpoint::CheckpointError;
+use crate::projection::ProjectionError;
+
+/// Why reading or committing partition state failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The checkpoint store failed (still after retries) or fenced the caller.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Redis failed (still after retries), or holds a malformed hash.
+    #[error(transparent)]
+    Projection(#[from] ProjectionError),
+    /// A checkpointed state does not decode.
+    #[error("checkpoint of {id:?}: {source}")]
+    Corrupt {
+        /// The user, conversation, list or `user/notification`.
+        id: String,
+        /// Why it does not decode.
+        #[source]
+        source: CheckpointError,
+    },
+}
+
+impl StateError {
+    /// The `map_err` of decoding the row of `id`.
+    pub fn corrupt(id: &str) -> impl FnOnce(CheckpointError) -> StateError + '_ {
+        move |source| StateError::Corrupt { id: id.to_owned(), source }
+    }
+}
+
+/// A result of the state home.
+pub type StateResult<T> = Result<T, StateError>;

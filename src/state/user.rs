@@ -1,0 +1,104 @@
+//! One reader of users' checkpointed state: each user's decoded state with its fold partition and the projection
+//! version of its checkpoint, from which a view (with the checkpoint's shared lists) and a Redis write follow. The
+//! API's degraded reads, `verify`, `projection rebuild` and `inspect` all read users through here.
+
+use chrono::{DateTime, Utc};
+
+use super::load::shared_lists;
+use super::offsets::CheckpointVersions;
+use super::{StateError, StateResult};
+use crate::checkpoint::store::{CheckpointStore, StateRow};
+use crate::checkpoint::{self, Stage};
+use crate::core::broadcast::Lists;
+use crate::core::contract::UserView;
+use crate::core::fold::UserState;
+use crate::projection::redis::UserWrite;
+use crate::projection::ProjectionVersion;
+use super::FoldNext;
+use crate::topology::Topics;
+
+/// One user's checkpointed state.
+#[derive(Debug, Clone)]
+pub struct UserCheckpoint {
+    /// The user.
+    pub user_id: String,
+    /// The fold partition whose task owns the user.
+    pub partition: i32,
+    /// The decoded state.
+    pub state: UserState,
+    /// The version of the checkpoint the state is part of: its partition's lease generation and both offsets.
+    pub version: ProjectionVersion,
+    /// Bytes of the encoded row.
+    pub bytes: usize,
+}
+
+impl UserCheckpoint {
+    fn decode(row: StateRow, version: ProjectionVersion) -> StateResult<Self> {
+        let state = checkpoint::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let (user_id, partition, bytes) = (row.id, row.partition, row.state.len());
+        Ok(Self { user_id, partition, state, version, bytes })
+    }
+
+    /// The user's counts, with broadcast and read-diffused counts from `lists`.
+    pub fn view(&self, lists: &impl Lists) -> UserView {
+        self.state.view(&self.user_id, lists)
+    }
+
+    /// The Redis write of the user's whole hash at the checkpoint's version: the version guard refuses it wherever
+    /// Redis holds newer state.
+    pub fn write(&self) -> UserWrite {
+        UserWrite::of_state(&self.user_id, Some(&self.state), self.version)
+    }
+
+    /// The read-diffused conversations the user is a member of: the indexes its view needs.
+    pub fn indexed(&self) -> Vec<String> {
+        self.state.read_diffused().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// [`UserCheckpoint::view`] with the checkpoint's lists and the indexes this user needs, read from `store`.
+    ///
+    /// Errors: PostgreSQL failing, or a corrupt list or conversation row.
+    pub async fn view_from(&self, store: &CheckpointStore) -> StateResult<UserView> {
+        Ok(self.view(&shared_lists(store, Some(&self.indexed())).await?))
+    }
+}
+
+/// Which users [`users`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Which<'a> {
+    /// Every checkpointed user.
+    All,
+    /// `n` users chosen at random.
+    Sample(usize),
+    /// These users (those with no checkpointed state are left out).
+    Of(&'a [String]),
+}
+
+/// The checkpointed state of `which` users, each at its partition's checkpoint version.
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn users(store: &CheckpointStore, topics: &Topics, which: Which<'_>) -> StateResult<Vec<UserCheckpoint>> {
+    let versions = CheckpointVersions::load(topics, store).await?;
+    let rows = match which {
+        Which::All => store.states(Stage::Fold, None).await?,
+        Which::Sample(n) => store.states_sample(Stage::Fold, n).await?,
+        Which::Of([]) => Vec::new(),
+        Which::Of(ids) => store.states_of(Stage::Fold, ids).await?,
+    };
+    rows.into_iter().map(|row| { let v = versions.of(row.partition); UserCheckpoint::decode(row, v) }).collect()
+}
+
+/// One user's checkpointed state and when the checkpoint that wrote it committed; `None` when the checkpoint has
+/// no state for the user. Reads only the user's own partition's offsets and lease.
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn user(
+    store: &CheckpointStore,
+    topics: &Topics,
+    user_id: &str,
+) -> StateResult<Option<(UserCheckpoint, DateTime<Utc>)>> {
+    let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
+    let p = row.row.partition;
+    let version = FoldNext::load(store, topics, p).await?.version(store.generation(Stage::Fold, p).await?);
+    Ok(Some((UserCheckpoint::decode(row.row, version)?, row.updated_at)))
+}
