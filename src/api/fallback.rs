@@ -95,7 +95,11 @@ impl Fallback {
 
     /// The user's checkpointed state ([`crate::state::user`]) with the store it came from; `None` when the
     /// checkpoint has no state for the user.
-    async fn checkpointed(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<(CheckpointStore, UserCheckpoint)>> {
+    async fn checkpointed(
+        &self,
+        namespace: &str,
+        user_id: &str,
+    ) -> anyhow::Result<Option<(CheckpointStore, UserCheckpoint)>> {
         let store = self.store(namespace).await?;
         let topics = self.settings.in_namespace(namespace)?.topics();
         let user = crate::state::user::user(&store, &topics, user_id).await?;

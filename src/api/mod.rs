@@ -55,9 +55,9 @@ use openapi::{ErrorBody, ErrorDetail, ReadErrors};
 
 use crate::checkpoint::Stage;
 use crate::core::contract::{validate_id, UserView};
+use crate::metrics::{Assignment, Metrics};
 use crate::namespace::LiveProjection;
 use crate::projection::ProjectionError;
-use crate::metrics::{Assignment, Metrics};
 
 /// What the handlers share (behind one `Arc`).
 pub struct ApiState {

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::contract::ConversationEvent;
 use crate::core::hybrid::ConvIndex;
-use crate::core::seqset::SeqSet;
 pub use crate::core::lists::{ListId, ListOp};
+use crate::core::seqset::SeqSet;
 
 /// One list's state: its head and the publications that count.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,7 +19,6 @@ pub struct ListState {
     /// The countable publications not recalled.
     pub live: SeqSet,
 }
-
 
 impl ListState {
     /// Applies `broadcast.published` or `broadcast.recalled`; returns the op that changed the live seqs, if any.

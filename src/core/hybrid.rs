@@ -14,10 +14,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::lists::ListOp;
 use crate::core::contract::UserView;
-use crate::core::totals::Totals;
+use crate::core::lists::ListOp;
 use crate::core::seqset::SeqSet;
+use crate::core::totals::Totals;
 
 /// The default threshold: conversations with at least 1,000 members are read-diffused.
 pub const DEFAULT_THRESHOLD: u64 = 1000;

@@ -6,4 +6,3 @@ pub mod inspect;
 pub mod lag;
 pub mod rebuild;
 pub mod verify;
-

@@ -5,14 +5,14 @@ use std::fmt;
 
 use anyhow::Context;
 
-use crate::state::offsets::CheckpointVersions;
-use crate::state::user::Which;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{self, Stage};
 use crate::config::Settings;
 use crate::core::broadcast::ListId;
 use crate::kafka;
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
+use crate::state::offsets::CheckpointVersions;
+use crate::state::user::Which;
 
 /// What a rebuild did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -65,7 +65,8 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     info!(partition = p, generation, next, "fan-out task started");
     input.rewind(&shared.topics.conversation_events, next).await;
     let (dirty, in_flight, transaction_since) = (HashSet::new(), Vec::new(), None);
-    let mut task = FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight };
+    let mut task =
+        FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight };
     let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
     discard(task.producer);
     result
@@ -231,7 +232,13 @@ impl StageTask for &mut FanOutTask {
         let changes = fanout_changes(&self.fanout, self.dirty.iter());
         let (stage, partition, generation) = (Stage::FanOut, self.input.partition, self.generation);
         let offsets = vec![(Input::ConversationEvents, self.next)];
-        debug!(partition, next = self.next, conversations = changes.states.len(), lists = changes.lists.len(), "fan-out commit");
+        debug!(
+            partition,
+            next = self.next,
+            conversations = changes.states.len(),
+            lists = changes.lists.len(),
+            "fan-out commit"
+        );
         Ok(Some(Commit { stage, partition, generation, redis, mark, changes, offsets }))
     }
 

@@ -45,7 +45,13 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     let p = input.partition;
     let loaded = crate::state::load::fold_partition(&shared.store, &shared.topics, p, &shared.owner).await?;
     let (generation, next) = (loaded.generation, loaded.next);
-    info!(partition = p, generation, user_events = next.user_events, user_deltas = next.user_deltas, "fold task started");
+    info!(
+        partition = p,
+        generation,
+        user_events = next.user_events,
+        user_deltas = next.user_deltas,
+        "fold task started"
+    );
     input.rewind(&shared.topics.user_events, next.user_events).await;
     input.rewind(&shared.topics.user_deltas, next.user_deltas).await;
     let (fold, fence, dirty) = (loaded.fold, loaded.fence, HashMap::new());
@@ -149,7 +155,10 @@ impl FoldTask {
         let mut writes = Vec::with_capacity(self.dirty.len());
         if full {
             let users = self.fold.users().count();
-            warn!(partition = self.input.partition, users, "Redis lacks this partition's projection: rewriting all its users");
+            warn!(
+                partition = self.input.partition,
+                users, "Redis lacks this partition's projection: rewriting all its users"
+            );
             writes.extend(self.fold.users().map(|(user, state)| UserWrite::of_state(user, Some(state), version)));
         }
         for (user, conversations) in &self.dirty {

@@ -24,10 +24,10 @@ use crate::checkpoint::store::{CheckpointStore, StoreError};
 use crate::checkpoint::Stage;
 use crate::config::{parse_duration, parse_duration_or_ms, Settings};
 use crate::kafka::ProducerSlot;
+use crate::metrics::{Assignment, Metrics};
 use crate::projection::redis::RedisProjection;
 use crate::projection::ProjectionError;
 use crate::topology::Topics;
-use crate::metrics::{Assignment, Metrics};
 
 /// When a partition task commits ([`task`]: pre-commit, then Redis → marker → PostgreSQL): after `interval` with
 /// anything pending, or as soon as `events` records are pending.

@@ -63,7 +63,12 @@ pub async fn fanout_partition(
 /// in [`fanout_partition`]).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn fold_partition(store: &CheckpointStore, topics: &Topics, p: i32, owner: &str) -> StateResult<FoldPartition> {
+pub async fn fold_partition(
+    store: &CheckpointStore,
+    topics: &Topics,
+    p: i32,
+    owner: &str,
+) -> StateResult<FoldPartition> {
     let generation = store.acquire(Stage::Fold, p, owner).await?;
     let next = FoldNext::load(store, topics, p).await?;
     let fold = fold_from_rows(store.states(Stage::Fold, Some(p)).await?, store.notes(Some(p)).await?)?;
@@ -97,7 +102,11 @@ pub async fn all_offsets(store: &CheckpointStore, topics: &Topics) -> StateResul
 /// A fan-out from checkpoint rows of conversations and broadcast lists.
 ///
 /// Errors: a corrupt row.
-pub fn fanout_from_rows(conversations: Vec<StateRow>, lists: Vec<StateRow>, diffusion: Diffusion) -> StateResult<FanOut> {
+pub fn fanout_from_rows(
+    conversations: Vec<StateRow>,
+    lists: Vec<StateRow>,
+    diffusion: Diffusion,
+) -> StateResult<FanOut> {
     let mut fanout = FanOut::with_diffusion(diffusion);
     for row in conversations {
         let state = checkpoint::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;

@@ -16,8 +16,8 @@
 pub mod commit;
 pub mod load;
 pub mod offsets;
-pub mod user;
 pub mod retry;
+pub mod user;
 pub mod verify;
 
 pub use offsets::{FoldNext, Input, Offsets};

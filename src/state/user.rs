@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::load::shared_lists;
 use super::offsets::CheckpointVersions;
+use super::FoldNext;
 use super::{StateError, StateResult};
 use crate::checkpoint::store::{CheckpointStore, StateRow};
 use crate::checkpoint::{self, Stage};
@@ -14,7 +15,6 @@ use crate::core::contract::UserView;
 use crate::core::fold::UserState;
 use crate::projection::redis::UserWrite;
 use crate::projection::ProjectionVersion;
-use super::FoldNext;
 use crate::topology::Topics;
 
 /// One user's checkpointed state.
@@ -85,7 +85,12 @@ pub async fn users(store: &CheckpointStore, topics: &Topics, which: Which<'_>) -
         Which::Of([]) => Vec::new(),
         Which::Of(ids) => store.states_of(Stage::Fold, ids).await?,
     };
-    rows.into_iter().map(|row| { let v = versions.of(row.partition); UserCheckpoint::decode(row, v) }).collect()
+    rows.into_iter()
+        .map(|row| {
+            let v = versions.of(row.partition);
+            UserCheckpoint::decode(row, v)
+        })
+        .collect()
 }
 
 /// One user's checkpointed state and when the checkpoint that wrote it committed; `None` when the checkpoint has

@@ -127,4 +127,3 @@ pub async fn verify(
     }
     Ok(report)
 }
-

@@ -547,8 +547,14 @@ impl EventType {
         match self {
             ConversationCreated | MemberJoined | MemberLeft | MessageSent | MessageRecalled | BroadcastPublished
             | BroadcastRecalled => Stream::Conversation,
-            ReadAck | ConversationMuted | BroadcastRead | NotificationCreated | NotificationRead
-            | NotificationRetracted | NotificationsSeen | NotificationsRead => Stream::User,
+            ReadAck
+            | ConversationMuted
+            | BroadcastRead
+            | NotificationCreated
+            | NotificationRead
+            | NotificationRetracted
+            | NotificationsSeen
+            | NotificationsRead => Stream::User,
         }
     }
 }
