@@ -106,7 +106,7 @@ pub struct NoteRow {
     pub user_id: String,
     /// The notification.
     pub notification_id: String,
-    /// Its encoded state ([`crate::checkpoint::encode_note`]).
+    /// Its encoded state ([`crate::state::codec::encode_note`]).
     pub state: Vec<u8>,
 }
 
@@ -136,7 +136,7 @@ pub struct StateRow {
     pub id: String,
     /// The partition whose task owns it.
     pub partition: i32,
-    /// Its encoded state ([`crate::checkpoint::encode_user`], [`crate::checkpoint::encode_conversation`]).
+    /// Its encoded state ([`crate::state::codec::encode_user`], [`crate::state::codec::encode_conversation`]).
     pub state: Vec<u8>,
 }
 

@@ -170,6 +170,16 @@ impl UserState {
         Self { broadcasts, notifications, ..self }
     }
 
+    /// The user's op clock: ops applied so far (drives retention of detached conversations).
+    pub(crate) fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Conversations kept while the user is not a member (their floor or mute is remembered).
+    pub(crate) fn detached(&self) -> usize {
+        self.detached
+    }
+
     /// The totals, kept incrementally.
     pub fn totals(&self) -> Totals {
         self.totals

@@ -4,9 +4,10 @@
 use anyhow::Context;
 
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::{self, Stage};
+use crate::checkpoint::Stage;
 use crate::config::Settings;
 use crate::projection::redis::RedisProjection;
+use crate::state::codec;
 
 /// The user's checkpointed fold state (cursors, unread ranges, mentions, membership, mutes, totals), its
 /// partition's checkpointed offsets, lease generation and checkpoint time (RFC 3339, UTC), and what Redis serves
@@ -50,7 +51,7 @@ pub async fn inspect_conversation(
 ) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(row) = store.state_row(Stage::FanOut, conversation_id).await? else { return Ok(None) };
     let (partition, bytes) = (row.row.partition, &row.row.state);
-    let state = checkpoint::decode_conversation(bytes).with_context(|| format!("checkpoint of {conversation_id:?}"))?;
+    let state = codec::decode_conversation(bytes).with_context(|| format!("checkpoint of {conversation_id:?}"))?;
     let topic = settings.topics().conversation_events;
     let offsets = store.offsets(Stage::FanOut).await?;
     Ok(Some(serde_json::json!({

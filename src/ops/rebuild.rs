@@ -6,11 +6,12 @@ use std::fmt;
 use anyhow::Context;
 
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::{self, Stage};
+use crate::checkpoint::Stage;
 use crate::config::Settings;
 use crate::core::broadcast::ListId;
 use crate::kafka;
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
+use crate::state::codec;
 use crate::state::offsets::CheckpointVersions;
 use crate::state::user::Which;
 
@@ -78,12 +79,12 @@ async fn rebuild_lists(store: &CheckpointStore, projection: &RedisProjection) ->
     let generations = store.generations(Stage::FanOut).await?;
     let mut writes = Vec::new();
     for row in store.lists(None).await? {
-        let state = checkpoint::decode_list(&row.state).with_context(|| format!("checkpoint of list {:?}", row.id))?;
+        let state = codec::decode_list(&row.state).with_context(|| format!("checkpoint of list {:?}", row.id))?;
         let generation = generations.get(&row.partition).copied().unwrap_or(0);
         writes.push(ListWrite { list: ListId::Broadcast(row.id), generation, ops: state.whole_ops(), replace: true });
     }
     for row in store.states(Stage::FanOut, None).await? {
-        let state = checkpoint::decode_conversation(&row.state)
+        let state = codec::decode_conversation(&row.state)
             .with_context(|| format!("checkpoint of conversation {:?}", row.id))?;
         let generation = generations.get(&row.partition).copied().unwrap_or(0);
         if let Some(index) = state.index {

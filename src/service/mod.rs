@@ -216,7 +216,7 @@ pub enum TaskError {
         id: String,
         /// Why it does not decode.
         #[source]
-        source: crate::checkpoint::CheckpointError,
+        source: crate::state::codec::CheckpointError,
     },
 }
 

@@ -13,12 +13,13 @@ use super::offsets::Input;
 use super::retry::retry;
 use super::StateResult;
 use crate::checkpoint::store::{Changes, CheckpointStore};
-use crate::checkpoint::{self, Stage};
+use crate::checkpoint::Stage;
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::metrics::Metrics;
 use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
 use crate::projection::ProjectionError;
+use crate::state::codec;
 use crate::topology::Topics;
 
 /// What partition state is committed to: a namespace's topics (for the offsets' names), its checkpoint store and
@@ -146,10 +147,10 @@ pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a F
     for key in dirty {
         match key {
             FanOutKey::List(id) => {
-                changes.lists.extend(fanout.list(id).map(|l| (id.clone(), Some(checkpoint::encode_list(l)))));
+                changes.lists.extend(fanout.list(id).map(|l| (id.clone(), Some(codec::encode_list(l)))));
             }
             FanOutKey::Conversation(id) => {
-                let c = fanout.conversation(id).map(checkpoint::encode_conversation);
+                let c = fanout.conversation(id).map(codec::encode_conversation);
                 changes.states.extend(c.map(|c| (id.clone(), Some(c))));
             }
         }
@@ -162,10 +163,10 @@ pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a F
 pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a String>) -> Changes {
     let mut changes = Changes::default();
     for user in users {
-        changes.states.push((user.clone(), fold.user(user).map(checkpoint::encode_user)));
+        changes.states.push((user.clone(), fold.user(user).map(codec::encode_user)));
         let Some(state) = fold.user_mut_existing(user) else { continue };
         for id in state.notes_mut().take_dirty() {
-            let note = state.notes().note(&id).map(checkpoint::encode_note);
+            let note = state.notes().note(&id).map(codec::encode_note);
             changes.notes.push(((user.clone(), id), note));
         }
     }

@@ -7,13 +7,14 @@ use std::collections::HashMap;
 use super::offsets::{FoldNext, Input, Offsets};
 use super::{StateError, StateResult};
 use crate::checkpoint::store::{CheckpointStore, NoteRow, StateRow};
-use crate::checkpoint::{self, Stage};
+use crate::checkpoint::Stage;
 use crate::core::broadcast::SharedLists;
 use crate::core::delta::Fence;
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::core::hybrid::Diffusion;
 use crate::core::notifications::{Note, NoteBook};
+use crate::state::codec;
 use crate::topology::Topics;
 
 /// A fan-out partition's checkpointed state, loaded under the lease taken for it.
@@ -109,11 +110,11 @@ pub fn fanout_from_rows(
 ) -> StateResult<FanOut> {
     let mut fanout = FanOut::with_diffusion(diffusion);
     for row in conversations {
-        let state = checkpoint::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let state = codec::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
         fanout.restore(row.id, state);
     }
     for row in lists {
-        let state = checkpoint::decode_list(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let state = codec::decode_list(&row.state).map_err(StateError::corrupt(&row.id))?;
         fanout.restore_list(row.id, state);
     }
     Ok(fanout)
@@ -126,7 +127,7 @@ pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>) -> StateResult<
     let mut by_user = notes_by_user(notes)?;
     let mut fold = Fold::new();
     for row in users {
-        let mut state = checkpoint::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let mut state = codec::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
         state.set_notes(NoteBook::restore(by_user.remove(&row.id).unwrap_or_default()));
         fold.restore(row.id, state);
     }
@@ -140,7 +141,7 @@ pub fn notes_by_user(notes: Vec<NoteRow>) -> StateResult<HashMap<String, Vec<(St
     let mut by_user: HashMap<String, Vec<(String, Note)>> = HashMap::new();
     for row in notes {
         let id = format!("{}/{}", row.user_id, row.notification_id);
-        let note = checkpoint::decode_note(&row.state).map_err(StateError::corrupt(&id))?;
+        let note = codec::decode_note(&row.state).map_err(StateError::corrupt(&id))?;
         by_user.entry(row.user_id).or_default().push((row.notification_id, note));
     }
     Ok(by_user)
@@ -154,7 +155,7 @@ pub fn notes_by_user(notes: Vec<NoteRow>) -> StateResult<HashMap<String, Vec<(St
 pub async fn shared_lists(store: &CheckpointStore, conversations: Option<&[String]>) -> StateResult<SharedLists> {
     let mut shared = SharedLists::default();
     for row in store.lists(None).await? {
-        let state = checkpoint::decode_list(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let state = codec::decode_list(&row.state).map_err(StateError::corrupt(&row.id))?;
         shared.lists.insert(row.id, state);
     }
     let rows = match conversations {
@@ -163,7 +164,7 @@ pub async fn shared_lists(store: &CheckpointStore, conversations: Option<&[Strin
         None => store.states(Stage::FanOut, None).await?,
     };
     for row in rows {
-        let state = checkpoint::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let state = codec::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
         shared.indexes.extend(state.index.map(|index| (row.id, index)));
     }
     Ok(shared)

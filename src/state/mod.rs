@@ -1,6 +1,7 @@
 //! The home of checkpointed partition state: a shell over PostgreSQL ([`crate::checkpoint`]) and Redis
 //! ([`crate::projection`]), with no Kafka in it.
 //!
+//! - [`codec`]: the checkpoint rows, one row type and version per kind, so the core's structs are not the format;
 //! - [`offsets`]: the inputs of each stage ([`Input`]) and their next offsets, typed, one shape everywhere;
 //! - [`load`]: one loader of a partition's state (fan-out or fold, with its fence) under its lease, and the
 //!   loaders of a whole namespace's state from checkpoint rows (replay, `--from checkpoint`);
@@ -13,6 +14,7 @@
 //! The stages ([`crate::service`]), replay ([`crate::replay`]), the operator tools ([`crate::ops`]) and the API's
 //! degraded reads ([`crate::api::fallback`]) all reach checkpointed state through here, never through each other.
 
+pub mod codec;
 pub mod commit;
 pub mod load;
 pub mod offsets;
@@ -23,8 +25,8 @@ pub mod verify;
 pub use offsets::{FoldNext, Input, Offsets};
 
 use crate::checkpoint::store::StoreError;
-use crate::checkpoint::CheckpointError;
 use crate::projection::ProjectionError;
+use crate::state::codec::CheckpointError;
 
 /// Why reading or committing partition state failed.
 #[derive(Debug, thiserror::Error)]

@@ -9,12 +9,13 @@ use super::offsets::CheckpointVersions;
 use super::FoldNext;
 use super::{StateError, StateResult};
 use crate::checkpoint::store::{CheckpointStore, StateRow};
-use crate::checkpoint::{self, Stage};
+use crate::checkpoint::Stage;
 use crate::core::broadcast::Lists;
 use crate::core::contract::UserView;
 use crate::core::fold::UserState;
 use crate::projection::redis::UserWrite;
 use crate::projection::ProjectionVersion;
+use crate::state::codec;
 use crate::topology::Topics;
 
 /// One user's checkpointed state.
@@ -34,7 +35,7 @@ pub struct UserCheckpoint {
 
 impl UserCheckpoint {
     fn decode(row: StateRow, version: ProjectionVersion) -> StateResult<Self> {
-        let state = checkpoint::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let state = codec::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
         let (user_id, partition, bytes) = (row.id, row.partition, row.state.len());
         Ok(Self { user_id, partition, state, version, bytes })
     }

@@ -123,7 +123,8 @@ fn full_set_is_exact_when_present() {
 
 #[test]
 fn every_dev_state_survives_checkpoint_and_projection_encoding() {
-    use unread::{checkpoint, projection};
+    use unread::projection;
+    use unread::state::codec as checkpoint;
     let pipeline = fold_pipeline("tests/data/ubuntu-irc/dev-events.jsonl");
     let mut users = 0;
     for (id, state) in pipeline.fold().users() {
@@ -172,8 +173,8 @@ fn v2_full_set_is_exact_when_present() {
 
 #[test]
 fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
-    use unread::checkpoint;
     use unread::core::notifications::NoteBook;
+    use unread::state::codec as checkpoint;
     let pipeline = fold_pipeline("tests/data/ubuntu-irc/v2-dev-events.jsonl");
     let lists = pipeline.fanout();
     let mut with_notes = 0;

@@ -3,6 +3,7 @@
 mod api;
 mod cli;
 mod cluster;
+mod codec;
 mod dataset;
 mod decoder;
 mod hybrid;

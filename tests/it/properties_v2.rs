@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
-use unread::checkpoint;
 use unread::core::broadcast::NoLists;
 use unread::core::contract::*;
 use unread::core::fanout::FanOut;
 use unread::core::fold::Fold;
 use unread::core::notifications::NoteBook;
+use unread::state::codec as checkpoint;
 
 const CATEGORIES: [&str; 3] = ["like", "mention", "follow"];
 

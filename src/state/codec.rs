@@ -1,0 +1,166 @@
+//! Checkpoint rows: the bytes stored in PostgreSQL for a user's fold state, a conversation's fan-out state, a
+//! broadcast list and a remembered notification (tables in `migrations/`).
+//!
+//! Each kind of row has its own row type here and its own version byte ([`USER_ROW`], [`CONVERSATION_ROW`],
+//! [`LIST_ROW`], [`NOTE_ROW`]): one version byte, then the row in postcard (serde, varint integers). Postcard is
+//! positional, so the row types, not the core's structs, are the format: a field reordered or added in the core
+//! changes nothing here until a row type changes, and then that row's version goes up and the older row type stays
+//! to decode what is stored. `tests/it/codec.rs` decodes rows written before the row types existed and re-encodes
+//! them byte for byte.
+//!
+//! Versions so far (every kind started at the 3 of the one shared version byte it replaced):
+//! - users: 1 (contract v1); 2 adds the feed flag per conversation, `feed_unread`, the broadcast cursors and the
+//!   notification summary; 3 adds read diffusion (per conversation, the switch and the named mentions above it);
+//! - conversations: 1 and 2 (kind, head, members); 3 adds the read-diffusion index;
+//! - lists and notes: one layout, read under any of 1 to 3.
+//!
+//! Range sets keep a user's row small whatever the unread count: a dev-set user averages tens of bytes. Decoding
+//! checks the invariants (sorted disjoint ranges, mentions within unread, totals equal to the sums), so a corrupt
+//! row is an error, never a wrong count.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::broadcast::ListState;
+use crate::core::contract::ConversationKind;
+use crate::core::fanout::ConversationState;
+use crate::core::fold::{ConvState, Totals, UserState};
+use crate::core::hybrid::ConvIndex;
+use crate::core::notifications::{CategoryCounts, Note, Summary};
+use crate::core::seqset::SeqSet;
+
+/// The version byte of a user row written now.
+pub const USER_ROW: u8 = 3;
+/// The version byte of a conversation row written now.
+pub const CONVERSATION_ROW: u8 = 3;
+/// The version byte of a broadcast list row written now.
+pub const LIST_ROW: u8 = 3;
+/// The version byte of a remembered notification's row written now.
+pub const NOTE_ROW: u8 = 3;
+
+/// Why checkpoint bytes could not be turned back into state.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The bytes are empty or start with a version this build does not read for that kind of row.
+    #[error("unsupported checkpoint row version {found:?} (this build reads 1 to {newest})")]
+    Version {
+        /// The first byte, if any.
+        found: Option<u8>,
+        /// The newest version of that kind of row.
+        newest: u8,
+    },
+    /// The payload does not decode.
+    #[error("corrupt checkpoint: {0}")]
+    Corrupt(#[from] postcard::Error),
+    /// The payload decodes but breaks an invariant.
+    #[error("inconsistent checkpoint: {0}")]
+    Inconsistent(String),
+}
+
+/// A range set in a row: its ranges.
+type Ranges = Vec<(u64, u64)>;
+
+fn ranges(set: &SeqSet) -> Ranges {
+    set.ranges().to_vec()
+}
+
+fn set(ranges: Ranges) -> Result<SeqSet, CheckpointError> {
+    SeqSet::try_from(ranges).map_err(|e| CheckpointError::Inconsistent(e.to_string()))
+}
+
+fn encode<T: Serialize>(version: u8, row: &T) -> Vec<u8> {
+    let mut out = vec![version];
+    // Serializing plain structs, maps and vectors into a Vec cannot fail.
+    out.extend(postcard::to_allocvec(row).expect("postcard serializes a row"));
+    out
+}
+
+/// The version byte and payload of a row whose kind reads versions 1 to `newest`.
+fn split(bytes: &[u8], newest: u8) -> Result<(u8, &[u8]), CheckpointError> {
+    match bytes.split_first() {
+        Some((&v, payload)) if (1..=newest).contains(&v) => Ok((v, payload)),
+        other => Err(CheckpointError::Version { found: other.map(|(v, _)| *v), newest }),
+    }
+}
+
+mod rows;
+use rows::*;
+
+/// Encodes one user's fold state (its remembered notifications have rows of their own).
+pub fn encode_user(state: &UserState) -> Vec<u8> {
+    encode(USER_ROW, &UserRowV3::from(state))
+}
+
+/// Decodes one user's fold state.
+///
+/// Errors: [`CheckpointError::Version`] for another format, [`CheckpointError::Corrupt`] for bytes that do not
+/// decode, [`CheckpointError::Inconsistent`] for a state whose totals or sets break the fold's invariants.
+pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
+    let state = match split(bytes, USER_ROW)? {
+        (1, payload) => postcard::from_bytes::<UserRowV1>(payload)?.into_state()?,
+        (2, payload) => postcard::from_bytes::<UserRowV2>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<UserRowV3>(payload)?.into_state()?,
+    };
+    state.check_own().map_err(CheckpointError::Inconsistent)?;
+    Ok(state)
+}
+
+/// Encodes one conversation's fan-out state.
+pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
+    encode(CONVERSATION_ROW, &ConversationRowV3::from(state))
+}
+
+/// Decodes one conversation's fan-out state.
+///
+/// Errors: as [`decode_user`]; a member who joined above the head, or an index above it, is inconsistent.
+pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, CheckpointError> {
+    let state = match split(bytes, CONVERSATION_ROW)? {
+        (1 | 2, payload) => postcard::from_bytes::<ConversationRowV2>(payload)?.into_state(),
+        (_, payload) => postcard::from_bytes::<ConversationRowV3>(payload)?.into_state()?,
+    };
+    if state.index.as_ref().is_some_and(|i| i.live.max().is_some_and(|m| m > state.head) || i.since > state.head) {
+        return Err(CheckpointError::Inconsistent(format!("an index above head {}", state.head)));
+    }
+    if let Some((user, at)) = state.members.iter().find(|(_, at)| **at > state.head) {
+        return Err(CheckpointError::Inconsistent(format!(
+            "member {user:?} joined at {at}, above head {}",
+            state.head
+        )));
+    }
+    Ok(state)
+}
+
+/// Encodes one broadcast list's state (head and live seqs).
+pub fn encode_list(state: &ListState) -> Vec<u8> {
+    encode(LIST_ROW, &ListRowV1 { head: state.head, live: ranges(&state.live) })
+}
+
+/// Decodes one broadcast list's state.
+///
+/// Errors: [`CheckpointError::Version`] or [`CheckpointError::Corrupt`]; a live seq above the head is inconsistent.
+pub fn decode_list(bytes: &[u8]) -> Result<ListState, CheckpointError> {
+    let (_, payload) = split(bytes, LIST_ROW)?;
+    let row: ListRowV1 = postcard::from_bytes(payload)?;
+    let state = ListState { head: row.head, live: set(row.live)? };
+    if state.live.max().is_some_and(|m| m > state.head) {
+        return Err(CheckpointError::Inconsistent(format!("a live seq above head {}", state.head)));
+    }
+    Ok(state)
+}
+
+/// Encodes one remembered notification.
+pub fn encode_note(note: &Note) -> Vec<u8> {
+    encode(NOTE_ROW, &NoteRowV1::from(note))
+}
+
+/// Decodes one remembered notification.
+///
+/// Errors: [`CheckpointError::Version`] or [`CheckpointError::Corrupt`].
+pub fn decode_note(bytes: &[u8]) -> Result<Note, CheckpointError> {
+    let (_, payload) = split(bytes, NOTE_ROW)?;
+    Ok(postcard::from_bytes::<NoteRowV1>(payload)?.into())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+//! The row types, one per kind and version. Field order is the format (postcard is positional): never reorder a
+//! field of a row type; add a new row type and version instead.
+
+use super::*;
+
+/// A conversation's kind in a row (variant order is the format).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) enum KindRow {
+    Direct,
+    Group,
+    Channel,
+    Feed,
+}
+
+impl From<ConversationKind> for KindRow {
+    fn from(k: ConversationKind) -> Self {
+        match k {
+            ConversationKind::Direct => KindRow::Direct,
+            ConversationKind::Group => KindRow::Group,
+            ConversationKind::Channel => KindRow::Channel,
+            ConversationKind::Feed => KindRow::Feed,
+        }
+    }
+}
+
+impl From<KindRow> for ConversationKind {
+    fn from(k: KindRow) -> Self {
+        match k {
+            KindRow::Direct => ConversationKind::Direct,
+            KindRow::Group => ConversationKind::Group,
+            KindRow::Channel => ConversationKind::Channel,
+            KindRow::Feed => ConversationKind::Feed,
+        }
+    }
+}
+
+/// A user's totals in rows of version 2 and 3.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) struct TotalsRow {
+    total_unread: u64,
+    total_mentions: u64,
+    unread_conversations: u64,
+    memberships: u64,
+    feed_unread: u64,
+}
+
+impl From<Totals> for TotalsRow {
+    fn from(t: Totals) -> Self {
+        let Totals { total_unread, total_mentions, unread_conversations, memberships, feed_unread } = t;
+        TotalsRow { total_unread, total_mentions, unread_conversations, memberships, feed_unread }
+    }
+}
+
+impl From<TotalsRow> for Totals {
+    fn from(t: TotalsRow) -> Self {
+        let TotalsRow { total_unread, total_mentions, unread_conversations, memberships, feed_unread } = t;
+        Totals { total_unread, total_mentions, unread_conversations, memberships, feed_unread }
+    }
+}
+
+/// A user's notification summary in rows of version 2 and 3: per category (unread, unseen), and the clock.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SummaryRow {
+    categories: BTreeMap<String, (u64, u64)>,
+    clock: u64,
+}
+
+impl From<&Summary> for SummaryRow {
+    fn from(s: &Summary) -> Self {
+        let categories = s.categories.iter().map(|(c, n)| (c.clone(), (n.unread, n.unseen))).collect();
+        SummaryRow { categories, clock: s.clock }
+    }
+}
+
+impl From<SummaryRow> for Summary {
+    fn from(s: SummaryRow) -> Self {
+        let counts = |(unread, unseen)| CategoryCounts { unread, unseen };
+        Summary { categories: s.categories.into_iter().map(|(c, n)| (c, counts(n))).collect(), clock: s.clock }
+    }
+}
+
+/// A user's conversation in rows of every version: the version-1 fields.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConvRowV1 {
+    floor: u64,
+    joined_at: Option<u64>,
+    muted: bool,
+    unread: Ranges,
+    mentions: Ranges,
+    touched: u64,
+}
+
+impl ConvRowV1 {
+    fn of(c: &ConvState) -> Self {
+        let (unread, mentions) = (ranges(&c.unread), ranges(&c.mentions));
+        ConvRowV1 { floor: c.floor, joined_at: c.joined_at, muted: c.muted, unread, mentions, touched: c.touched }
+    }
+
+    fn into_state(self) -> Result<ConvState, CheckpointError> {
+        let ConvRowV1 { floor, joined_at, muted, unread, mentions, touched } = self;
+        let (unread, mentions) = (set(unread)?, set(mentions)?);
+        Ok(ConvState { floor, joined_at, muted, unread, mentions, touched, ..ConvState::default() })
+    }
+}
+
+/// Version 2's conversation: version 1's fields, then the feed flag (postcard writes a nested struct's fields in
+/// line, so this is the same bytes as the seven fields flat).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConvRowV2 {
+    v1: ConvRowV1,
+    feed: bool,
+}
+
+impl ConvRowV2 {
+    fn into_state(self) -> Result<ConvState, CheckpointError> {
+        Ok(ConvState { feed: self.feed, ..self.v1.into_state()? })
+    }
+}
+
+/// Version 3's conversation: version 2's fields, then the read-diffusion switch and the named mentions above it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConvRowV3 {
+    v2: ConvRowV2,
+    read_from: Option<u64>,
+    named: Ranges,
+}
+
+impl From<&ConvState> for ConvRowV3 {
+    fn from(c: &ConvState) -> Self {
+        let v2 = ConvRowV2 { v1: ConvRowV1::of(c), feed: c.feed };
+        ConvRowV3 { v2, read_from: c.read_from, named: ranges(&c.named) }
+    }
+}
+
+impl ConvRowV3 {
+    fn into_state(self) -> Result<ConvState, CheckpointError> {
+        Ok(ConvState { read_from: self.read_from, named: set(self.named)?, ..self.v2.into_state()? })
+    }
+}
+
+/// A user's conversation rows decoded with `decode`.
+fn states<C>(
+    rows: BTreeMap<String, C>,
+    decode: impl Fn(C) -> Result<ConvState, CheckpointError>,
+) -> Result<BTreeMap<String, ConvState>, CheckpointError> {
+    rows.into_iter().map(|(id, c)| Ok((id, decode(c)?))).collect()
+}
+
+/// A user row of version 1 (contract v1).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct UserRowV1 {
+    conversations: BTreeMap<String, ConvRowV1>,
+    /// total_unread, total_mentions, unread_conversations, memberships.
+    totals: (u64, u64, u64, u64),
+    clock: u64,
+    detached: usize,
+}
+
+impl UserRowV1 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        let conversations = states(self.conversations, ConvRowV1::into_state)?;
+        let (total_unread, total_mentions, unread_conversations, memberships) = self.totals;
+        let totals = Totals { total_unread, total_mentions, unread_conversations, memberships, feed_unread: 0 };
+        Ok(UserState::from_parts(conversations, totals, self.clock, self.detached))
+    }
+}
+
+/// A user row of version 2 (contract v2: feeds, broadcast cursors, notifications).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct UserRowV2 {
+    conversations: BTreeMap<String, ConvRowV2>,
+    totals: TotalsRow,
+    clock: u64,
+    detached: usize,
+    broadcasts: BTreeMap<String, u64>,
+    notifications: SummaryRow,
+}
+
+impl UserRowV2 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        let conversations = states(self.conversations, ConvRowV2::into_state)?;
+        let state = UserState::from_parts(conversations, self.totals.into(), self.clock, self.detached);
+        Ok(state.with_v2_parts(self.broadcasts, self.notifications.into()))
+    }
+}
+
+/// A user row of version 3 (read diffusion).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct UserRowV3 {
+    conversations: BTreeMap<String, ConvRowV3>,
+    totals: TotalsRow,
+    clock: u64,
+    detached: usize,
+    broadcasts: BTreeMap<String, u64>,
+    notifications: SummaryRow,
+}
+
+impl From<&UserState> for UserRowV3 {
+    fn from(s: &UserState) -> Self {
+        UserRowV3 {
+            conversations: s.conversations().iter().map(|(id, c)| (id.clone(), c.into())).collect(),
+            totals: s.totals().into(),
+            clock: s.clock(),
+            detached: s.detached(),
+            broadcasts: s.broadcasts().clone(),
+            notifications: s.notification_summary().into(),
+        }
+    }
+}
+
+impl UserRowV3 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        let conversations = states(self.conversations, ConvRowV3::into_state)?;
+        let state = UserState::from_parts(conversations, self.totals.into(), self.clock, self.detached);
+        Ok(state.with_v2_parts(self.broadcasts, self.notifications.into()))
+    }
+}
+
+/// A conversation row of versions 1 and 2: kind, head, members with their join heads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConversationRowV2 {
+    kind: Option<KindRow>,
+    head: u64,
+    members: BTreeMap<String, u64>,
+}
+
+impl ConversationRowV2 {
+    pub(super) fn into_state(self) -> ConversationState {
+        ConversationState { kind: self.kind.map(Into::into), head: self.head, members: self.members, index: None }
+    }
+}
+
+/// A read-diffused conversation's index in a row.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct IndexRow {
+    since: u64,
+    live: Ranges,
+    mention_all: Ranges,
+}
+
+/// A conversation row of version 3: version 2's fields, then the index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConversationRowV3 {
+    v2: ConversationRowV2,
+    index: Option<IndexRow>,
+}
+
+impl From<&ConversationState> for ConversationRowV3 {
+    fn from(c: &ConversationState) -> Self {
+        let v2 = ConversationRowV2 { kind: c.kind.map(Into::into), head: c.head, members: c.members.clone() };
+        let index = c.index.as_ref().map(|i| IndexRow {
+            since: i.since,
+            live: ranges(&i.live),
+            mention_all: ranges(&i.mention_all),
+        });
+        ConversationRowV3 { v2, index }
+    }
+}
+
+impl ConversationRowV3 {
+    pub(super) fn into_state(self) -> Result<ConversationState, CheckpointError> {
+        let index = match self.index {
+            Some(i) => Some(ConvIndex { since: i.since, live: set(i.live)?, mention_all: set(i.mention_all)? }),
+            None => None,
+        };
+        Ok(ConversationState { index, ..self.v2.into_state() })
+    }
+}
+
+/// A broadcast list row (one layout so far).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ListRowV1 {
+    pub(super) head: u64,
+    pub(super) live: Ranges,
+}
+
+/// A remembered notification's row (one layout so far).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct NoteRowV1 {
+    category: Option<String>,
+    order: u64,
+    read: bool,
+    seen: bool,
+    retracted: bool,
+}
+
+impl From<&Note> for NoteRowV1 {
+    fn from(n: &Note) -> Self {
+        let Note { category, order, read, seen, retracted } = n.clone();
+        NoteRowV1 { category, order, read, seen, retracted }
+    }
+}
+
+impl From<NoteRowV1> for Note {
+    fn from(n: NoteRowV1) -> Self {
+        let NoteRowV1 { category, order, read, seen, retracted } = n;
+        Note { category, order, read, seen, retracted }
+    }
+}

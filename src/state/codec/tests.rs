@@ -1,0 +1,121 @@
+//! The codec against hand-written rows of every version.
+
+use super::*;
+use crate::core::contract::{ConversationEvent, MemberJoined, MessageSent, ReadAck, UserEvent};
+use crate::core::fanout::FanOut;
+use crate::core::fold::Fold;
+
+fn sample() -> (FanOut, Fold) {
+    let meta = || ("e".to_owned(), "2024-01-01T00:00:00Z".to_owned());
+    let mut events = vec![ConversationEvent::Joined(MemberJoined {
+        event_id: meta().0,
+        occurred_at: meta().1,
+        conversation_id: "c {1}".into(),
+        user_id: "a/b".into(),
+    })];
+    for seq in 1..=500 {
+        events.push(ConversationEvent::Sent(MessageSent {
+            event_id: meta().0,
+            occurred_at: meta().1,
+            conversation_id: "c {1}".into(),
+            seq,
+            sender_id: "z".into(),
+            mentions: if seq % 100 == 0 { vec!["a/b".into()] } else { vec![] },
+            mention_all: false,
+            countable: seq % 7 != 0,
+        }));
+    }
+    let mut fanout = FanOut::new();
+    let mut fold = Fold::new();
+    for d in fanout.process_batch(&events).0 {
+        fold.apply_delta(&d);
+    }
+    fold.apply_user_event(&UserEvent::ReadAck(ReadAck {
+        event_id: meta().0,
+        occurred_at: meta().1,
+        user_id: "a/b".into(),
+        conversation_id: "elsewhere".into(),
+        read_seq: 9,
+    }));
+    (fanout, fold)
+}
+
+#[test]
+fn a_version_1_user_row_still_loads() {
+    let (_, fold) = sample();
+    let user = fold.user("a/b").unwrap();
+    // The v1 layout: conversations without `feed`, totals without `feed_unread`, nothing after `detached`.
+    type ConvV1 = (u64, Option<u64>, bool, SeqSet, SeqSet, u64);
+    let convs: BTreeMap<String, ConvV1> = user
+        .conversations()
+        .iter()
+        .map(|(id, c)| (id.clone(), (c.floor, c.joined_at, c.muted, c.unread.clone(), c.mentions.clone(), c.touched)))
+        .collect();
+    let t = user.totals();
+    let v1 = (convs, (t.total_unread, t.total_mentions, t.unread_conversations, t.memberships), 501u64, 1usize);
+    let mut bytes = vec![1u8];
+    bytes.extend(postcard::to_allocvec(&v1).unwrap());
+    let loaded = decode_user(&bytes).unwrap();
+    assert_eq!(
+        loaded.view("a/b", &crate::core::broadcast::NoLists),
+        user.view("a/b", &crate::core::broadcast::NoLists)
+    );
+    assert_eq!(loaded.totals(), user.totals());
+}
+
+#[test]
+fn version_2_user_and_conversation_rows_still_load() {
+    let (fanout, fold) = sample();
+    let user = fold.user("a/b").unwrap();
+    // The v2 layout: conversations without `read_from` and `named`, written flat.
+    type ConvV2 = (u64, Option<u64>, bool, SeqSet, SeqSet, u64, bool);
+    let convs: BTreeMap<String, ConvV2> = user
+        .conversations()
+        .iter()
+        .map(|(id, c)| {
+            let (unread, mentions) = (c.unread.clone(), c.mentions.clone());
+            (id.clone(), (c.floor, c.joined_at, c.muted, unread, mentions, c.touched, c.feed))
+        })
+        .collect();
+    let detached = user.conversations().values().filter(|c| !c.is_member()).count();
+    let v2 = (convs, user.totals(), 501u64, detached, user.broadcasts(), user.notification_summary());
+    let mut bytes = vec![2u8];
+    bytes.extend(postcard::to_allocvec(&v2).unwrap());
+    let loaded = decode_user(&bytes).unwrap();
+    assert_eq!(loaded.conversations(), user.conversations());
+    assert_eq!((loaded.totals(), loaded.broadcasts()), (user.totals(), user.broadcasts()));
+    let (id, conv) = fanout.conversations().next().unwrap();
+    let mut bytes = vec![2u8];
+    bytes.extend(postcard::to_allocvec(&(conv.kind, conv.head, &conv.members)).unwrap());
+    assert_eq!(&decode_conversation(&bytes).unwrap(), conv, "{id}");
+}
+
+#[test]
+fn user_and_conversation_states_round_trip() {
+    let (fanout, fold) = sample();
+    let user = fold.user("a/b").unwrap();
+    let bytes = encode_user(user);
+    assert_eq!(bytes[0], USER_ROW);
+    assert!(bytes.len() < 400, "500 messages with 71 gaps encode in {} bytes", bytes.len());
+    assert_eq!(&decode_user(&bytes).unwrap(), user);
+    let conv = fanout.conversation("c {1}").unwrap();
+    assert_eq!(&decode_conversation(&encode_conversation(conv)).unwrap(), conv);
+}
+
+#[test]
+fn rejects_other_versions_truncation_and_inconsistency() {
+    let (_, fold) = sample();
+    let mut bytes = encode_user(fold.user("a/b").unwrap());
+    assert!(matches!(decode_user(&[]), Err(CheckpointError::Version { found: None, .. })));
+    assert!(matches!(decode_user(&[9, 0]), Err(CheckpointError::Version { found: Some(9), .. })));
+    assert!(matches!(decode_user(&bytes[..bytes.len() / 2]), Err(CheckpointError::Corrupt(_))));
+    // Same layout as UserState (postcard is positional), with a total that no longer equals the sum.
+    type Mirror =
+        (BTreeMap<String, ConvState>, Totals, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
+    let mut mirror: Mirror = postcard::from_bytes(&bytes[1..]).unwrap();
+    mirror.1.total_unread += 1;
+    bytes.truncate(1);
+    bytes.extend(postcard::to_allocvec(&mirror).unwrap());
+    let err = decode_user(&bytes).unwrap_err();
+    assert!(matches!(&err, CheckpointError::Inconsistent(m) if m.contains("totals")), "{err}");
+}
