@@ -15,7 +15,7 @@
 //! - [`state`]: the home of checkpointed partition state (offsets, loading, the one commit protocol, users'
 //!   checkpointed state for degraded reads and the operator tools); [`metrics`]: the service's metrics;
 //! - [`service`]: `unread run`, the consumer-group stages around the core, one partition task for both;
-//!   [`api`]: the read API and the stream;
+//!   [`api`]: the read API and the stream; [`app`]: the API's composition root;
 //! - [`push`]: the hub that turns the Redis change channel into messages for each connected socket;
 //! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
 //! - [`replay`]: `unread replay`, the log folded into another namespace; [`namespace`]: promote and drop;
@@ -26,6 +26,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod api;
+pub mod app;
 pub mod auth;
 pub mod checkpoint;
 pub mod cli;

@@ -333,32 +333,29 @@ impl Parts {
         Ok(())
     }
 
-    /// Starts the read API on `listen`, following the live pointer.
-    async fn start_api(&mut self, opts: &RunOptions, metrics: Arc<Metrics>) -> anyhow::Result<()> {
-        let (s, listen) = (&opts.settings, opts.listen);
-        let auth = opts.verifier()?;
-        let live = crate::namespace::LiveProjection::connect(s).await?;
-        live.follow();
-        let fallback = Some(Arc::new(crate::api::fallback::Fallback::new(s.clone())));
-        let limits = Arc::new(opts.limits.clone());
-        let rates = Arc::new(crate::api::limits::RateLimits::new(&limits));
-        let assignments = self.assignments.clone();
-        let hub = crate::push::Hub::start(live.clone(), &s.redis_url, self.stop.clone());
-        let producer = crate::kafka::service_producer(&s.brokers)?;
-        let gateway = crate::api::gateway::Gateway::new(producer, s.topics().user_events, s.redis_prefix.clone());
-        let gateway = Some(Arc::new(gateway));
-        let limits_ = limits.clone();
-        let state =
-            crate::api::ApiState { live, assignments, metrics, auth, fallback, limits: limits_, rates, hub, gateway };
-        let listener =
-            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))?;
-        info!(addr = %listen, "read API listening");
-        let mut stop = self.stop.clone();
+    /// Starts the read API ([`crate::app`]) on the listener bound at start, following the live pointer.
+    async fn start_api(
+        &mut self,
+        opts: &RunOptions,
+        auth: Option<Arc<crate::auth::Verifier>>,
+        listener: tokio::net::TcpListener,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<()> {
+        let s = &opts.settings;
+        let deps = crate::app::ApiDeps {
+            settings: s.clone(),
+            auth,
+            limits: opts.limits.clone(),
+            assignments: self.assignments.clone(),
+            metrics,
+            producer: Some(crate::kafka::service_producer(&s.brokers)?),
+            stop: self.stop.clone(),
+        };
+        let state = crate::app::build(deps).await?;
+        info!(addr = %listener.local_addr().context("the API's address")?, "read API listening");
+        let stop = self.stop.clone();
         self.tasks.spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            crate::api::serve::serve(listener, crate::api::router(state), &limits, stopped).await;
+            crate::app::serve(listener, state, stop).await;
             Ok(())
         });
         Ok(())
@@ -370,9 +367,11 @@ impl Parts {
 /// Errors: a service unreachable at start, the API address in use, or a part stopping unexpectedly.
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let s = &opts.settings;
-    if opts.roles.contains(&Role::Api) {
-        opts.verifier()?; // refuse before connecting anything
-    }
+    // Refuse before connecting anything or joining a group: no key, or the API's address taken.
+    let api = match opts.roles.contains(&Role::Api) {
+        true => Some((opts.verifier()?, crate::app::bind(opts.listen).await?)),
+        false => None,
+    };
     let shared = connect(&opts).await?;
     if let Some(every) = opts.verify_every {
         spawn_verifier(s.clone(), &shared, every, opts.verify_sample);
@@ -394,8 +393,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         parts.start_stage(s, Stage::Fold, &[&topics.user_events, &topics.user_deltas], spawn)?;
     }
     shared.metrics.set_assignments(parts.assignments.clone());
-    if opts.roles.contains(&Role::Api) {
-        parts.start_api(&opts, shared.metrics.clone()).await?;
+    if let Some((auth, listener)) = api {
+        parts.start_api(&opts, auth, listener, shared.metrics.clone()).await?;
     }
     wait_for_stop(parts.tasks, stop_tx).await
 }

@@ -1,6 +1,7 @@
-//! The read API's authorization, batch reads and display caps, through the real service: every kind of bad token
-//! gets a 401 or 403 with a JSON error and never a count; a service token reads anyone; a batch equals the single
-//! reads; caps give the "99+" badge.
+//! The read API's authorization, limits, batch reads and display caps: every kind of bad token gets a 401 or 403
+//! with a JSON error and never a count, and every limit its status, on the API alone (built by its composition
+//! root, `spawn_app`); through the real service, a service token reads anyone, a batch equals the single reads,
+//! caps give the "99+" badge.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -37,11 +38,10 @@ fn b64(bytes: &[u8]) -> String {
 #[test]
 fn every_bad_token_is_refused_with_json_and_never_a_count() {
     let Some(stack) = stack("every_bad_token_is_refused_with_json_and_never_a_count") else { return };
-    let ns = Ns::new(&stack, "auth");
     let public = repo_path("tests/data/auth/rsa-public.pem");
-    let svc = ns.start(&["--auth-public-key", public.to_str().unwrap(), "--auth-audience", AUDIENCE]);
-    ns.ok(&["produce", &dev_events()]);
-    ns.ok(&["lag", "--wait", "2m"]);
+    let auth =
+        unread::auth::AuthOptions { public_key: Some(public.clone()), audience: Some(AUDIENCE.into()), ..test_auth() };
+    let svc = spawn_app(&stack, "auth", auth, &[]);
     let path = "/v1/users/epod/unread";
     let secret = TEST_SECRET.as_bytes();
     let alice = claims("epod", Some(AUDIENCE));
@@ -91,7 +91,6 @@ fn every_bad_token_is_refused_with_json_and_never_a_count() {
     assert_eq!(code, 403);
     // Health, readiness and metrics stay open.
     assert_eq!(http_get_as(svc.port, "/readyz", None).unwrap().0, 200);
-    svc.stop();
 }
 
 #[test]
@@ -293,9 +292,9 @@ fn raw_exchange(port: u16, bytes: &[u8], wait: std::time::Duration) -> String {
 #[test]
 fn limits_answer_json_with_the_right_status() {
     let Some(stack) = stack("limits_answer_json_with_the_right_status") else { return };
-    let ns = Ns::new(&stack, "limits");
     let args = ["--max-body-bytes", "2000", "--max-header-bytes", "4096", "--rate-limit", "5"];
-    let svc = ns.start(&[&args[..], &["--request-timeout", "1s", "--header-read-timeout", "1s"]].concat());
+    let timeouts = ["--request-timeout", "1s", "--header-read-timeout", "1s"];
+    let svc = spawn_app(&stack, "limits", test_auth(), &[&args[..], &timeouts[..]].concat());
     let service = token("ops", true);
     let code_of = |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap()["error"]["code"].clone();
     // Body over the limit: 413.
@@ -332,5 +331,4 @@ fn limits_answer_json_with_the_right_status() {
     let answer = raw_exchange(svc.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\n", std::time::Duration::from_secs(5));
     assert!(started.elapsed() < std::time::Duration::from_secs(4), "closed after {:?}: {answer}", started.elapsed());
     assert!(!answer.contains("200 OK"), "{answer}");
-    svc.stop();
 }

@@ -1,0 +1,67 @@
+//! The composition root of the read API: what it is built from ([`ApiDeps`]), built one way for `unread run` and
+//! for the tests, which serve it in-process without a whole service ([`build`], [`serve`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::watch;
+
+use crate::api::limits::{LimitOptions, RateLimits};
+use crate::api::ApiState;
+use crate::auth::Verifier;
+use crate::checkpoint::Stage;
+use crate::config::Settings;
+use crate::metrics::{Assignment, Metrics};
+
+/// What the read API is built from.
+pub struct ApiDeps {
+    /// The stores and names it reads (the live pointer, projections, checkpoints).
+    pub settings: Settings,
+    /// The token verifier; `None`: every caller reads every user (`--insecure-no-auth`).
+    pub auth: Option<Arc<Verifier>>,
+    /// Size, time and rate limits.
+    pub limits: LimitOptions,
+    /// The running stages' assignments, for `/readyz` (empty: the API alone).
+    pub assignments: Vec<(Stage, Arc<Assignment>)>,
+    /// The metrics served at `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// The write gateway's producer ([`crate::kafka::service_producer`]); `None`: writes answer 503.
+    pub producer: Option<rdkafka::producer::FutureProducer>,
+    /// Turns true when the process stops: the push hub and the server stop with it.
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Builds the API's state: connects to the live pointer (and follows it), starts the push hub, and wires degraded
+/// reads, limits and the gateway.
+///
+/// Errors: Redis unreachable, or the live pointer names a namespace that is not valid.
+pub async fn build(deps: ApiDeps) -> anyhow::Result<ApiState> {
+    let ApiDeps { settings, auth, limits, assignments, metrics, producer, stop } = deps;
+    let live = crate::namespace::LiveProjection::connect(&settings).await?;
+    live.follow();
+    let hub = crate::push::Hub::start(live.clone(), &settings.redis_url, stop);
+    let fallback = Some(Arc::new(crate::api::fallback::Fallback::new(settings.clone())));
+    let (topic, prefix) = (settings.topics().user_events, settings.redis_prefix.clone());
+    let gateway = producer.map(|p| Arc::new(crate::api::gateway::Gateway::new(p, topic, prefix)));
+    let rates = Arc::new(RateLimits::new(&limits));
+    let limits = Arc::new(limits);
+    Ok(ApiState { live, assignments, metrics, auth, fallback, limits, rates, hub, gateway })
+}
+
+/// Binds the API's address (port 0: any free port), before anything else starts: a process that cannot serve
+/// its API stops before it joins a consumer group.
+///
+/// Errors: the address cannot be bound (in use, say).
+pub async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))
+}
+
+/// Serves `state` on `listener` until `stop` turns true, then drains the open connections.
+pub async fn serve(listener: tokio::net::TcpListener, state: ApiState, mut stop: watch::Receiver<bool>) {
+    let limits = state.limits.clone();
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    crate::api::serve::serve(listener, crate::api::router(state), &limits, stopped).await;
+}
