@@ -232,7 +232,7 @@ impl Hub {
             w.users.keys().cloned().collect()
         };
         self.mark(watched); // whatever changed while not subscribed
-        let users = format!("{prefix}u:");
+        let users = format!("{prefix}{}", crate::projection::USER_KEY_PREFIX);
         let mut messages = pubsub.on_message();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut stop = self.stop.clone();

@@ -110,7 +110,7 @@ impl Fallback {
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.
     pub async fn state(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserState>> {
-        Ok(self.checkpointed(namespace, user_id).await?.map(|(_, user)| user.state))
+        Ok(crate::state::user::user_state(&self.store(namespace).await?, user_id).await?)
     }
 
     /// The user's counts from the checkpoint of `namespace` (broadcast counts from the checkpointed lists), or
@@ -118,8 +118,7 @@ impl Fallback {
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.
     pub async fn read(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserView>> {
-        let Some((store, user)) = self.checkpointed(namespace, user_id).await? else { return Ok(None) };
-        Ok(Some(user.view_from(&store).await?))
+        Ok(crate::state::user::user_view(&self.store(namespace).await?, user_id).await?)
     }
 
     /// [`Fallback::read`], then writes the user back to Redis at the checkpoint's version (refused where Redis

@@ -13,7 +13,7 @@
 //! - [`NOTIFICATION_PREFIX`]`{category}` → `"{unread} {unseen}"`, one per category;
 //! - [`CURSOR_PREFIX`]`{broadcast_id}` → the user's cursor in the list; the list itself is stored once, as the
 //!   sorted set [`list_key`] of its live seqs (hash-tagged: [`SharedKeys`]), and the read script counts the seqs above each cursor
-//!   ([`redis::READ_SCRIPT`]): a publication writes that one key, never a user's hash;
+//!   ([`redis::READ_TEMPLATE`]): a publication writes that one key, never a user's hash;
 //! - [`INDEX_PREFIX`]`{conversation_id}` → `"{lo} {muted as 0|1} {feed as 0|1} {named mention seqs…}"`, one per
 //!   read-diffused conversation the user is a member of ([`crate::core::hybrid`]): the conversation's index is
 //!   stored once, as two sorted sets ([`shared_keys`]: its live seqs and those that mention everyone), and the read
@@ -23,7 +23,7 @@
 //! - [`VERSION_FIELD`] → a [`ProjectionVersion`], `"{g} {a} {b}"`: the writing fold task's lease generation and
 //!   the position (next offsets of its user-events and user-deltas partitions) the state reflects; a write whose
 //!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
-//!   [`redis::WRITE_SCRIPT`]).
+//!   [`redis::WRITE_TEMPLATE`]).
 //!
 //! Readers get everything from one script call, which Redis runs atomically (on a Redis Cluster: the hash, then
 //! each list's share, [`conn`]), and writers replace a user's changed fields and totals in one script, so totals
@@ -42,6 +42,8 @@ use crate::core::contract::{BroadcastView, ConversationView, NotificationView, U
 use crate::core::fold::{ConvState, UserState};
 use crate::core::hybrid::IndexShare;
 
+/// What a user's hash key is made of after the namespace's prefix: `{prefix}u:{user_id}` ([`user_key`]).
+pub const USER_KEY_PREFIX: &str = "u:";
 /// The field holding the user's totals.
 pub const TOTALS_FIELD: &str = "_totals";
 /// The field holding the version guard.
@@ -103,7 +105,7 @@ impl ProjectionError {
 
 /// The Redis key of a user's hash.
 pub fn user_key(prefix: &str, user_id: &str) -> String {
-    format!("{prefix}u:{user_id}")
+    format!("{prefix}{USER_KEY_PREFIX}{user_id}")
 }
 
 /// The Redis key of a broadcast list's live seqs (a sorted set, score = member = seq): [`SharedKeys::live`].
@@ -181,7 +183,7 @@ pub fn index_fields(state: &UserState) -> BTreeMap<String, String> {
 /// single server, as a key, its push version counter: the last version handed out. Versions are microseconds of
 /// the Redis server's clock or more, so they grow even across a Redis that lost everything. On Redis Cluster no key
 /// is shared by every write (each script stays within one slot): each key's version is one more than its own last,
-/// or the clock of the node holding it if that is larger ([`redis::WRITE_SCRIPT`]), so push versions there assume
+/// or the clock of the node holding it if that is larger ([`redis::WRITE_TEMPLATE`]), so push versions there assume
 /// the nodes' clocks agree (NTP; see `docs/operations.md`, "Redis Cluster").
 pub fn changes_key(prefix: &str) -> String {
     format!("{prefix}changes")

@@ -1,11 +1,11 @@
 //! Writing and reading the projection in Redis (layout in [`super`]).
 //!
-//! Every user's write is one `EVALSHA` of [`WRITE_SCRIPT`]: it compares the version the write carries with the
+//! Every user's write is one `EVALSHA` of [`WRITE_TEMPLATE`]: it compares the version the write carries with the
 //! `_version` field and applies the totals, the changed conversation fields and the deleted ones only when the
 //! write is not older, all atomically. A flush pipelines the writes of many users in one round trip (on a Redis
 //! Cluster: concurrent calls, each to its slot's master, [`super::conn`]). A broadcast
-//! list's (or a read-diffused conversation's index's) changes are one `EVALSHA` of [`LIST_SCRIPT`] per list,
-//! guarded by the fan-out task's lease generation; a user's read is one `EVALSHA` of [`READ_SCRIPT`], which
+//! list's (or a read-diffused conversation's index's) changes are one `EVALSHA` of [`LIST_TEMPLATE`] per list,
+//! guarded by the fan-out task's lease generation; a user's read is one `EVALSHA` of [`READ_TEMPLATE`], which
 //! combines the user's cursors with the lists and the indexes.
 
 use std::collections::BTreeMap;
@@ -88,9 +88,9 @@ end
 /// write can only be older. Two positions neither of which dominates the other (a task restarted from its
 /// checkpoint reads the two topics in another interleaving) are both accepted: the live task only moves forward
 /// from there and rewrites every user it touches, so Redis converges; refusing them would leave a user stale.
-pub const WRITE_SCRIPT: &str = concat!(
+pub const WRITE_TEMPLATE: &str = concat!(
     r#"
-local cur = redis.call('HGET', KEYS[1], '_version')
+local cur = redis.call('HGET', KEYS[1], '${VERSION}')
 if cur then
   local g, a, b = string.match(cur, '^(%d+) (%d+) (%d+)$')
   local ng, na, nb = string.match(ARGV[2], '^(%d+) (%d+) (%d+)$')
@@ -103,17 +103,17 @@ end
 if ARGV[4] == 'replace' then
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     local p = string.sub(f, 1, 2)
-    if p == 'c:' or p == 'n:' or p == 'b:' or p == 'r:' then redis.call('HDEL', KEYS[1], f) end
+    if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' then redis.call('HDEL', KEYS[1], f) end
   end
 end
-redis.call('HSET', KEYS[1], '_version', ARGV[2], '_totals', ARGV[3])
+redis.call('HSET', KEYS[1], '${VERSION}', ARGV[2], '${TOTALS}', ARGV[3])
 local n = tonumber(ARGV[5])
 for i = 6, 5 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 for i = 6 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
 "#,
-    next_push_version!("2", "redis.call('HGET', KEYS[1], '_pv')"),
+    next_push_version!("2", "redis.call('HGET', KEYS[1], '${PV}')"),
     r#"
-redis.call('HSET', KEYS[1], '_pv', v)
+redis.call('HSET', KEYS[1], '${PV}', v)
 redis.call('PUBLISH', ARGV[1], v .. ' ' .. KEYS[1])
 return 1
 "#
@@ -129,8 +129,8 @@ return 1
 ///   still live and not mention-all; and `X:{id}` = the index's push version.
 ///
 /// One round trip, atomic. It reads keys it was not given, which only a single server allows; on Redis Cluster the
-/// hash is read alone and each list's or index's share with [`SHARE_SCRIPT`] ([`RedisProjection::read_many`]).
-pub const READ_SCRIPT: &str = concat!(
+/// hash is read alone and each list's or index's share with [`SHARE_TEMPLATE`] ([`RedisProjection::read_many`]).
+pub const READ_TEMPLATE: &str = concat!(
     share_fn!(),
     r#"
 local h = redis.call('HGETALL', KEYS[1])
@@ -140,28 +140,28 @@ for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
   local p, id = string.sub(f, 1, 2), string.sub(f, 3)
   put(f, v)
-  if p == 'b:' then
+  if p == '${B}' then
     local unread, _, version = share(ARGV[1] .. id .. '}', ARGV[2] .. id .. '}', ARGV[3] .. id .. '}', v, {})
-    put('B:' .. id, unread)
-    put('V:' .. id, version)
-  elseif p == 'r:' then
+    put('${COUNT}' .. id, unread)
+    put('${LISTV}' .. id, version)
+  elseif p == '${R}' then
     local n = {}
     for x in string.gmatch(v, '%d+') do n[#n + 1] = x end
     local lo = table.remove(n, 1)
     table.remove(n, 1); table.remove(n, 1)
     local unread, mentions, version = share(ARGV[4] .. id .. '}', ARGV[5] .. id .. '}', ARGV[6] .. id .. '}', lo, n)
-    put('R:' .. id, unread .. ' ' .. mentions)
-    put('X:' .. id, version)
+    put('${ICOUNT}' .. id, unread .. ' ' .. mentions)
+    put('${IVERSION}' .. id, version)
   end
 end
 return out
 "#
 );
 
-/// One list's or index's share above a cursor (Redis Cluster reads, [`READ_SCRIPT`] elsewhere). KEYS[1..3]: its
+/// One list's or index's share above a cursor (Redis Cluster reads, [`READ_TEMPLATE`] elsewhere). KEYS[1..3]: its
 /// live, mention-all and version keys (one slot: [`super::SharedKeys`]); ARGV[1]: the cursor (`lo`); ARGV[2..]: the
 /// reader's named mention seqs. Returns `[unread, mentions, version]`, strings.
-pub const SHARE_SCRIPT: &str = concat!(
+pub const SHARE_TEMPLATE: &str = concat!(
     share_fn!(),
     r#"
 local named = {}
@@ -180,7 +180,7 @@ return {unread, mentions, version}
 /// paused fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log
 /// order, every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also
 /// sets the list's push version and publishes `"{version} {key}"` on the change channel.
-pub const LIST_SCRIPT: &str = concat!(
+pub const LIST_TEMPLATE: &str = concat!(
     r#"
 local g = tonumber(redis.call('GET', KEYS[2]) or '0')
 local ng = tonumber(ARGV[2])
@@ -311,14 +311,35 @@ struct UserRead {
     cursors: BTreeMap<String, u64>,
     /// Whether the user has a hash.
     present: bool,
-    /// The push version ([`super::push_version`]).
-    version: u64,
 }
 
-/// The scripts, in the order of their SHA1s in [`SHAS`].
-const SCRIPTS: [&str; 4] = [WRITE_SCRIPT, LIST_SCRIPT, READ_SCRIPT, SHARE_SCRIPT];
+/// The scripts, in the order of their SHA1s in [`SHAS`]: the templates filled with the layout ([`fill`]).
+static SCRIPTS: LazyLock<[String; 4]> =
+    LazyLock::new(|| [WRITE_TEMPLATE, LIST_TEMPLATE, READ_TEMPLATE, SHARE_TEMPLATE].map(fill));
 /// The SHA1 of each of [`SCRIPTS`] (what `EVALSHA` takes).
-static SHAS: LazyLock<[String; 4]> = LazyLock::new(|| SCRIPTS.map(|s| redis::Script::new(s).get_hash().to_owned()));
+static SHAS: LazyLock<[String; 4]> =
+    LazyLock::new(|| SCRIPTS.each_ref().map(|s| redis::Script::new(s).get_hash().to_owned()));
+
+/// The Redis layout's names as the scripts spell them: `${NAME}` → the constant of [`super`] that defines it.
+const LAYOUT: [(&str, &str); 11] = [
+    ("${VERSION}", super::VERSION_FIELD),
+    ("${TOTALS}", super::TOTALS_FIELD),
+    ("${PV}", super::PUSH_VERSION_FIELD),
+    ("${C}", super::CONVERSATION_PREFIX),
+    ("${N}", super::NOTIFICATION_PREFIX),
+    ("${B}", super::CURSOR_PREFIX),
+    ("${R}", super::INDEX_PREFIX),
+    ("${COUNT}", super::COUNT_PREFIX),
+    ("${LISTV}", super::LIST_VERSION_PREFIX),
+    ("${ICOUNT}", super::INDEX_COUNT_PREFIX),
+    ("${IVERSION}", super::INDEX_VERSION_PREFIX),
+];
+
+/// A script template with every `${NAME}` of [`LAYOUT`] replaced: the Lua and the Rust read one definition of the
+/// layout (`src/projection/mod.rs`).
+fn fill(template: &str) -> String {
+    LAYOUT.iter().fold(template.to_owned(), |script, (name, value)| script.replace(name, value))
+}
 const WRITE: usize = 0;
 const LIST: usize = 1;
 const READ: usize = 2;
@@ -395,7 +416,7 @@ impl RedisProjection {
     async fn run_scripts<T: FromRedisValue + Send>(&self, cmds: impl Fn() -> Vec<Cmd>) -> Result<Vec<T>, RedisError> {
         match self.conn.run_all(cmds()).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                for script in SCRIPTS {
+                for script in SCRIPTS.iter() {
                     // On a cluster, SCRIPT LOAD goes to every master.
                     redis::cmd("SCRIPT").arg("LOAD").arg(script).query_async::<Value>(&mut self.connection()).await?;
                 }
@@ -423,7 +444,7 @@ impl RedisProjection {
         Ok((written, refused))
     }
 
-    /// One user's call of [`WRITE_SCRIPT`].
+    /// One user's call of [`WRITE_TEMPLATE`].
     fn write_cmd(&self, w: &UserWrite) -> Cmd {
         let user = user_key(&self.prefix, &w.user_id);
         let counter = self.counter();
@@ -457,7 +478,7 @@ impl RedisProjection {
         Ok((written, results.len() - written))
     }
 
-    /// One list's call of [`LIST_SCRIPT`].
+    /// One list's call of [`LIST_TEMPLATE`].
     fn list_cmd(&self, w: &ListWrite) -> Cmd {
         let (keys, counter) = (shared_keys(&self.prefix, &w.list), self.counter());
         let all = [&keys.live, &keys.guard, &keys.version, &keys.mention_all].map(String::as_str);
@@ -508,7 +529,7 @@ impl RedisProjection {
         Ok(views)
     }
 
-    /// What [`READ_SCRIPT`] returns for each user: its hash's fields with the computed ones, in pairs.
+    /// What [`READ_TEMPLATE`] returns for each user: its hash's fields with the computed ones, in pairs.
     async fn read_fields(&self, user_ids: &[String]) -> ProjectionResult<Vec<Vec<(String, String)>>> {
         if self.is_cluster() {
             return self.read_fields_cluster(user_ids).await.map_err(redis_err("reading users"));
@@ -525,7 +546,7 @@ impl RedisProjection {
     }
 
     /// [`RedisProjection::read_fields`] on a cluster, where a script may only touch keys of one slot: the hashes in
-    /// one round trip, then the share ([`SHARE_SCRIPT`]) of each list or index they hold a cursor in, added as the
+    /// one round trip, then the share ([`SHARE_TEMPLATE`]) of each list or index they hold a cursor in, added as the
     /// read script would (`B:`/`V:`, `R:`/`X:`). Not atomic across keys, as reading a list just after a change is
     /// not: a change between the two is pushed like any other.
     async fn read_fields_cluster(&self, user_ids: &[String]) -> Result<Vec<Vec<(String, String)>>, RedisError> {
@@ -557,7 +578,7 @@ impl RedisProjection {
         Ok(users)
     }
 
-    /// The [`SHARE_SCRIPT`] call for one list's or index's share, with its ARGV ([`share_wanted`]).
+    /// The [`SHARE_TEMPLATE`] call for one list's or index's share, with its ARGV ([`share_wanted`]).
     fn share_cmd(&self, list: &ListId, args: &[String]) -> Cmd {
         let keys = shared_keys(&self.prefix, list);
         evalsha(SHARE, &[&keys.live, &keys.mention_all, &keys.version]).arg(args).to_owned()
@@ -579,14 +600,6 @@ impl RedisProjection {
         Ok((read.view, read.cursors))
     }
 
-    /// A user's counts and push version ([`super::push_version`]; 0 for a user with no hash).
-    ///
-    /// Errors: as [`RedisProjection::read`].
-    pub async fn read_versioned(&self, user_id: &str) -> ProjectionResult<(UserView, u64)> {
-        let read = self.read_all(user_id).await?;
-        Ok((read.view, read.version))
-    }
-
     /// Everything the read script says of a user.
     async fn read_all(&self, user_id: &str) -> ProjectionResult<UserRead> {
         let fields = self.read_fields(&[user_id.to_owned()]).await?.pop().unwrap_or_default();
@@ -594,8 +607,8 @@ impl RedisProjection {
             .iter()
             .filter_map(|(f, v)| Some((f.strip_prefix(super::CURSOR_PREFIX)?.to_owned(), v.parse().ok()?)))
             .collect();
-        let (present, version) = (!fields.is_empty(), push_version(&fields));
-        Ok(UserRead { view: decode_view(user_id, fields)?, cursors, present, version })
+        let present = !fields.is_empty();
+        Ok(UserRead { view: decode_view(user_id, fields)?, cursors, present })
     }
 
     /// A broadcast list's head: its largest live seq (0 for an empty or unknown list).
@@ -683,5 +696,27 @@ impl RedisProjection {
     /// Raw command access for tools and tests: commands on one key (or keys of one slot) work on a cluster too.
     pub fn connection(&self) -> Conn {
         self.conn.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_names_the_layout_only_through_its_constants() {
+        for (template, script) in
+            [WRITE_TEMPLATE, LIST_TEMPLATE, READ_TEMPLATE, SHARE_TEMPLATE].iter().zip(SCRIPTS.iter())
+        {
+            assert!(!script.contains("${"), "a placeholder left unfilled:\n{script}");
+            for (name, value) in LAYOUT {
+                assert_eq!(template.matches(name).count(), script.matches(&format!("'{value}'")).count(), "{name}");
+            }
+        }
+        // The scripts take a field's kind as its first two bytes (`string.sub(f, 1, 2)`).
+        for (name, value) in &LAYOUT[3..] {
+            assert_eq!(value.len(), 2, "{name} = {value:?}: the scripts read prefixes as 2 bytes");
+        }
+        assert!(SCRIPTS[WRITE].contains("HGET', KEYS[1], '_version'"), "{}", SCRIPTS[WRITE]);
     }
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 /// The lease generation of the fold task that wrote a user's state and the position that state reflects: the next
 /// offsets of the task's `user-events` and `user-deltas` partitions. Stored as `"{generation} {user_events}
 /// {user_deltas}"` ([`fmt::Display`], [`FromStr`]); the write script compares it in Lua
-/// ([`super::redis::WRITE_SCRIPT`]) and [`ProjectionVersion::is_newer_than`] in Rust, by the same rule.
+/// ([`super::redis::WRITE_TEMPLATE`]) and [`ProjectionVersion::is_newer_than`] in Rust, by the same rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProjectionVersion {
     /// The writing task's lease generation (`partition_leases.generation`).

@@ -108,3 +108,22 @@ pub async fn user(
     let version = FoldNext::load(store, topics, p).await?.version(store.generation(Stage::Fold, p).await?);
     Ok(Some((UserCheckpoint::decode(row.row, version)?, row.updated_at)))
 }
+
+/// One user's checkpointed state alone, without its version (what a read needs when no write follows: no
+/// offsets or lease are read); `None` when the checkpoint has no state for the user.
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn user_state(store: &CheckpointStore, user_id: &str) -> StateResult<Option<UserState>> {
+    let Some(row) = store.state_row(Stage::Fold, user_id).await? else { return Ok(None) };
+    Ok(Some(codec::decode_user(&row.row.state).map_err(StateError::corrupt(user_id))?))
+}
+
+/// One user's counts from the checkpoint, with the checkpoint's lists and the indexes the user needs; `None` when
+/// the checkpoint has no state for the user.
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn user_view(store: &CheckpointStore, user_id: &str) -> StateResult<Option<UserView>> {
+    let Some(state) = user_state(store, user_id).await? else { return Ok(None) };
+    let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.clone()).collect();
+    Ok(Some(state.view(user_id, &shared_lists(store, Some(&indexed)).await?)))
+}
