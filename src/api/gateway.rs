@@ -19,11 +19,13 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use rdkafka::producer::FutureRecord;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use super::openapi::ReadErrors;
 use super::{authorized, check_id, ApiError, ApiState};
 use crate::auth::Access;
+use crate::core::contract::{
+    BroadcastRead, ConversationMuted, NotificationMark, NotificationsMark, ReadAck, UserEvent,
+};
 
 /// How long an idempotency key is remembered: 24 h.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -99,7 +101,7 @@ async fn publish(
     s: &ApiState,
     user_id: &str,
     headers: &HeaderMap,
-    mut events: Vec<Value>,
+    mut events: Vec<UserEvent>,
 ) -> Result<Response, ApiError> {
     let gw = s.gateway.as_ref().ok_or_else(|| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance has no Kafka producer")
@@ -124,15 +126,19 @@ async fn publish(
 }
 
 /// Sets `event_id` and `occurred_at`; returns the id.
-fn stamp(gw: &Gateway, event: &mut Value) -> String {
+fn stamp(gw: &Gateway, event: &mut UserEvent) -> String {
     let id = gw.event_id();
-    event["event_id"] = id.clone().into();
-    event["occurred_at"] = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true).into();
+    event.stamp(id.clone(), chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
     id
 }
 
+/// The id and time fields of an event not yet stamped ([`stamp`] sets them).
+fn unstamped() -> (String, String) {
+    (String::new(), String::new())
+}
+
 /// Checks each event with the contract's decoder, sends them in order, and waits for the broker's acks.
-async fn send_all(gw: &Gateway, user_id: &str, events: &[Value]) -> Result<(), ApiError> {
+async fn send_all(gw: &Gateway, user_id: &str, events: &[UserEvent]) -> Result<(), ApiError> {
     let payloads: Vec<Vec<u8>> = events.iter().map(|e| serde_json::to_vec(e).expect("JSON")).collect();
     for p in &payloads {
         crate::core::contract::decode(p)
@@ -227,9 +233,14 @@ pub async fn read_conversation(
         Some(seq) => Some(seq),
         None => newest_unread(&s, &user_id, |id, _| id == conversation_id).await?.into_iter().next().map(|(_, n)| n),
     };
-    let event =
-        |seq| json!({"type": "read.ack", "user_id": user_id, "conversation_id": conversation_id, "read_seq": seq});
+    let event = |read_seq| read_ack(&user_id, conversation_id.clone(), read_seq);
     publish(&s, &user_id, &headers, read_seq.into_iter().map(event).collect()).await
+}
+
+/// A `read.ack` of `conversation_id` up to `read_seq`, not yet stamped.
+fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent {
+    let (event_id, occurred_at) = unstamped();
+    UserEvent::ReadAck(ReadAck { event_id, occurred_at, user_id: user_id.to_owned(), conversation_id, read_seq })
 }
 
 /// Each conversation of the user's checkpointed state that `pick` selects and that has unread messages, with the
@@ -249,7 +260,7 @@ async fn newest_unread(
     Ok(state
         .iter()
         .flat_map(|state| state.conversations())
-        .filter(|(id, c)| c.joined_at.is_some() && pick(id, c))
+        .filter(|(id, c)| c.is_member() && pick(id, c))
         .filter_map(|(id, c)| Some((id.clone(), c.unread.max()?)))
         .collect())
 }
@@ -269,9 +280,10 @@ pub async fn mute_conversation(
     let Path((user_id, conversation_id)) = path?;
     authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
     let Json(MuteBody { muted }) = body?;
-    let event =
-        json!({"type": "conversation.muted", "user_id": user_id, "conversation_id": conversation_id, "muted": muted});
-    publish(&s, &user_id, &headers, vec![event]).await
+    let (event_id, occurred_at) = unstamped();
+    let user_id_ = user_id.clone();
+    let event = ConversationMuted { event_id, occurred_at, user_id: user_id_, conversation_id, muted };
+    publish(&s, &user_id, &headers, vec![UserEvent::Muted(event)]).await
 }
 
 /// Marks one notification read: publishes a `notification.read`.
@@ -287,8 +299,9 @@ pub async fn read_notification(
 ) -> Result<Response, ApiError> {
     let Path((user_id, notification_id)) = path?;
     authorized(&access, &[("user_id", &user_id), ("notification_id", &notification_id)])?;
-    let event = json!({"type": "notification.read", "user_id": user_id, "notification_id": notification_id});
-    publish(&s, &user_id, &headers, vec![event]).await
+    let (event_id, occurred_at) = unstamped();
+    let event = NotificationMark { event_id, occurred_at, user_id: user_id.clone(), notification_id };
+    publish(&s, &user_id, &headers, vec![UserEvent::NotificationRead(event)]).await
 }
 
 /// A `notifications.seen` or `notifications.read` of one category (the body's `category`) or of all.
@@ -298,16 +311,16 @@ async fn mark_notifications(
     path: Result<Path<String>, PathRejection>,
     headers: &HeaderMap,
     body: &[u8],
-    kind: &str,
+    kind: fn(NotificationsMark) -> UserEvent,
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     authorized(access, &[("user_id", &user_id)])?;
     let CategoryBody { category } = optional_json(body)?;
-    let mut event = json!({"type": kind, "user_id": user_id});
-    if let Some(category) = category {
-        check_id("category", &category)?;
-        event["category"] = category.into();
+    if let Some(category) = &category {
+        check_id("category", category)?;
     }
+    let (event_id, occurred_at) = unstamped();
+    let event = kind(NotificationsMark { event_id, occurred_at, user_id: user_id.clone(), category });
     publish(s, &user_id, headers, vec![event]).await
 }
 
@@ -323,7 +336,7 @@ pub async fn notifications_seen(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    mark_notifications(&s, &access, path, &headers, &body, "notifications.seen").await
+    mark_notifications(&s, &access, path, &headers, &body, UserEvent::NotificationsSeen).await
 }
 
 /// Marks every notification (of a category, or all) read: publishes a `notifications.read`.
@@ -338,7 +351,7 @@ pub async fn notifications_read(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    mark_notifications(&s, &access, path, &headers, &body, "notifications.read").await
+    mark_notifications(&s, &access, path, &headers, &body, UserEvent::NotificationsRead).await
 }
 
 /// Marks a broadcast list read up to `read_seq`, or its current head: publishes a `broadcast.read`.
@@ -361,9 +374,9 @@ pub async fn read_broadcast(
         Some(seq) => seq,
         None => s.live.current().1.list_head(&broadcast_id).await?,
     };
-    let event =
-        json!({"type": "broadcast.read", "user_id": user_id, "broadcast_id": broadcast_id, "read_seq": read_seq});
-    publish(&s, &user_id, &headers, vec![event]).await
+    let (event_id, occurred_at) = unstamped();
+    let event = BroadcastRead { event_id, occurred_at, user_id: user_id.clone(), broadcast_id, read_seq };
+    publish(&s, &user_id, &headers, vec![UserEvent::BroadcastRead(event)]).await
 }
 
 /// Marks the feed seen: a `read.ack` of every followed timeline with unread posts, at the newest post the user
@@ -380,10 +393,10 @@ pub async fn read_feed(
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     authorized(&access, &[("user_id", &user_id)])?;
-    let events: Vec<Value> = newest_unread(&s, &user_id, |_, c| c.feed)
+    let events: Vec<UserEvent> = newest_unread(&s, &user_id, |_, c| c.feed)
         .await?
         .into_iter()
-        .map(|(id, head)| json!({"type": "read.ack", "user_id": user_id, "conversation_id": id, "read_seq": head}))
+        .map(|(id, head)| read_ack(&user_id, id, head))
         .collect();
     publish(&s, &user_id, &headers, events).await
 }

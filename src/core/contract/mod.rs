@@ -228,61 +228,88 @@ pub struct NotificationsMark {
     pub category: Option<String>,
 }
 
-/// An event of the conversation stream (topic `unread.conversation-events`, key `conversation_id`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type")]
+/// An event of the conversation stream (topic `unread.conversation-events`, key `conversation_id`). Serializes
+/// to the contract's JSON: `type` ([`EventType::name`]) first, then the event's own fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConversationEvent {
     /// `conversation.created`
-    #[serde(rename = "conversation.created")]
     Created(ConversationCreated),
     /// `member.joined`
-    #[serde(rename = "member.joined")]
     Joined(MemberJoined),
     /// `member.left`
-    #[serde(rename = "member.left")]
     Left(MemberLeft),
     /// `message.sent`
-    #[serde(rename = "message.sent")]
     Sent(MessageSent),
     /// `message.recalled`
-    #[serde(rename = "message.recalled")]
     Recalled(MessageRecalled),
     /// `broadcast.published` (key `broadcast_id`)
-    #[serde(rename = "broadcast.published")]
     Published(BroadcastPublished),
     /// `broadcast.recalled` (key `broadcast_id`)
-    #[serde(rename = "broadcast.recalled")]
     Unpublished(BroadcastRecalled),
 }
 
-/// An event of the user stream (topic `unread.user-events`, key `user_id`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type")]
+/// An event of the user stream (topic `unread.user-events`, key `user_id`). Serializes as
+/// [`ConversationEvent`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UserEvent {
     /// `read.ack`
-    #[serde(rename = "read.ack")]
     ReadAck(ReadAck),
     /// `conversation.muted`
-    #[serde(rename = "conversation.muted")]
     Muted(ConversationMuted),
     /// `broadcast.read`
-    #[serde(rename = "broadcast.read")]
     BroadcastRead(BroadcastRead),
     /// `notification.created`
-    #[serde(rename = "notification.created")]
     NotificationCreated(NotificationCreated),
     /// `notification.read`
-    #[serde(rename = "notification.read")]
     NotificationRead(NotificationMark),
     /// `notification.retracted`
-    #[serde(rename = "notification.retracted")]
     NotificationRetracted(NotificationMark),
     /// `notifications.seen`
-    #[serde(rename = "notifications.seen")]
     NotificationsSeen(NotificationsMark),
     /// `notifications.read`
-    #[serde(rename = "notifications.read")]
     NotificationsRead(NotificationsMark),
+}
+
+/// An event on the wire: `type` first, then the event's own fields.
+#[derive(Serialize)]
+struct Tagged<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    event_type: &'static str,
+    #[serde(flatten)]
+    fields: &'a T,
+}
+
+fn tagged<S: serde::Serializer, T: Serialize>(t: EventType, fields: &T, s: S) -> Result<S::Ok, S::Error> {
+    Tagged { event_type: t.name(), fields }.serialize(s)
+}
+
+impl Serialize for ConversationEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.event_type();
+        match self {
+            Self::Created(e) => tagged(t, e, s),
+            Self::Joined(e) => tagged(t, e, s),
+            Self::Left(e) => tagged(t, e, s),
+            Self::Sent(e) => tagged(t, e, s),
+            Self::Recalled(e) => tagged(t, e, s),
+            Self::Published(e) => tagged(t, e, s),
+            Self::Unpublished(e) => tagged(t, e, s),
+        }
+    }
+}
+
+impl Serialize for UserEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.event_type();
+        match self {
+            Self::ReadAck(e) => tagged(t, e, s),
+            Self::Muted(e) => tagged(t, e, s),
+            Self::BroadcastRead(e) => tagged(t, e, s),
+            Self::NotificationCreated(e) => tagged(t, e, s),
+            Self::NotificationRead(e) | Self::NotificationRetracted(e) => tagged(t, e, s),
+            Self::NotificationsSeen(e) | Self::NotificationsRead(e) => tagged(t, e, s),
+        }
+    }
 }
 
 /// What a conversation-stream event is about: a conversation, or a broadcast list (a namespace of its own).
@@ -314,6 +341,19 @@ pub enum Stream {
 }
 
 impl ConversationEvent {
+    /// The event's type.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            Self::Created(_) => EventType::ConversationCreated,
+            Self::Joined(_) => EventType::MemberJoined,
+            Self::Left(_) => EventType::MemberLeft,
+            Self::Sent(_) => EventType::MessageSent,
+            Self::Recalled(_) => EventType::MessageRecalled,
+            Self::Published(_) => EventType::BroadcastPublished,
+            Self::Unpublished(_) => EventType::BroadcastRecalled,
+        }
+    }
+
     /// The conversation or broadcast list this event belongs to.
     pub fn target(&self) -> Target<'_> {
         match self {
@@ -357,6 +397,34 @@ impl ConversationEvent {
 }
 
 impl UserEvent {
+    /// The event's type.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            Self::ReadAck(_) => EventType::ReadAck,
+            Self::Muted(_) => EventType::ConversationMuted,
+            Self::BroadcastRead(_) => EventType::BroadcastRead,
+            Self::NotificationCreated(_) => EventType::NotificationCreated,
+            Self::NotificationRead(_) => EventType::NotificationRead,
+            Self::NotificationRetracted(_) => EventType::NotificationRetracted,
+            Self::NotificationsSeen(_) => EventType::NotificationsSeen,
+            Self::NotificationsRead(_) => EventType::NotificationsRead,
+        }
+    }
+
+    /// Sets the producer's `event_id` and `occurred_at` (RFC 3339), as a producer such as the write gateway
+    /// stamps an event when it publishes it.
+    pub fn stamp(&mut self, event_id: String, occurred_at: String) {
+        let (id, at) = match self {
+            Self::ReadAck(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::Muted(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::BroadcastRead(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::NotificationCreated(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::NotificationRead(e) | Self::NotificationRetracted(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::NotificationsSeen(e) | Self::NotificationsRead(e) => (&mut e.event_id, &mut e.occurred_at),
+        };
+        (*id, *at) = (event_id, occurred_at);
+    }
+
     /// The user this event belongs to: the record key.
     pub fn user_id(&self) -> &str {
         match self {
@@ -432,25 +500,9 @@ impl Event {
 
     /// The event's type.
     pub fn event_type(&self) -> EventType {
-        use ConversationEvent as C;
-        use EventType as T;
-        use UserEvent as U;
         match self {
-            Self::Conversation(C::Created(_)) => T::ConversationCreated,
-            Self::Conversation(C::Joined(_)) => T::MemberJoined,
-            Self::Conversation(C::Left(_)) => T::MemberLeft,
-            Self::Conversation(C::Sent(_)) => T::MessageSent,
-            Self::Conversation(C::Recalled(_)) => T::MessageRecalled,
-            Self::Conversation(C::Published(_)) => T::BroadcastPublished,
-            Self::Conversation(C::Unpublished(_)) => T::BroadcastRecalled,
-            Self::User(U::ReadAck(_)) => T::ReadAck,
-            Self::User(U::Muted(_)) => T::ConversationMuted,
-            Self::User(U::BroadcastRead(_)) => T::BroadcastRead,
-            Self::User(U::NotificationCreated(_)) => T::NotificationCreated,
-            Self::User(U::NotificationRead(_)) => T::NotificationRead,
-            Self::User(U::NotificationRetracted(_)) => T::NotificationRetracted,
-            Self::User(U::NotificationsSeen(_)) => T::NotificationsSeen,
-            Self::User(U::NotificationsRead(_)) => T::NotificationsRead,
+            Self::Conversation(e) => e.event_type(),
+            Self::User(e) => e.event_type(),
         }
     }
 }
