@@ -218,7 +218,7 @@ type Ids2 = Result<Path<(String, String)>, PathRejection>;
     security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
     request_body(content = Option<ReadBody>, description = "Optional `{\"read_seq\"}`; absent: the newest"),
-    responses((status = 202, body = Accepted), ReadErrors))]
+    responses((status = 202, description = "Published: the ids of the events sent (the counts change once the fold has them)", body = Accepted), ReadErrors))]
 pub async fn read_conversation(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
@@ -269,7 +269,7 @@ async fn newest_unread(
 #[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/mute", tag = "writes",
     security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
-    request_body = MuteBody, responses((status = 202, body = Accepted), ReadErrors))]
+    request_body = MuteBody, responses((status = 202, description = "Published: the ids of the events sent (the counts change once the fold has them)", body = Accepted), ReadErrors))]
 pub async fn mute_conversation(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
@@ -290,7 +290,7 @@ pub async fn mute_conversation(
 #[utoipa::path(post, path = "/v1/users/{user_id}/notifications/{notification_id}/read", tag = "writes",
     security(("bearer" = [])), params(("user_id" = String, Path), ("notification_id" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
-    responses((status = 202, body = Accepted), ReadErrors))]
+    responses((status = 202, description = "Published: the ids of the events sent (the counts change once the fold has them)", body = Accepted), ReadErrors))]
 pub async fn read_notification(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
@@ -328,7 +328,7 @@ async fn mark_notifications(
 #[utoipa::path(post, path = "/v1/users/{user_id}/notifications/seen", tag = "writes", security(("bearer" = [])),
     params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
     request_body(content = Option<CategoryBody>, description = "Optional: `{\"category\"}`; absent: all"),
-    responses((status = 202, body = Accepted), ReadErrors))]
+    responses((status = 202, description = "Published: the ids of the events sent (the counts change once the fold has them)", body = Accepted), ReadErrors))]
 pub async fn notifications_seen(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
@@ -343,7 +343,7 @@ pub async fn notifications_seen(
 #[utoipa::path(post, path = "/v1/users/{user_id}/notifications/read", tag = "writes", security(("bearer" = [])),
     params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
     request_body(content = Option<CategoryBody>, description = "Optional: `{\"category\"}`; absent: all"),
-    responses((status = 202, body = Accepted), ReadErrors))]
+    responses((status = 202, description = "Published: the ids of the events sent (the counts change once the fold has them)", body = Accepted), ReadErrors))]
 pub async fn notifications_read(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
@@ -359,7 +359,7 @@ pub async fn notifications_read(
     security(("bearer" = [])), params(("user_id" = String, Path), ("broadcast_id" = String, Path),
         ("Idempotency-Key" = Option<String>, Header)),
     request_body(content = Option<BroadcastReadBody>, description = "Optional `{\"read_seq\"}`; absent: the head"),
-    responses((status = 202, body = Accepted), ReadErrors))]
+    responses((status = 202, description = "Published: the ids of the events sent (the counts change once the fold has them)", body = Accepted), ReadErrors))]
 pub async fn read_broadcast(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
