@@ -100,7 +100,7 @@ async fn commit_task<T: StageTask>(task: &mut T, idle: bool) -> Result<(), TaskE
     let done = commit(sh.home(), &c).await?;
     sh.metrics.checkpoint(started.elapsed());
     sh.metrics.flush_latency(T::STAGE, started.elapsed(), done.postgres);
-    let offsets: Vec<(&str, i64)> = c.offsets.iter().map(|(i, o)| (i.topic(&sh.topics), *o)).collect();
+    let offsets = c.named_offsets(&sh.topics);
     input.store_offsets(&offsets);
     for (topic, next) in offsets {
         // The lag probe may wait up to 1 s for the broker: after the counters above.

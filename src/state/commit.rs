@@ -67,17 +67,20 @@ pub struct Commit {
     pub offsets: Vec<(Input, i64)>,
 }
 
+impl Commit {
+    /// The next offsets as the store and the consumer name them: (topic, next offset).
+    pub fn named_offsets<'t>(&self, topics: &'t Topics) -> Vec<(&'t str, i64)> {
+        self.offsets.iter().map(|(input, next)| (input.topic(topics), *next)).collect()
+    }
+}
+
 /// What a commit did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Committed {
     /// Redis writes applied.
     pub written: usize,
-    /// Redis writes the version guard refused (another task is ahead).
-    pub refused: usize,
     /// Checkpoint rows written or deleted.
     pub rows: usize,
-    /// Bytes of encoded state written.
-    pub bytes: usize,
     /// Time in the PostgreSQL transaction (with its retries).
     pub postgres: Duration,
 }
@@ -106,13 +109,13 @@ pub async fn commit(home: Home<'_>, c: &Commit) -> StateResult<Committed> {
     if matches!(c.redis, RedisWrites::Users(_)) {
         m.redis_writes(written);
     }
-    let offsets: Vec<(&str, i64)> = c.offsets.iter().map(|(i, o)| (i.topic(home.topics), *o)).collect();
+    let offsets = c.named_offsets(home.topics);
     let started = Instant::now();
     retry(m, "postgres", || home.store.commit(c.stage, p, c.generation, &c.changes, &offsets)).await?;
     let postgres = started.elapsed();
     let (rows, bytes) = c.changes.size();
     m.checkpoint_rows(rows, bytes);
-    Ok(Committed { written, refused, rows, bytes, postgres })
+    Ok(Committed { written, rows, postgres })
 }
 
 /// The key of what a fan-out checkpoint writes: a conversation's row or a broadcast list's.

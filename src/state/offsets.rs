@@ -21,22 +21,6 @@ pub enum Input {
 }
 
 impl Input {
-    /// The inputs of `stage`, in the order its checkpoint lists them.
-    pub fn of(stage: Stage) -> &'static [Input] {
-        match stage {
-            Stage::FanOut => &[Input::ConversationEvents],
-            Stage::Fold => &[Input::UserEvents, Input::UserDeltas],
-        }
-    }
-
-    /// The stage that reads this input.
-    pub fn stage(self) -> Stage {
-        match self {
-            Input::ConversationEvents => Stage::FanOut,
-            Input::UserEvents | Input::UserDeltas => Stage::Fold,
-        }
-    }
-
     /// The topic's name in a namespace.
     pub fn topic(self, topics: &Topics) -> &str {
         match self {
@@ -118,11 +102,6 @@ impl Offsets {
     pub fn fold(&self, p: i32) -> FoldNext {
         FoldNext { user_events: self.next(Input::UserEvents, p), user_deltas: self.next(Input::UserDeltas, p) }
     }
-
-    /// Every (partition, next offset) of `input`.
-    pub fn of(&self, input: Input) -> impl Iterator<Item = (i32, i64)> + '_ {
-        self.0.iter().filter(move |((i, _), _)| *i == input).map(|((_, p), o)| (*p, *o))
-    }
 }
 
 /// Each fold partition's checkpoint as a projection version: lease generation and both checkpointed offsets.
@@ -166,9 +145,8 @@ mod tests {
         assert_eq!(o.fold(1), FoldNext { user_events: 5, user_deltas: 9 });
         assert_eq!(o.fold(2), FoldNext::default(), "never checkpointed: 0s");
         assert_eq!(o.get(Input::ConversationEvents, 0), Some(3));
-        assert_eq!(o.of(Input::UserDeltas).collect::<Vec<_>>(), vec![(1, 9)]);
+        assert_eq!(o.get(Input::UserDeltas, 1), Some(9));
         for input in [Input::ConversationEvents, Input::UserEvents, Input::UserDeltas] {
-            assert!(Input::of(input.stage()).contains(&input));
             assert_eq!(Input::from_topic(&topics, input.topic(&topics)), Some(input));
         }
     }

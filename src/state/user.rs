@@ -51,17 +51,21 @@ impl UserCheckpoint {
         UserWrite::of_state(&self.user_id, Some(&self.state), self.version)
     }
 
-    /// The read-diffused conversations the user is a member of: the indexes its view needs.
-    pub fn indexed(&self) -> Vec<String> {
-        self.state.read_diffused().map(|(id, _)| id.clone()).collect()
-    }
-
     /// [`UserCheckpoint::view`] with the checkpoint's lists and the indexes this user needs, read from `store`.
     ///
     /// Errors: PostgreSQL failing, or a corrupt list or conversation row.
     pub async fn view_from(&self, store: &CheckpointStore) -> StateResult<UserView> {
-        Ok(self.view(&shared_lists(store, Some(&self.indexed())).await?))
+        view_from(store, &self.user_id, &self.state).await
     }
+}
+
+/// A user's counts from its checkpointed `state`, with the checkpoint's lists and the indexes of the read-diffused
+/// conversations the user is a member of, read from `store`.
+///
+/// Errors: PostgreSQL failing, or a corrupt list or conversation row.
+async fn view_from(store: &CheckpointStore, user_id: &str, state: &UserState) -> StateResult<UserView> {
+    let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.clone()).collect();
+    Ok(state.view(user_id, &shared_lists(store, Some(&indexed)).await?))
 }
 
 /// Which users [`users`] reads.
@@ -124,6 +128,5 @@ pub async fn user_state(store: &CheckpointStore, user_id: &str) -> StateResult<O
 /// Errors: PostgreSQL failing, or a corrupt row.
 pub async fn user_view(store: &CheckpointStore, user_id: &str) -> StateResult<Option<UserView>> {
     let Some(state) = user_state(store, user_id).await? else { return Ok(None) };
-    let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.clone()).collect();
-    Ok(Some(state.view(user_id, &shared_lists(store, Some(&indexed)).await?)))
+    Ok(Some(view_from(store, user_id, &state).await?))
 }
