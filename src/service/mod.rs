@@ -171,14 +171,15 @@ pub struct Shared {
     pub owner: String,
 }
 
-impl From<crate::state::StateError> for TaskError {
-    fn from(e: crate::state::StateError) -> Self {
-        use crate::state::StateError as S;
-        match e {
-            S::Store(e) => TaskError::Store(e),
-            S::Projection(e) => TaskError::Projection(e),
-            S::Corrupt { id, source } => TaskError::Corrupt { id, source },
-        }
+impl From<StoreError> for TaskError {
+    fn from(e: StoreError) -> Self {
+        TaskError::State(e.into())
+    }
+}
+
+impl From<ProjectionError> for TaskError {
+    fn from(e: ProjectionError) -> Self {
+        TaskError::State(e.into())
     }
 }
 
@@ -194,12 +195,10 @@ impl Shared {
 /// when another task owns the partition.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
-    /// The checkpoint store failed (still after retries) or fenced the task.
+    /// The checkpoint store failed (still after retries) or fenced the task, Redis failed or holds a malformed
+    /// hash, or a checkpointed state does not decode ([`crate::state::StateError`]).
     #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Redis failed (still after retries), or holds a malformed hash.
-    #[error(transparent)]
-    Projection(#[from] ProjectionError),
+    State(#[from] crate::state::StateError),
     /// A Kafka call failed; `doing` says which.
     #[error("{doing}: {source}")]
     Kafka {
@@ -208,15 +207,6 @@ pub enum TaskError {
         /// The client's error.
         #[source]
         source: KafkaError,
-    },
-    /// A checkpointed state does not decode.
-    #[error("checkpoint of {id:?}: {source}")]
-    Corrupt {
-        /// The user or conversation.
-        id: String,
-        /// Why it does not decode.
-        #[source]
-        source: crate::state::codec::CheckpointError,
     },
 }
 
@@ -229,7 +219,8 @@ impl TaskError {
     /// Whether another task took the partition's lease, or Kafka fenced the task's transactional producer (a
     /// successor initialized the same transactional id).
     pub fn is_fenced(&self) -> bool {
-        matches!(self, TaskError::Store(StoreError::Fenced(_))) || self.is_kafka_fenced()
+        matches!(self, TaskError::State(crate::state::StateError::Store(StoreError::Fenced(_))))
+            || self.is_kafka_fenced()
     }
 
     /// Whether Kafka fenced the task's transactional producer: what a zombie fan-out's late batch meets.
