@@ -165,10 +165,10 @@ impl UserRowV1 {
     }
 }
 
-/// A user row of version 2 (contract v2: feeds, broadcast cursors, notifications).
+/// A user row of versions 2 and 3: the same fields, with the conversation rows of that version (`C`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct UserRowV2 {
-    conversations: BTreeMap<String, ConvRowV2>,
+pub(super) struct UserRow<C> {
+    conversations: BTreeMap<String, C>,
     totals: TotalsRow,
     clock: u64,
     detached: usize,
@@ -176,28 +176,38 @@ pub(super) struct UserRowV2 {
     notifications: SummaryRow,
 }
 
-impl UserRowV2 {
-    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
-        let conversations = states(self.conversations, ConvRowV2::into_state)?;
+/// A user row of version 2 (contract v2: feeds, broadcast cursors, notifications).
+pub(super) type UserRowV2 = UserRow<ConvRowV2>;
+/// A user row of version 3 (read diffusion).
+pub(super) type UserRowV3 = UserRow<ConvRowV3>;
+
+impl<C> UserRow<C> {
+    /// The state, each conversation row decoded with `decode`.
+    fn state_with(
+        self,
+        decode: impl Fn(C) -> Result<ConvState, CheckpointError>,
+    ) -> Result<UserState, CheckpointError> {
+        let conversations = states(self.conversations, decode)?;
         let state = UserState::from_parts(conversations, self.totals.into(), self.clock, self.detached);
         Ok(state.with_v2_parts(self.broadcasts, self.notifications.into()))
     }
 }
 
-/// A user row of version 3 (read diffusion).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct UserRowV3 {
-    conversations: BTreeMap<String, ConvRowV3>,
-    totals: TotalsRow,
-    clock: u64,
-    detached: usize,
-    broadcasts: BTreeMap<String, u64>,
-    notifications: SummaryRow,
+impl UserRowV2 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        self.state_with(ConvRowV2::into_state)
+    }
+}
+
+impl UserRowV3 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        self.state_with(ConvRowV3::into_state)
+    }
 }
 
 impl From<&UserState> for UserRowV3 {
     fn from(s: &UserState) -> Self {
-        UserRowV3 {
+        UserRow {
             conversations: s.conversations().iter().map(|(id, c)| (id.clone(), c.into())).collect(),
             totals: s.totals().into(),
             clock: s.clock(),
@@ -205,14 +215,6 @@ impl From<&UserState> for UserRowV3 {
             broadcasts: s.broadcasts().clone(),
             notifications: s.notification_summary().into(),
         }
-    }
-}
-
-impl UserRowV3 {
-    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
-        let conversations = states(self.conversations, ConvRowV3::into_state)?;
-        let state = UserState::from_parts(conversations, self.totals.into(), self.clock, self.detached);
-        Ok(state.with_v2_parts(self.broadcasts, self.notifications.into()))
     }
 }
 
