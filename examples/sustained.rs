@@ -83,11 +83,15 @@ fn sample(apis: &str, pids: &str) -> (i64, Vec<f64>, u64) {
     (apis.split(',').map(lag).sum(), cpu, rss)
 }
 
+/// One instance's metrics text; empty when it does not answer.
+fn scrape(api: &str) -> String {
+    let metrics = ureq::get(&format!("{api}/metrics")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok());
+    metrics.unwrap_or_default()
+}
+
 /// One instance's lag (of the partitions it holds), from its metrics; 0 when it does not answer.
 fn lag(api: &str) -> i64 {
-    let metrics = ureq::get(&format!("{api}/metrics")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok());
-    metrics
-        .unwrap_or_default()
+    scrape(api)
         .lines()
         .filter(|l| l.starts_with("unread_partition_lag{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -160,7 +164,11 @@ async fn main() {
     }
     let produced_in = started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await; // the last messages become visible
+    let (api, pid) = (apis.clone(), pid.clone());
+    samples.push((started.elapsed(), tokio::task::spawn_blocking(move || sample(&api, &pid)).await.unwrap()));
     report(&book, total, produced_in, &samples);
+    let metrics: Vec<String> = apis.split(',').map(scrape).collect();
+    report_steps(&book.lock().unwrap(), rate, &metrics, &samples);
     let events = events.await.unwrap();
     for (i, (name, at)) in events.iter().enumerate() {
         let until = events.get(i + 1).map_or(*at + Duration::from_secs(15), |(_, next)| *next);
@@ -250,4 +258,78 @@ fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[Samp
         "service CPU (the instances started first): {cpu:.0}% of one core; RSS max {} MiB",
         samples.iter().map(|(_, (_, _, r))| r).max().unwrap_or(&0) / 1024
     );
+}
+
+/// The steps of `unread_live_path_seconds`, in the order a message takes them.
+const STEPS: [&str; 5] =
+    ["produced_to_fanout_read", "fanout_read_to_committed", "delta_to_fold_read", "fold_read_to_redis", "redis_to_pushed"];
+
+/// One step's histogram summed over the instances: (upper bound in seconds, cumulative count), by bound.
+fn step_buckets(metrics: &[String], step: &str) -> Vec<(f64, f64)> {
+    let label = format!("step=\"{step}\"");
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in metrics.iter().flat_map(|m| m.lines()) {
+        if !line.starts_with("unread_live_path_seconds_bucket{") || !line.contains(&label) {
+            continue;
+        }
+        let le = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("+Inf");
+        let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::INFINITY) };
+        let count: f64 = line.rsplit(' ').next().and_then(|c| c.parse().ok()).unwrap_or(0.0);
+        match buckets.iter_mut().find(|(b, _)| *b == le) {
+            Some((_, c)) => *c += count,
+            None => buckets.push((le, count)),
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
+}
+
+/// The `q` quantile of cumulative buckets in ms, interpolated linearly inside its bucket (as Prometheus'
+/// `histogram_quantile`); NaN without observations.
+fn quantile_ms(buckets: &[(f64, f64)], q: f64) -> f64 {
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    if total == 0.0 {
+        return f64::NAN;
+    }
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= q * total {
+            let upper = if le.is_finite() { le } else { lower };
+            let within = if count > below { (q * total - below) / (count - below) } else { 1.0 };
+            return (lower + (upper - lower) * within) * 1e3;
+        }
+        (lower, below) = (le, count);
+    }
+    lower * 1e3
+}
+
+/// Sums a counter over the instances' metrics.
+fn counter(metrics: &[String], name: &str) -> f64 {
+    let sum = metrics.iter().flat_map(|m| m.lines()).filter(|l| l.split(' ').next() == Some(name));
+    sum.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// Prints the live path's budget per step (p50/p99 from the instances' histograms), the CPU per per-recipient
+/// update, and one `chart:` line that `scripts/bench-sustained` collects for its chart.
+fn report_steps(book: &Book, rate: u64, metrics: &[String], samples: &[Sample]) {
+    let mut lat: Vec<Duration> = book.latencies.iter().map(|(_, l)| *l).collect();
+    lat.sort();
+    let mut chart = format!("chart: rate={rate} produce_to_visible={:.2},{:.2}", ms(&lat, 0.5), ms(&lat, 0.99));
+    println!("live path per step, p50 / p99 (ms, from /metrics):");
+    for step in STEPS {
+        let buckets = step_buckets(metrics, step);
+        let (p50, p99) = (quantile_ms(&buckets, 0.5), quantile_ms(&buckets, 0.99));
+        println!("  {step:<26} {p50:>9.1} / {p99:>9.1}   ({:.0} records)", buckets.last().map_or(0.0, |b| b.1));
+        chart.push_str(&format!(" {step}={p50:.2},{p99:.2}"));
+    }
+    let updates = counter(metrics, "unread_increments_total");
+    let cpu: f64 = match (samples.first(), samples.last()) {
+        (Some((_, (_, c0, _))), Some(_)) => {
+            (0..c0.len()).map(|i| samples.iter().map(|(_, (_, c, _))| c[i]).fold(0.0, f64::max) - c0[i]).sum()
+        }
+        _ => f64::NAN,
+    };
+    let per_update = cpu / updates * 1e6;
+    println!("CPU per per-recipient update: {per_update:.2} µs ({cpu:.1} CPU-seconds, {updates:.0} updates, every instance)");
+    println!("{chart} cpu_us_per_update={per_update:.3}");
 }

@@ -40,7 +40,7 @@ pub async fn build(deps: ApiDeps) -> anyhow::Result<ApiState> {
     let ApiDeps { settings, auth, limits, assignments, metrics, producer, stop } = deps;
     let live = crate::namespace::LiveProjection::connect(&settings).await?;
     live.follow();
-    let hub = crate::push::Hub::start(live.clone(), &settings.redis_url, stop);
+    let hub = crate::push::Hub::start(live.clone(), &settings.redis_url, stop, metrics.clone());
     let fallback = Some(Arc::new(crate::api::fallback::Fallback::new(settings.clone())));
     let (topic, prefix) = (settings.topics().user_events, settings.redis_prefix.clone());
     let gateway = producer.map(|p| Arc::new(crate::api::gateway::Gateway::new(p, topic, prefix)));

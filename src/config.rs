@@ -86,6 +86,16 @@ pub fn parse_duration_or_ms(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A duration that may be zero (`0ms`: at once), e.g. `--publish-interval`; a bare number is milliseconds.
+///
+/// Errors: another shape.
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(_) => humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (e.g. 0ms, 50ms, 200ms)")),
+    }
+}
+
 /// [`parse_duration`], where a bare number is seconds (the old `lag --wait 120` spelling).
 ///
 /// Errors: as [`parse_duration`].

@@ -71,6 +71,50 @@ struct LagLabels {
 
 type LatencyFamily = Family<StageLabel, Histogram, fn() -> Histogram>;
 
+/// Upper bounds of the live path's step histograms, in seconds: 0.5 ms doubling up to 8.192 s.
+const STEP_BUCKETS: [f64; 15] =
+    [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192];
+
+/// One step of the live path of a message, from its producer to a socket: `unread_live_path_seconds{step}`
+/// (docs/performance.md). Kafka timestamps are the producer's clock (`CreateTime`), the others this process's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// A conversation event's Kafka timestamp → the fan-out task took it from its partition.
+    ProducedToFanOutRead,
+    /// The fan-out took an event → the Kafka transaction holding its deltas committed (visible to
+    /// `read_committed` readers).
+    FanOutReadToCommitted,
+    /// A delta's Kafka timestamp (when the fan-out produced it, inside its open transaction) → the fold took it:
+    /// the wait for the transaction's commit is in this step too.
+    DeltaToFoldRead,
+    /// The fold took a record (delta or user event) → its users were written to Redis.
+    FoldReadToRedis,
+    /// A change was announced on the change channel → its user's new counts were queued to the sockets.
+    RedisToPushed,
+}
+
+impl Step {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::ProducedToFanOutRead => "produced_to_fanout_read",
+            Step::FanOutReadToCommitted => "fanout_read_to_committed",
+            Step::DeltaToFoldRead => "delta_to_fold_read",
+            Step::FoldReadToRedis => "fold_read_to_redis",
+            Step::RedisToPushed => "redis_to_pushed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StepLabel {
+    step: &'static str,
+}
+
+fn step_histogram() -> Histogram {
+    Histogram::new(STEP_BUCKETS)
+}
+
 /// The service's metrics. Cheap to update from every task.
 pub struct Metrics {
     registry: Registry,
@@ -90,6 +134,7 @@ pub struct Metrics {
     flush_latency: LatencyFamily,
     transaction_latency: LatencyFamily,
     kafka_commit_latency: Histogram,
+    live_path: Family<StepLabel, Histogram, fn() -> Histogram>,
     lag: Family<LagLabels, Gauge>,
     lag_labels: Mutex<HashSet<LagLabels>>,
     assigned: Family<StageLabel, Gauge>,
@@ -123,6 +168,7 @@ impl Default for Metrics {
             flush_latency: Family::new_with_constructor(latency_histogram),
             transaction_latency: Family::new_with_constructor(latency_histogram),
             kafka_commit_latency: latency_histogram(),
+            live_path: Family::new_with_constructor(step_histogram),
             lag: Family::default(),
             lag_labels: Mutex::new(HashSet::new()),
             assigned: Family::default(),
@@ -189,6 +235,12 @@ impl Metrics {
         r.register("checkpoint_transaction_seconds", "Latency of the PostgreSQL checkpoint transaction, by stage", tx);
         let kafka = self.kafka_commit_latency.clone();
         r.register("kafka_commit_seconds", "Latency of the fan-out's Kafka transaction commit", kafka);
+        r.register(
+            "live_path_seconds",
+            "Latency of each step of a message's live path, from its producer to a socket, weighted by record \
+             (docs/performance.md)",
+            self.live_path.clone(),
+        );
         r.register(
             "partition_lag",
             "Records behind the end of an input partition, as its task last saw",
@@ -290,6 +342,19 @@ impl Metrics {
     /// The fan-out committed its Kafka transaction in `took`.
     pub fn kafka_commit(&self, took: Duration) {
         self.kafka_commit_latency.observe(took.as_secs_f64());
+    }
+
+    /// `n` records took `took` through `step` of the live path (each counts once: percentiles are per record).
+    pub fn live_path(&self, step: Step, took: Duration, n: usize) {
+        self.live_path_each(step, std::iter::repeat_n(took, n));
+    }
+
+    /// Records took these times through `step` of the live path, one each.
+    pub fn live_path_each(&self, step: Step, took: impl IntoIterator<Item = Duration>) {
+        let histogram = self.live_path.get_or_create(&StepLabel { step: step.as_str() });
+        for t in took {
+            histogram.observe(t.as_secs_f64());
+        }
     }
 
     /// The lag of one input partition as its task last saw it (end offset minus its next offset).

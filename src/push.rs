@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use crate::core::broadcast::ListId;
 use crate::core::changes::{changes, Changes, Message};
 use crate::core::contract::UserView;
+use crate::metrics::{Metrics, Step};
 use crate::namespace::LiveProjection;
 use crate::projection::changes_key;
 use crate::projection::redis::Versioned;
@@ -77,7 +78,9 @@ pub struct Hub {
     live: Arc<LiveProjection>,
     redis_url: String,
     watchers: Mutex<Watchers>,
-    pending: Mutex<HashSet<String>>,
+    /// Users to read again, each with when it was first marked (for [`Step::RedisToPushed`]).
+    pending: Mutex<HashMap<String, Instant>>,
+    metrics: Arc<Metrics>,
     wake: Notify,
     /// Subscriptions made so far (which cluster node the next one uses).
     subscriptions: AtomicU64,
@@ -104,13 +107,19 @@ impl Drop for Subscription {
 
 impl Hub {
     /// A hub following `live`, subscribing with a connection of its own to `redis_url`; it runs until `stop` turns
-    /// true.
-    pub fn start(live: Arc<LiveProjection>, redis_url: &str, stop: watch::Receiver<bool>) -> Arc<Self> {
+    /// true, and counts how long a change takes to reach the sockets in `metrics`.
+    pub fn start(
+        live: Arc<LiveProjection>,
+        redis_url: &str,
+        stop: watch::Receiver<bool>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
         let hub = Arc::new(Self {
             live,
             redis_url: redis_url.to_owned(),
             watchers: Mutex::default(),
             pending: Mutex::default(),
+            metrics,
             wake: Notify::new(),
             next_id: AtomicU64::new(1),
             subscriptions: AtomicU64::new(0),
@@ -155,7 +164,11 @@ impl Hub {
 
     /// Marks users to be read again by the refresher.
     fn mark(&self, users: impl IntoIterator<Item = String>) {
-        self.pending.lock().expect("not poisoned").extend(users);
+        let (mut pending, now) = (self.pending.lock().expect("not poisoned"), Instant::now());
+        users.into_iter().for_each(|u| {
+            pending.entry(u).or_insert(now);
+        });
+        drop(pending);
         self.wake.notify_one();
     }
 
@@ -184,21 +197,21 @@ impl Hub {
                 _ = stop.wait_for(|s| *s) => return,
             }
             loop {
-                let batch: Vec<String> = {
+                let (batch, marked): (Vec<String>, Vec<Instant>) = {
                     let mut pending = self.pending.lock().expect("not poisoned");
-                    let batch: Vec<String> = pending.iter().take(BATCH).cloned().collect();
-                    batch.iter().for_each(|u| {
-                        pending.remove(u);
-                    });
-                    batch
+                    let users: Vec<String> = pending.keys().take(BATCH).cloned().collect();
+                    users.into_iter().filter_map(|u| pending.remove_entry(&u)).unzip()
                 };
                 if batch.is_empty() {
                     break;
                 }
-                if let Err(e) = self.refresh(batch.clone()).await {
-                    tracing::warn!(error = %format!("{e:#}"), "push: reading changed users; retrying in 1 s");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    self.mark(batch);
+                match self.refresh(batch.clone()).await {
+                    Ok(()) => self.metrics.live_path_each(Step::RedisToPushed, marked.iter().map(Instant::elapsed)),
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "push: reading changed users; retrying in 1 s");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        self.mark(batch);
+                    }
                 }
             }
         }

@@ -28,6 +28,7 @@ use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::ConversationEvent;
 use crate::core::delta::DeltaSource;
 use crate::core::fanout::FanOut;
+use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::ListWrite;
 use crate::state::commit::{fanout_changes, Commit, FanOutKey, RedisWrites};
@@ -48,6 +49,9 @@ struct FanOutTask {
     /// The conversations and lists changed since the last commit.
     dirty: HashSet<FanOutKey>,
     in_flight: Vec<DeliveryFuture>,
+    /// When each batch of the open transaction was taken, and its records: for the live path's
+    /// [`Step::FanOutReadToCommitted`].
+    read: Vec<(Instant, usize)>,
 }
 
 /// Runs the task of one partition until its input closes (then it checkpoints and returns).
@@ -64,9 +68,9 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
     info!(partition = p, generation, next, "fan-out task started");
     input.rewind(&shared.topics.conversation_events, next).await;
-    let (dirty, in_flight, transaction_since) = (HashSet::new(), Vec::new(), None);
+    let (dirty, in_flight, transaction_since, read) = (HashSet::new(), Vec::new(), None, Vec::new());
     let mut task =
-        FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight };
+        FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight, read };
     let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
     discard(task.producer);
     result
@@ -134,6 +138,9 @@ impl FanOutTask {
             .unwrap_or(Err(KafkaError::Canceled)) // the runtime shut down under it
             .map_err(TaskError::kafka("committing a transaction"))?;
         self.shared.metrics.kafka_commit(started.elapsed());
+        for (at, n) in self.read.drain(..) {
+            self.shared.metrics.live_path(Step::FanOutReadToCommitted, at.elapsed(), n);
+        }
         self.transaction_since = None;
         Ok(())
     }
@@ -142,11 +149,12 @@ impl FanOutTask {
     /// many records it moved past.
     async fn process(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
         let mut events: Vec<ConversationEvent> = Vec::with_capacity(batch.len());
-        let mut pending = 0;
+        let (mut pending, mut ages) = (0, Vec::with_capacity(batch.len()));
+        let (read_at, now) = (Instant::now(), std::time::SystemTime::now());
         for record in batch {
             match self.input.accept(record, self.next) {
                 Verdict::Skip | Verdict::Gap => continue,
-                Verdict::Process => {}
+                Verdict::Process => ages.extend(records::age(record, now)),
             }
             match records::conversation_event(record) {
                 Ok(e) => events.push(e),
@@ -160,6 +168,10 @@ impl FanOutTask {
             pending += 1;
         }
         self.shared.metrics.processed(&self.shared.topics.conversation_events, events.len());
+        self.shared.metrics.live_path_each(Step::ProducedToFanOutRead, ages);
+        if pending > 0 {
+            self.read.push((read_at, pending));
+        }
         if !events.is_empty() {
             self.begin()?;
             let (sh, p) = (&*self.shared, self.input.partition);
@@ -208,12 +220,12 @@ impl StageTask for &mut FanOutTask {
 
     /// How long until the open transaction is due for a Kafka commit ([`super::FlushPolicy::transaction`]); zero
     /// when overdue, `None` when no transaction is open.
-    fn interim_due_in(&self) -> Option<Duration> {
+    fn publish_due_in(&self) -> Option<Duration> {
         let since = self.transaction_since?;
         Some((since + self.shared.flush.transaction).saturating_duration_since(Instant::now()))
     }
 
-    async fn interim(&mut self) -> Result<(), TaskError> {
+    async fn publish(&mut self) -> Result<(), TaskError> {
         self.commit_transaction().await
     }
 

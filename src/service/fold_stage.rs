@@ -2,12 +2,14 @@
 //! `unread.user-deltas` (co-partitioned, see [`super::group`]).
 //!
 //! A task loads its users, both next offsets and its fence from the checkpoint ([`crate::state::load`]), then
-//! applies records as they come and commits through [`super::task`]: the changed users to Redis (one atomic,
-//! version-guarded script per user, the version being the lease generation and the two next offsets), then the
-//! changed users' states with both offsets to PostgreSQL in one transaction ([`crate::state::commit`]).
+//! applies records as they come. After each batch it publishes the changed users to Redis (one atomic,
+//! version-guarded script per user, the version being the lease generation and the two next offsets); every
+//! flush interval it commits through [`super::task`]: the users changed since the last commit, with both offsets,
+//! to PostgreSQL in one transaction ([`crate::state::commit`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::message::{Message, OwnedMessage};
 use tracing::{debug, info, warn};
@@ -20,7 +22,8 @@ use crate::core::delta::Fence;
 use crate::core::fold::Fold;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::UserWrite;
-use crate::state::commit::{fold_changes, Commit, RedisWrites};
+use crate::metrics::Step;
+use crate::state::commit::{fold_changes, publish, Commit, RedisWrites};
 use crate::state::retry::retry;
 use crate::state::FoldNext;
 
@@ -31,8 +34,13 @@ struct FoldTask {
     generation: i64,
     fold: Fold,
     next: FoldNext,
-    /// user → conversations changed since the last commit
-    dirty: HashMap<String, BTreeSet<String>>,
+    /// user → conversations changed since the last publish
+    unpublished: HashMap<String, BTreeSet<String>>,
+    /// Users changed since the last commit.
+    uncommitted: HashSet<String>,
+    /// When each batch not yet published was taken, and its records: for [`Step::FoldReadToRedis`]. The first one
+    /// starts the publish interval.
+    read: Vec<(Instant, usize)>,
     /// The fence against zombie deltas, checkpointed with the offsets.
     fence: Fence,
 }
@@ -54,8 +62,9 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     );
     input.rewind(&shared.topics.user_events, next.user_events).await;
     input.rewind(&shared.topics.user_deltas, next.user_deltas).await;
-    let (fold, fence, dirty) = (loaded.fold, loaded.fence, HashMap::new());
-    task::run(FoldTask { shared, input, generation, fold, next, dirty, fence }).await
+    let (fold, fence, unpublished, uncommitted) = (loaded.fold, loaded.fence, HashMap::new(), HashSet::new());
+    let read = Vec::new();
+    task::run(FoldTask { shared, input, generation, fold, next, unpublished, uncommitted, read, fence }).await
 }
 
 impl StageTask for FoldTask {
@@ -69,6 +78,7 @@ impl StageTask for FoldTask {
     async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
         let (mut n_events, mut n_deltas, mut pending) = (0, 0, 0);
         let increments_before = self.fold.stats().increments;
+        let (read_at, now, mut ages) = (Instant::now(), SystemTime::now(), Vec::with_capacity(batch.len()));
         for record in batch {
             let is_event = record.topic() == self.shared.topics.user_events;
             let next = if is_event { &mut self.next.user_events } else { &mut self.next.user_deltas };
@@ -77,6 +87,9 @@ impl StageTask for FoldTask {
                 Verdict::Process => *next = record.offset() + 1,
             }
             pending += 1;
+            if !is_event {
+                ages.extend(records::age(record, now));
+            }
             let outcome = if is_event { self.apply_event(record) } else { self.apply_delta(record) };
             match outcome {
                 Ok(()) if is_event => n_events += 1,
@@ -88,7 +101,28 @@ impl StageTask for FoldTask {
         metrics.increments(self.fold.stats().increments - increments_before);
         metrics.processed(&self.shared.topics.user_events, n_events);
         metrics.processed(&self.shared.topics.user_deltas, n_deltas);
+        metrics.live_path_each(Step::DeltaToFoldRead, ages);
+        if pending > 0 {
+            self.read.push((read_at, pending));
+        }
         Ok(pending)
+    }
+
+    /// Due the publish interval after the first change since the last publish (at once by default).
+    fn publish_due_in(&self) -> Option<Duration> {
+        let first = self.read.first().filter(|_| !self.unpublished.is_empty())?.0;
+        Some((first + self.shared.flush.publish).saturating_duration_since(Instant::now()))
+    }
+
+    /// Writes the users changed since the last publish to Redis (every user of the partition, and its marker, when
+    /// Redis lost the partition's projection).
+    async fn publish(&mut self) -> Result<(), TaskError> {
+        let (sh, p) = (&*self.shared, self.input.partition);
+        let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::Fold, p)).await?;
+        let writes = RedisWrites::Users(self.writes(full));
+        publish(sh.home(), Stage::Fold, p, &writes, full).await?;
+        self.published();
+        Ok(())
     }
 
     /// A task whose partition moved stops here rather than write Redis (the script would refuse most of it).
@@ -104,7 +138,7 @@ impl StageTask for FoldTask {
         if idle && !full {
             return Ok(None);
         }
-        let mut changes = fold_changes(&mut self.fold, self.dirty.keys());
+        let mut changes = fold_changes(&mut self.fold, self.uncommitted.iter());
         changes.fences = self.fence.take_changed();
         let (generation, offsets) = (self.generation, self.next.pairs().to_vec());
         let redis = RedisWrites::Users(self.writes(full));
@@ -112,15 +146,32 @@ impl StageTask for FoldTask {
     }
 
     fn committed(&mut self) {
-        self.dirty.clear();
+        self.published();
+        self.uncommitted.clear();
     }
 }
 
 impl FoldTask {
+    /// What was unpublished is in Redis: forget it and count its latency.
+    fn published(&mut self) {
+        self.unpublished.clear();
+        for (at, n) in self.read.drain(..) {
+            self.shared.metrics.live_path(Step::FoldReadToRedis, at.elapsed(), n);
+        }
+    }
+
+    /// `user`'s `conversations` changed.
+    fn changed(&mut self, user: &str, conversations: impl IntoIterator<Item = String>) {
+        if !self.uncommitted.contains(user) {
+            self.uncommitted.insert(user.to_owned());
+        }
+        let unpublished = self.unpublished.entry(user.to_owned()).or_default();
+        unpublished.extend(conversations);
+    }
+
     fn apply_event(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
         let e = records::user_event(record)?;
-        let changed = self.dirty.entry(e.user_id().to_owned()).or_default();
-        changed.extend(e.conversation_id().map(str::to_owned));
+        self.changed(e.user_id(), e.conversation_id().map(str::to_owned));
         self.fold.apply_user_event(&e);
         Ok(())
     }
@@ -132,7 +183,7 @@ impl FoldTask {
             debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
             return Ok(());
         }
-        self.dirty.entry(d.user_id.clone()).or_default().insert(d.conversation_id.clone());
+        self.changed(&d.user_id, [d.conversation_id.clone()]);
         self.fold.apply_delta(&d);
         Ok(())
     }
@@ -148,11 +199,11 @@ impl FoldTask {
         sent
     }
 
-    /// The Redis writes of a commit: every changed user's changed conversations, or, when Redis lost the
-    /// partition's projection (`full`), every user of the partition whole.
+    /// The Redis writes of a publish or commit: every user changed since the last publish, its changed
+    /// conversations, or, when Redis lost the partition's projection (`full`), every user of the partition whole.
     fn writes(&self, full: bool) -> Vec<UserWrite> {
         let version = self.next.version(self.generation);
-        let mut writes = Vec::with_capacity(self.dirty.len());
+        let mut writes = Vec::with_capacity(self.unpublished.len());
         if full {
             let users = self.fold.users().count();
             warn!(
@@ -161,7 +212,7 @@ impl FoldTask {
             );
             writes.extend(self.fold.users().map(|(user, state)| UserWrite::of_state(user, Some(state), version)));
         }
-        for (user, conversations) in &self.dirty {
+        for (user, conversations) in &self.unpublished {
             if !full || self.fold.user(user).is_none() {
                 let mut write = UserWrite::of_state(user, self.fold.user(user), version);
                 (write.changed, write.replace) = (conversations.iter().cloned().collect(), false);

@@ -33,10 +33,13 @@ use crate::topology::Topics;
 /// anything pending, or as soon as `events` records are pending.
 #[derive(Debug, Clone, Copy)]
 pub struct FlushPolicy {
-    /// Flush at least this often (also the read staleness bound).
+    /// Commit (checkpoint) at least this often while records are pending.
     pub interval: Duration,
-    /// Flush as soon as this many records are pending.
+    /// Commit as soon as this many records are pending.
     pub events: usize,
+    /// The fold publishes its changed users to Redis this long after the first change since its last publish
+    /// (zero: after every batch).
+    pub publish: Duration,
     /// Commit a fan-out task's open Kafka transaction at least this often, also between checkpoints: its deltas
     /// reach the fold only then, and an open transaction holds back every later delta on the partitions it wrote.
     pub transaction: Duration,
@@ -54,18 +57,26 @@ pub struct RunOptions {
     /// Address of the read API.
     #[arg(long, env = "UNREAD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// Flush a partition task's changes at least this often, e.g. `200ms` (also the read staleness bound); a bare
-    /// number is milliseconds (the old `--flush-interval-ms` spelling, still accepted).
+    /// Commit a partition task's changes to the checkpoint (PostgreSQL) at least this often, e.g. `200ms`: how much
+    /// input a restarted task reads again. Not on the live path (see `--publish-interval`). A bare number is
+    /// milliseconds (the old `--flush-interval-ms` spelling, still accepted).
     #[arg(long, alias = "flush-interval-ms", env = "UNREAD_FLUSH_INTERVAL", default_value = "200ms",
           value_parser = parse_duration_or_ms)]
     pub flush_interval: Duration,
-    /// Flush a partition task as soon as this many records are pending.
+    /// Commit a partition task as soon as this many records are pending.
     #[arg(long, env = "UNREAD_FLUSH_EVENTS", default_value_t = 20_000)]
     pub flush_events: usize,
+    /// How long a fold task lets its changed users wait before it writes them to Redis, e.g. `0ms` (after every
+    /// batch: while a write runs, the next batch gathers) or `200ms` (fewer, larger writes). At most the flush
+    /// interval. This, the transaction interval and the batches are the floor of the live path
+    /// (docs/performance.md).
+    #[arg(long, env = "UNREAD_PUBLISH_INTERVAL", default_value = "0ms", value_parser = crate::config::parse_duration_or_zero)]
+    pub publish_interval: Duration,
     /// Commit a fan-out task's Kafka transaction at least this often while one is open, e.g. `50ms` (at most the
     /// flush interval): shorter makes deltas visible to the fold sooner, at one commit (a marker per delta
     /// partition written) each time (docs/operations.md, "Fencing").
-    #[arg(long, env = "UNREAD_TRANSACTION_INTERVAL", default_value = "50ms", value_parser = parse_duration_or_ms)]
+    #[arg(long, env = "UNREAD_TRANSACTION_INTERVAL", default_value = "50ms",
+          value_parser = crate::config::parse_duration_or_zero)]
     pub transaction_interval: Duration,
     /// An instance that stops heart-beating (killed, paused) loses its partitions after this long, e.g. `3s`: the
     /// pause its partitions see after a SIGKILL (docs/operations.md, "Adding instances or partitions"). At least
@@ -291,6 +302,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
             interval: opts.flush_interval,
             events: opts.flush_events,
             transaction: opts.transaction_interval.min(opts.flush_interval),
+            publish: opts.publish_interval.min(opts.flush_interval),
         },
         diffusion: s.diffusion(),
         produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")

@@ -98,6 +98,13 @@ pub fn conversation_event(record: &impl Message) -> Result<ConversationEvent, Re
     }
 }
 
+/// How long ago, at `now`, a record was produced: `now` minus its Kafka timestamp (the producer's clock,
+/// `CreateTime`); `None` when it has none or it is ahead of `now`.
+pub fn age(record: &impl Message, now: std::time::SystemTime) -> Option<Duration> {
+    let produced = u64::try_from(record.timestamp().to_millis()?).ok()?;
+    now.duration_since(std::time::UNIX_EPOCH + Duration::from_millis(produced)).ok()
+}
+
 /// The fan-out partition and generation a delta record says it came from ([`crate::kafka::headers::DELTA_SOURCE`]);
 /// `None` for a record without the header (or with a malformed one), which the fold applies unfenced.
 pub fn delta_source(record: &impl Message) -> Option<crate::core::delta::DeltaSource> {

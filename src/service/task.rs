@@ -1,15 +1,23 @@
-//! The one partition task of both stages: lease → load → rewind → batches under the flush policy → pre-commit →
-//! commit. What differs per stage is a [`StageTask`]: how it applies a batch, what must precede its commit (the
-//! fan-out's delivery acks and Kafka commit), and what it commits. Everything else, the loop, when to commit, the
-//! idle check of the Redis marker and the metrics of each commit, is here once.
+//! The one partition task of both stages: lease → load → rewind → batches, each followed by a publish when one is
+//! due → pre-commit → commit under the flush policy. What differs per stage is a [`StageTask`]: how it applies a
+//! batch, how it publishes, what must precede its commit (the fan-out's delivery acks and Kafka commit), and what
+//! it commits. Everything else, the loop, when to publish and commit, the idle check of the Redis marker and the
+//! metrics of each commit, is here once.
+//!
+//! The live path runs through the publish, not the commit: the fold publishes its changed users to Redis after
+//! every batch, and the fan-out commits its Kafka transaction every `--transaction-interval`. While a publish runs,
+//! records queue up and the next batch takes them all (a group commit), so a publish costs per batch, not per
+//! record. The commit (the checkpoint in PostgreSQL) follows every `--flush-interval`, off the live path.
 //!
 //! Words, the same in both stages, in the flags and in the metrics:
+//! - **publish**: what makes applied records visible downstream (fold: the changed users' Redis writes, version
+//!   guarded; fan-out: its Kafka commit);
 //! - **commit**: the [`crate::state::commit`] protocol, Redis → marker → PostgreSQL with the offsets (a
 //!   "flush" in the flags `--flush-interval` and `--flush-events`, which say when it happens);
 //! - **pre-commit**: what a stage must finish before it commits (fan-out: every delta acknowledged and its Kafka
 //!   transaction committed; fold: its lease checked);
-//! - **Kafka commit**: the fan-out's Kafka transaction commit, also due between commits every
-//!   `--transaction-interval` (`unread_kafka_commit_seconds`);
+//! - **Kafka commit**: the fan-out's Kafka transaction commit, its publish, due every `--transaction-interval`
+//!   while a transaction is open, and before each commit (`unread_kafka_commit_seconds`);
 //! - **checkpoint**: the PostgreSQL transaction of a commit (`unread_checkpoint_transaction_seconds`).
 
 use std::future::Future;
@@ -38,15 +46,11 @@ pub trait StageTask: Send {
     /// Applies a batch of records (bad ones go to the dead-letter topic). Returns how many records it moved past.
     fn apply(&mut self, batch: &[OwnedMessage]) -> impl Future<Output = Result<usize, TaskError>> + Send;
 
-    /// How long until an interim step is due between commits (the fan-out's Kafka commit); `None`: none pending.
-    fn interim_due_in(&self) -> Option<Duration> {
-        None
-    }
+    /// How long until a publish is due; `None`: nothing to publish.
+    fn publish_due_in(&self) -> Option<Duration>;
 
-    /// The interim step ([`StageTask::interim_due_in`]).
-    fn interim(&mut self) -> impl Future<Output = Result<(), TaskError>> + Send {
-        async { Ok(()) }
-    }
+    /// Makes what was applied visible downstream ([`StageTask::publish_due_in`]).
+    fn publish(&mut self) -> impl Future<Output = Result<(), TaskError>> + Send;
 
     /// What must be done before the commit: waits for what the commit covers to be durable elsewhere.
     fn pre_commit(&mut self) -> impl Future<Output = Result<(), TaskError>> + Send;
@@ -60,7 +64,7 @@ pub trait StageTask: Send {
 }
 
 /// Runs a loaded task until its input closes (then it commits and returns): applies batches; commits after
-/// `flush.interval` with anything pending or once `flush.events` records are pending; runs the interim step when
+/// `flush.interval` with anything pending or once `flush.events` records are pending; otherwise publishes when
 /// due; and when idle, checks every [`IDLE_CHECK`] that Redis still holds the partition.
 ///
 /// Errors: as the stage's steps, or the commit's ([`crate::state::commit::commit`]); the dispatcher restarts the
@@ -69,7 +73,8 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
     let flush = task.parts().1.flush;
     let (mut pending, mut last_commit) = (0usize, Instant::now());
     loop {
-        let wait = task.interim_due_in().map_or(flush.interval, |due| due.min(flush.interval));
+        let commit_in = if pending > 0 { flush.interval.saturating_sub(last_commit.elapsed()) } else { flush.interval };
+        let wait = task.publish_due_in().map_or(commit_in, |due| due.min(commit_in));
         let Some(batch) = task.parts().0.next_batch(T::MAX_BATCH, wait).await else {
             let done = commit_task(&mut task, false).await;
             let (input, shared) = task.parts();
@@ -80,8 +85,8 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
         if pending >= flush.events || (pending > 0 && last_commit.elapsed() >= flush.interval) {
             commit_task(&mut task, false).await?;
             (pending, last_commit) = (0, Instant::now());
-        } else if task.interim_due_in().is_some_and(|due| due.is_zero()) {
-            task.interim().await?;
+        } else if task.publish_due_in().is_some_and(|due| due.is_zero()) {
+            task.publish().await?;
         } else if batch.is_empty() && pending == 0 && last_commit.elapsed() >= IDLE_CHECK {
             commit_task(&mut task, true).await?;
             last_commit = Instant::now();

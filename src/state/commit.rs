@@ -85,30 +85,14 @@ pub struct Committed {
     pub postgres: Duration,
 }
 
-/// Commits `c`: Redis, the marker, then PostgreSQL, each retried while its failure is transient (60 s at most).
+/// Commits `c`: [`publish`]es its Redis writes, then writes PostgreSQL, each retried while its failure is transient
+/// (60 s at most).
 ///
 /// Errors: Redis or PostgreSQL still failing after retries; [`crate::checkpoint::store::StoreError::Fenced`] when
 /// another task took the lease (Redis may then hold writes the guard accepted: the successor's are newer and win).
 pub async fn commit(home: Home<'_>, c: &Commit) -> StateResult<Committed> {
     let (m, p) = (home.metrics, c.partition);
-    let (written, refused) = retry(m, "redis", || async {
-        let r = match &c.redis {
-            RedisWrites::Nothing => (0, 0),
-            RedisWrites::Users(w) => home.projection.write(w).await?,
-            RedisWrites::Lists(w) => home.projection.write_lists(w).await?,
-        };
-        if c.mark {
-            home.projection.set_marker(c.stage, p).await?;
-        }
-        Ok::<_, ProjectionError>(r)
-    })
-    .await?;
-    if refused > 0 {
-        tracing::warn!(stage = %c.stage, partition = p, refused, "projection refused older writes (another task is ahead)");
-    }
-    if matches!(c.redis, RedisWrites::Users(_)) {
-        m.redis_writes(written);
-    }
+    let written = publish(home, c.stage, p, &c.redis, c.mark).await?;
     let offsets = c.named_offsets(home.topics);
     let started = Instant::now();
     retry(m, "postgres", || home.store.commit(c.stage, p, c.generation, &c.changes, &offsets)).await?;
@@ -174,4 +158,35 @@ pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a Str
         }
     }
     changes
+}
+
+/// The Redis half of a commit, also run alone between commits to make changes visible sooner (the fold's
+/// publish, [`crate::service::task`]): `redis`, then partition `p`'s marker when `mark` (the writes were whole).
+/// Returns how many writes were applied. Retried while Redis fails (60 s at most).
+///
+/// Writes are version-guarded, so a publish ahead of the checkpoint is safe: a task restarted from an older
+/// checkpoint re-derives the same states and the guard refuses what would go backwards (docs/guarantees.md).
+///
+/// Errors: Redis still failing after retries.
+pub async fn publish(home: Home<'_>, stage: Stage, p: i32, redis: &RedisWrites, mark: bool) -> StateResult<usize> {
+    let m = home.metrics;
+    let (written, refused) = retry(m, "redis", || async {
+        let r = match redis {
+            RedisWrites::Nothing => (0, 0),
+            RedisWrites::Users(w) => home.projection.write(w).await?,
+            RedisWrites::Lists(w) => home.projection.write_lists(w).await?,
+        };
+        if mark {
+            home.projection.set_marker(stage, p).await?;
+        }
+        Ok::<_, ProjectionError>(r)
+    })
+    .await?;
+    if refused > 0 {
+        tracing::warn!(%stage, partition = p, refused, "projection refused older writes (another task is ahead)");
+    }
+    if matches!(redis, RedisWrites::Users(_)) {
+        m.redis_writes(written);
+    }
+    Ok(written)
 }
