@@ -261,15 +261,21 @@ fn report(book: &Mutex<Book>, total: u64, produced_in: Duration, samples: &[Samp
 }
 
 /// The steps of `unread_live_path_seconds`, in the order a message takes them.
-const STEPS: [&str; 5] =
-    ["produced_to_fanout_read", "fanout_read_to_committed", "delta_to_fold_read", "fold_read_to_redis", "redis_to_pushed"];
+const STEPS: [&str; 5] = [
+    "produced_to_fanout_read",
+    "fanout_read_to_committed",
+    "delta_to_fold_read",
+    "fold_read_to_redis",
+    "redis_to_pushed",
+];
 
-/// One step's histogram summed over the instances: (upper bound in seconds, cumulative count), by bound.
-fn step_buckets(metrics: &[String], step: &str) -> Vec<(f64, f64)> {
-    let label = format!("step=\"{step}\"");
+/// A histogram summed over the instances: (upper bound in seconds, cumulative count), by bound. `family`: its
+/// name; `label`: a label its lines must have (`step="…"`), or "".
+fn buckets(metrics: &[String], family: &str, label: &str) -> Vec<(f64, f64)> {
+    let start = format!("{family}_bucket{{");
     let mut buckets: Vec<(f64, f64)> = Vec::new();
     for line in metrics.iter().flat_map(|m| m.lines()) {
-        if !line.starts_with("unread_live_path_seconds_bucket{") || !line.contains(&label) {
+        if !line.starts_with(&start) || !line.contains(label) {
             continue;
         }
         let le = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("+Inf");
@@ -317,10 +323,21 @@ fn report_steps(book: &Book, rate: u64, metrics: &[String], samples: &[Sample]) 
     let mut chart = format!("chart: rate={rate} produce_to_visible={:.2},{:.2}", ms(&lat, 0.5), ms(&lat, 0.99));
     println!("live path per step, p50 / p99 (ms, from /metrics):");
     for step in STEPS {
-        let buckets = step_buckets(metrics, step);
-        let (p50, p99) = (quantile_ms(&buckets, 0.5), quantile_ms(&buckets, 0.99));
-        println!("  {step:<26} {p50:>9.1} / {p99:>9.1}   ({:.0} records)", buckets.last().map_or(0.0, |b| b.1));
+        let b = buckets(metrics, "unread_live_path_seconds", &format!("step=\"{step}\""));
+        let (p50, p99) = (quantile_ms(&b, 0.5), quantile_ms(&b, 0.99));
+        println!("  {step:<26} {p50:>9.1} / {p99:>9.1}   ({:.0} records)", b.last().map_or(0.0, |b| b.1));
         chart.push_str(&format!(" {step}={p50:.2},{p99:.2}"));
+    }
+    println!("what the tasks wait for, p50 / p99 (ms, from /metrics):");
+    for (name, family, label) in [
+        ("fan-out Kafka commit", "unread_kafka_commit_seconds", ""),
+        ("fan-out commit", "unread_flush_seconds", "stage=\"fanout\""),
+        ("fold commit", "unread_flush_seconds", "stage=\"fold\""),
+        ("fold checkpoint transaction", "unread_checkpoint_transaction_seconds", "stage=\"fold\""),
+    ] {
+        let b = buckets(metrics, family, label);
+        let (p50, p99) = (quantile_ms(&b, 0.5), quantile_ms(&b, 0.99));
+        println!("  {name:<28} {p50:>7.1} / {p99:>7.1}   ({:.0} times)", b.last().map_or(0.0, |b| b.1));
     }
     let updates = counter(metrics, "unread_increments_total");
     let cpu: f64 = match (samples.first(), samples.last()) {
@@ -330,6 +347,8 @@ fn report_steps(book: &Book, rate: u64, metrics: &[String], samples: &[Sample]) 
         _ => f64::NAN,
     };
     let per_update = cpu / updates * 1e6;
-    println!("CPU per per-recipient update: {per_update:.2} µs ({cpu:.1} CPU-seconds, {updates:.0} updates, every instance)");
+    println!(
+        "CPU per per-recipient update: {per_update:.2} µs ({cpu:.1} CPU-seconds, {updates:.0} updates, every instance)"
+    );
     println!("{chart} cpu_us_per_update={per_update:.3}");
 }

@@ -20,9 +20,9 @@ use super::{records, Shared, TaskError};
 use crate::checkpoint::Stage;
 use crate::core::delta::Fence;
 use crate::core::fold::Fold;
+use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::UserWrite;
-use crate::metrics::Step;
 use crate::state::commit::{fold_changes, publish, Commit, RedisWrites};
 use crate::state::retry::retry;
 use crate::state::FoldNext;
@@ -71,7 +71,7 @@ impl StageTask for FoldTask {
     const STAGE: Stage = Stage::Fold;
     const MAX_BATCH: usize = MAX_BATCH * 4;
 
-    fn parts(&mut self) -> (&mut PartitionInput, &Shared) {
+    fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>) {
         (&mut self.input, &self.shared)
     }
 

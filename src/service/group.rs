@@ -222,17 +222,20 @@ impl PartitionInput {
         }
     }
 
-    /// Records behind the end of `topic`'s partition, asking the broker at most every 2 s per topic (a blocking
-    /// call, run off the async workers); `None` when not due or when the broker does not answer within 1 s.
-    pub fn lag(&mut self, topic: &str, next: i64) -> Option<i64> {
+    /// Measures how many records of `topic`'s partition lie past `next` and hands the count to `report`, asking the
+    /// broker at most every 2 s per topic. The question runs on a blocking thread (up to 1 s), never in the task's
+    /// way; nothing is reported when the broker does not answer.
+    pub fn probe_lag(&mut self, topic: &str, next: i64, report: impl FnOnce(i64) + Send + 'static) {
         if self.last_lag_probe.get(topic).is_some_and(|t| t.elapsed() < Duration::from_secs(2)) {
-            return None;
+            return;
         }
         self.last_lag_probe.insert(topic.to_owned(), Instant::now());
-        let (consumer, p) = (&self.consumer, self.partition);
-        let (_, high) =
-            tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, p, Duration::from_secs(1))).ok()?;
-        Some((high - next).max(0))
+        let (consumer, p, topic) = (self.consumer.clone(), self.partition, topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            if let Ok((_, high)) = consumer.fetch_watermarks(&topic, p, Duration::from_secs(1)) {
+                report((high - next).max(0));
+            }
+        });
     }
 
     /// Tells Kafka how far the checkpoint got (a progress hint for the group's committed offsets).

@@ -72,10 +72,11 @@ pub struct RunOptions {
     /// (docs/performance.md).
     #[arg(long, env = "UNREAD_PUBLISH_INTERVAL", default_value = "0ms", value_parser = crate::config::parse_duration_or_zero)]
     pub publish_interval: Duration,
-    /// Commit a fan-out task's Kafka transaction at least this often while one is open, e.g. `50ms` (at most the
-    /// flush interval): shorter makes deltas visible to the fold sooner, at one commit (a marker per delta
-    /// partition written) each time (docs/operations.md, "Fencing").
-    #[arg(long, env = "UNREAD_TRANSACTION_INTERVAL", default_value = "50ms",
+    /// Commit a fan-out task's Kafka transaction this long after it began, e.g. `0ms` (after every batch, once its
+    /// deltas are acknowledged: while a commit runs the next batch gathers) or `50ms` (at most the flush
+    /// interval): shorter makes deltas visible to the fold sooner, at one commit (a marker per delta partition
+    /// written) each time (docs/operations.md, "Fencing"; docs/performance.md).
+    #[arg(long, env = "UNREAD_TRANSACTION_INTERVAL", default_value = "0ms",
           value_parser = crate::config::parse_duration_or_zero)]
     pub transaction_interval: Duration,
     /// An instance that stops heart-beating (killed, paused) loses its partitions after this long, e.g. `3s`: the
@@ -219,6 +220,9 @@ pub enum TaskError {
         #[source]
         source: KafkaError,
     },
+    /// The runtime stopped while a checkpoint ran beside the task (the process is exiting).
+    #[error("the runtime stopped during a checkpoint")]
+    Stopped,
 }
 
 impl TaskError {

@@ -25,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::OwnedMessage;
 
+use std::sync::Arc;
+
 use super::group::PartitionInput;
 use super::{Shared, TaskError};
 use crate::checkpoint::Stage;
-use crate::state::commit::{commit, Commit};
+use crate::state::commit::{checkpoint, publish, Commit};
 
 /// How often an idle task checks that Redis still holds its partition (and rewrites it when not): 1 s.
 pub const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -41,7 +43,7 @@ pub trait StageTask: Send {
     const MAX_BATCH: usize;
 
     /// The task's input and what it shares with the other tasks.
-    fn parts(&mut self) -> (&mut PartitionInput, &Shared);
+    fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>);
 
     /// Applies a batch of records (bad ones go to the dead-letter topic). Returns how many records it moved past.
     fn apply(&mut self, batch: &[OwnedMessage]) -> impl Future<Output = Result<usize, TaskError>> + Send;
@@ -59,7 +61,7 @@ pub trait StageTask: Send {
     /// lost it, then marked), rows and offsets. `None`: nothing to write (an idle check found Redis whole).
     fn prepare(&mut self, idle: bool) -> impl Future<Output = Result<Option<Commit>, TaskError>> + Send;
 
-    /// The commit is durable: forget what it covered.
+    /// The commit's Redis writes are done and its checkpoint is under way: forget what it covered.
     fn committed(&mut self);
 }
 
@@ -71,49 +73,84 @@ pub trait StageTask: Send {
 /// task from its checkpoint.
 pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
     let flush = task.parts().1.flush;
-    let (mut pending, mut last_commit) = (0usize, Instant::now());
+    let (mut pending, mut last_commit, mut running) = (0usize, Instant::now(), None);
     loop {
         let commit_in = if pending > 0 { flush.interval.saturating_sub(last_commit.elapsed()) } else { flush.interval };
         let wait = task.publish_due_in().map_or(commit_in, |due| due.min(commit_in));
         let Some(batch) = task.parts().0.next_batch(T::MAX_BATCH, wait).await else {
-            let done = commit_task(&mut task, false).await;
+            let mut done = commit_task(&mut task, false, &mut running).await;
+            done = done.and(finish(&mut task, &mut running).await);
             let (input, shared) = task.parts();
             shared.metrics.forget_lag(T::STAGE, input.partition);
             return done;
         };
         pending += task.apply(&batch).await?;
         if pending >= flush.events || (pending > 0 && last_commit.elapsed() >= flush.interval) {
-            commit_task(&mut task, false).await?;
+            commit_task(&mut task, false, &mut running).await?;
             (pending, last_commit) = (0, Instant::now());
         } else if task.publish_due_in().is_some_and(|due| due.is_zero()) {
             task.publish().await?;
         } else if batch.is_empty() && pending == 0 && last_commit.elapsed() >= IDLE_CHECK {
-            commit_task(&mut task, true).await?;
+            commit_task(&mut task, true, &mut running).await?;
             last_commit = Instant::now();
         }
     }
 }
 
-/// Pre-commit, then the commit, then its metrics, Kafka's offset hint and the lag probe.
-async fn commit_task<T: StageTask>(task: &mut T, idle: bool) -> Result<(), TaskError> {
+/// Pre-commit, then the commit's Redis writes, then its checkpoint in the background ([`Checkpointing`]), once the
+/// previous one is done.
+async fn commit_task<T: StageTask>(
+    task: &mut T,
+    idle: bool,
+    running: &mut Option<Checkpointing>,
+) -> Result<(), TaskError> {
     let started = Instant::now();
     if !idle {
         task.pre_commit().await?;
     }
     let Some(c) = task.prepare(idle).await? else { return Ok(()) };
-    let (input, sh) = task.parts();
-    let done = commit(sh.home(), &c).await?;
-    sh.metrics.checkpoint(started.elapsed());
-    sh.metrics.flush_latency(T::STAGE, started.elapsed(), done.postgres);
-    let offsets = c.named_offsets(&sh.topics);
-    input.store_offsets(&offsets);
-    for (topic, next) in offsets {
-        // The lag probe may wait up to 1 s for the broker: after the counters above.
-        if let Some(lag) = input.lag(topic, next) {
-            sh.metrics.lag(T::STAGE, topic, input.partition, lag);
-        }
-    }
-    tracing::debug!(stage = %T::STAGE, partition = input.partition, rows = done.rows, written = done.written, "commit");
+    let sh = task.parts().1.clone();
+    publish(sh.home(), c.stage, c.partition, &c.redis, c.mark).await?;
     task.committed();
+    finish(task, running).await?;
+    let offsets = c.named_offsets(&sh.topics).into_iter().map(|(t, n)| (t.to_owned(), n)).collect();
+    let handle = tokio::spawn(async move {
+        let postgres = checkpoint(sh.home(), &c).await?;
+        sh.metrics.checkpoint(started.elapsed());
+        sh.metrics.flush_latency(T::STAGE, started.elapsed(), postgres);
+        tracing::debug!(stage = %T::STAGE, partition = c.partition, "checkpoint");
+        Ok(())
+    });
+    *running = Some(Checkpointing { handle, offsets });
+    Ok(())
+}
+
+/// A checkpoint (the PostgreSQL transaction of a commit) running beside the task, which goes on reading and
+/// publishing meanwhile. At most one runs per task, so checkpoints commit in order; a failed one fails the task,
+/// which restarts from the last checkpoint that committed.
+pub struct Checkpointing {
+    handle: tokio::task::JoinHandle<Result<(), TaskError>>,
+    /// The next offsets it commits, by topic.
+    offsets: Vec<(String, i64)>,
+}
+
+/// Waits for the running checkpoint, if any; then gives Kafka its offsets as a hint and probes the lag.
+///
+/// Errors: the checkpoint's ([`crate::state::commit::checkpoint`]); [`TaskError::Stopped`] when the runtime
+/// stopped under it.
+async fn finish<T: StageTask>(task: &mut T, running: &mut Option<Checkpointing>) -> Result<(), TaskError> {
+    let Some(Checkpointing { handle, offsets }) = running.take() else { return Ok(()) };
+    match handle.await {
+        Ok(done) => done?,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => return Err(TaskError::Stopped),
+    }
+    let (input, sh) = task.parts();
+    input.store_offsets(&offsets.iter().map(|(t, n)| (t.as_str(), *n)).collect::<Vec<_>>());
+    for (topic, next) in offsets {
+        let (metrics, p) = (sh.metrics.clone(), input.partition);
+        let label = topic.clone();
+        input.probe_lag(&topic, next, move |lag| metrics.lag(T::STAGE, &label, p, lag));
+    }
     Ok(())
 }

@@ -91,15 +91,25 @@ pub struct Committed {
 /// Errors: Redis or PostgreSQL still failing after retries; [`crate::checkpoint::store::StoreError::Fenced`] when
 /// another task took the lease (Redis may then hold writes the guard accepted: the successor's are newer and win).
 pub async fn commit(home: Home<'_>, c: &Commit) -> StateResult<Committed> {
-    let (m, p) = (home.metrics, c.partition);
-    let written = publish(home, c.stage, p, &c.redis, c.mark).await?;
+    let written = publish(home, c.stage, c.partition, &c.redis, c.mark).await?;
+    let postgres = checkpoint(home, c).await?;
+    Ok(Committed { written, rows: c.changes.size().0, postgres })
+}
+
+/// The PostgreSQL half of a commit: its changed rows and next offsets in one transaction under the partition's
+/// lease, retried while the failure is transient (60 s at most). Returns the time it took. Run after the commit's
+/// [`publish`], so Redis is never behind the checkpoint.
+///
+/// Errors: PostgreSQL still failing after retries; [`crate::checkpoint::store::StoreError::Fenced`] when another
+/// task took the lease.
+pub async fn checkpoint(home: Home<'_>, c: &Commit) -> StateResult<Duration> {
     let offsets = c.named_offsets(home.topics);
     let started = Instant::now();
-    retry(m, "postgres", || home.store.commit(c.stage, p, c.generation, &c.changes, &offsets)).await?;
-    let postgres = started.elapsed();
+    retry(home.metrics, "postgres", || home.store.commit(c.stage, c.partition, c.generation, &c.changes, &offsets))
+        .await?;
     let (rows, bytes) = c.changes.size();
-    m.checkpoint_rows(rows, bytes);
-    Ok(Committed { written, rows, postgres })
+    home.metrics.checkpoint_rows(rows, bytes);
+    Ok(started.elapsed())
 }
 
 /// The key of what a fan-out checkpoint writes: a conversation's row or a broadcast list's.
