@@ -18,12 +18,32 @@ const COUNTS: [&str; 9] = [
     "unseen",
 ];
 
+/// The largest `cap`: 2^53, the largest count JSON carries exactly.
+pub const MAX_CAP: u64 = 1 << 53;
+
 /// The query of a read: `?cap=N` (1 to 2^53).
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ReadQuery {
     /// Answer each count above this value as the value, with `"capped": true` beside it (the "99+" badge).
+    #[param(minimum = 1, maximum = 9_007_199_254_740_992_u64)]
     pub cap: Option<u64>,
+}
+
+/// The read query, or 400 `invalid_query` (JSON, as every error) when it does not parse or `cap` is outside 1 to
+/// [`MAX_CAP`].
+pub fn checked(
+    query: Result<axum::extract::Query<ReadQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<ReadQuery, super::ApiError> {
+    let query = query?.0;
+    match query.cap {
+        Some(cap) if !(1..=MAX_CAP).contains(&cap) => Err(super::ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_query",
+            format!("cap must be 1 to {MAX_CAP}, not {cap}"),
+        )),
+        _ => Ok(query),
+    }
 }
 
 /// Caps every count of `answer` (recursively) at `cap`; an object with a capped count gets `"capped": true`.

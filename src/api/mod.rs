@@ -37,7 +37,7 @@ pub mod stream;
 
 use std::sync::Arc;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -147,6 +147,12 @@ pub(crate) fn authorized(access: &Access, ids: &[(&str, &str)]) -> Result<(), Ap
         return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token may not read this user"));
     }
     Ok(())
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text())
+    }
 }
 
 impl From<PathRejection> for ApiError {
@@ -341,10 +347,10 @@ async fn read_user(s: &ApiState, namespace: &str, user_id: &str) -> Result<(User
 async fn user_unread(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
-    Query(query): Query<ReadQuery>,
+    query: Result<Query<ReadQuery>, QueryRejection>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let Path(user_id) = path?;
+    let (Path(user_id), query) = (path?, caps::checked(query)?);
     authorized(&access, &[("user_id", &user_id)])?;
     let namespace = s.live.current().0;
     let (view, source) = read_user(&s, &namespace, &user_id).await?;
@@ -378,9 +384,10 @@ pub const MAX_BATCH_IDS: usize = 1000;
 async fn batch_unread(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
-    Query(query): Query<ReadQuery>,
+    query: Result<Query<ReadQuery>, QueryRejection>,
     body: Result<Json<BatchRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let query = caps::checked(query)?;
     if !matches!(access, Access::Service(_)) {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the batch route needs a service token"));
     }
@@ -426,10 +433,10 @@ struct ConversationAnswer {
 async fn conversation_unread(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
-    Query(query): Query<ReadQuery>,
+    query: Result<Query<ReadQuery>, QueryRejection>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let Path((user_id, conversation_id)) = path?;
+    let (Path((user_id, conversation_id)), query) = (path?, caps::checked(query)?);
     authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
     let (namespace, projection) = s.live.current();
     let c = projection.read_conversation(&user_id, &conversation_id).await?;

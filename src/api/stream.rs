@@ -54,12 +54,12 @@ pub struct StreamQuery {
 pub async fn stream(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
-    Query(query): Query<StreamQuery>,
+    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    let Path(user_id) = path?;
+    let (Path(user_id), Query(query)) = (path?, query?);
     authorized(&access, &[("user_id", &user_id)])?;
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()?.parse().ok());
     let since = query.since.or(last_event_id);

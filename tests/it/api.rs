@@ -125,6 +125,14 @@ fn a_batch_of_1000_users_equals_1000_single_reads_and_caps_give_the_badge() {
     assert_eq!((conv["unread"].as_u64(), conv["capped"].as_bool()), (Some(99), Some(true)), "{body}");
     let (_, body) = http_get(svc.port, "/v1/users/%5B%5Bmandrix%5D%5D/unread?cap=1000").unwrap();
     assert!(body.contains(r#""total_unread":169"#) && !body.contains("capped"), "{body}");
+    // A query that does not parse, or a cap outside 1 to 2^53, is 400 with the JSON error body (issue 24).
+    for bad in ["cap=-13449", "cap=x", "cap=0", "cap=9007199254740993", "cap=9223372036854775808"] {
+        let (code, headers, body) = http_get_full(svc.port, &format!("/v1/users/u1/unread?{bad}")).unwrap();
+        let json = headers.iter().any(|h| h.starts_with("content-type: application/json"));
+        assert!(code == 400 && json && body.contains(r#""invalid_query""#), "{bad}: {code} {headers:?} {body}");
+    }
+    let (code, _, body) = http_get_full(svc.port, "/v1/users/u1/unread?cap=9007199254740992").unwrap();
+    assert_eq!(code, 200, "{body}");
     svc.stop();
 }
 
