@@ -71,7 +71,24 @@ pub struct Accepted {
 pub struct ReadBody {
     /// The user has read every message up to and including this seq (0 to 2^53); absent: the newest unread
     /// message of the user's checkpointed state.
+    #[serde(default, deserialize_with = "seq")]
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_992_u64)]
     pub read_seq: Option<u64>,
+}
+
+/// A seq in a request body: an integer from 0 to 2^53 (CONTRACT.md § Events), also when written with a zero
+/// fraction (`7.0`), as JSON Schema's `integer` allows.
+///
+/// Errors: anything else (a fraction, a negative number, above 2^53, not a number): 400 `invalid_body`.
+fn seq<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else { return Ok(None) };
+    const MAX: u64 = 1 << 53;
+    let whole = n.as_f64().filter(|f| f.fract() == 0.0 && (0.0..=MAX as f64).contains(f)).map(|f| f as u64);
+    match n.as_u64().or(whole) {
+        Some(v) if v <= MAX => Ok(Some(v)),
+        _ => Err(D::Error::custom(format!("read_seq must be an integer from 0 to 2^53, not {n}"))),
+    }
 }
 
 /// The body of a mute: `{"muted": true|false}`.
@@ -84,14 +101,17 @@ pub struct MuteBody {
 /// The optional body of the notification marks: `{"category": "like"}`; absent: every category.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct CategoryBody {
-    /// The category marked; absent: every category.
+    /// The category marked (the contract's id rule); absent: every category.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     pub category: Option<String>,
 }
 
 /// The optional body of a broadcast read: `{"read_seq": N}`; absent: the list's head.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct BroadcastReadBody {
-    /// The largest seq seen; absent: the list's current head.
+    /// The largest seq seen (0 to 2^53); absent: the list's current head.
+    #[serde(default, deserialize_with = "seq")]
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_992_u64)]
     pub read_seq: Option<u64>,
 }
 
@@ -207,7 +227,10 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Resul
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
+    // JSON `null` is the absent body too, as the document's optional (nullable) body says.
+    let body: Option<T> = serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
+    Ok(body.unwrap_or_default())
 }
 
 type Ids2 = Result<Path<(String, String)>, PathRejection>;

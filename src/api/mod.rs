@@ -214,7 +214,7 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(inbox::page))
         .routes(routes!(inbox::script))
         .split_for_parts();
-    let doc = Arc::new(doc.to_json().expect("the OpenAPI document serializes"));
+    let doc = Arc::new(openapi::constrain_parameters(doc.to_json().expect("the OpenAPI document serializes")));
     let limits = state.limits.clone();
     router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })

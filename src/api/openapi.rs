@@ -51,7 +51,7 @@ pub struct ErrorBody {
 /// One error: a stable code to match on and a readable message.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// `invalid_path`, `invalid_id`, `invalid_body`, `too_many_ids`, `invalid_header`, `unauthorized`, `forbidden`,
+    /// `invalid_path`, `invalid_id`, `invalid_query`, `invalid_body`, `too_many_ids`, `invalid_header`, `unauthorized`, `forbidden`,
     /// `not_found`, `not_a_stream`, `too_large`, `headers_too_large`, `timeout`, `rate_limited`, `unavailable` or
     /// `malformed`.
     pub code: String,
@@ -63,7 +63,7 @@ pub struct ErrorDetail {
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // a description for the document; the handlers answer `ApiError`
 pub enum ReadErrors {
-    /// `invalid_path`, `invalid_id` (an id breaking the contract's id rule), `invalid_body`, `too_many_ids` or
+    /// `invalid_path`, `invalid_id` (an id breaking the contract's id rule), `invalid_query`, `invalid_body`, `too_many_ids` or
     /// `invalid_header`.
     #[response(status = 400)]
     BadRequest(ErrorBody),
@@ -91,4 +91,40 @@ pub enum ReadErrors {
     /// `unavailable`: Redis (and, for a degraded read, PostgreSQL) cannot answer; retry later.
     #[response(status = 503)]
     Unavailable(ErrorBody),
+}
+
+/// The id rule as a JSON Schema pattern (ECMA regex): no control character.
+pub const ID_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$";
+
+/// The rules the handlers enforce on parameters, written into the document `doc` (its JSON) in one place, so that
+/// a request the document allows is one the API accepts and the other way round:
+/// - every path parameter named `*_id`: the contract's id rule (CONTRACT.md § Ids), 1 to 256 characters without
+///   control characters (U+0000–U+001F, U+007F–U+009F); the rule counts 256 bytes of UTF-8, which the schema
+///   cannot say, so the description does;
+/// - `Idempotency-Key`: 1 to 256 visible ASCII characters, spaces inside only (what an HTTP header value carries);
+/// - the batch's `user_ids`: each an id, at most [`super::MAX_BATCH_IDS`].
+///
+/// Returns the document unchanged when it is not JSON (never: it is serialized just before).
+pub fn constrain_parameters(doc: String) -> String {
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(&doc) else { return doc };
+    let id = serde_json::json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": ID_PATTERN});
+    let key = serde_json::json!({"type": "string", "minLength": 1, "maxLength": 256,
+        "pattern": "^[!-~]([ -~]*[!-~])?$"});
+    let operations = value["paths"].as_object_mut().into_iter().flat_map(|p| p.values_mut());
+    let parameters = operations.flat_map(|o| o.as_object_mut().into_iter().flat_map(|o| o.values_mut()));
+    let lists = parameters.filter_map(|op| op.get_mut("parameters").and_then(serde_json::Value::as_array_mut));
+    for parameter in lists.flatten() {
+        let (name, place) = (parameter["name"].as_str().unwrap_or(""), parameter["in"].as_str().unwrap_or(""));
+        let schema = match (place, name) {
+            ("path", n) if n.ends_with("_id") => id.clone(),
+            ("header", "Idempotency-Key") => key.clone(),
+            _ => continue,
+        };
+        parameter["schema"] = schema;
+    }
+    if let Some(ids) = value.pointer_mut("/components/schemas/BatchRequest/properties/user_ids") {
+        ids["items"] = id;
+        ids["maxItems"] = serde_json::json!(super::MAX_BATCH_IDS);
+    }
+    serde_json::to_string(&value).unwrap_or(doc)
 }

@@ -531,6 +531,9 @@ impl RedisProjection {
 
     /// What [`READ_TEMPLATE`] returns for each user: its hash's fields with the computed ones, in pairs.
     async fn read_fields(&self, user_ids: &[String]) -> ProjectionResult<Vec<Vec<(String, String)>>> {
+        if user_ids.is_empty() {
+            return Ok(Vec::new()); // an empty pipeline is an error to Redis ("empty command")
+        }
         if self.is_cluster() {
             return self.read_fields_cluster(user_ids).await.map_err(redis_err("reading users"));
         }

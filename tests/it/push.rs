@@ -232,6 +232,9 @@ fn every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change
         (format!("{base}/notifications/gw-like-1/read"), None, "notification.read"),
         (format!("{base}/broadcasts/system/read"), None, "broadcast.read"),
         (format!("{base}/feed/read"), None, "read.ack"),
+        // Found by Schemathesis (issue 24): JSON null is the absent body; a seq may be written 1000000.0.
+        (format!("{base}/broadcasts/system/read"), Some(Value::Null), "broadcast.read"),
+        (format!("{conv}/read"), Some(json!({"read_seq": 1_000_000.0})), "read.ack"),
     ];
     let mut published = Vec::new();
     for (path, body, kind) in &writes {
@@ -251,6 +254,10 @@ fn every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change
     // Bad requests: JSON 400s and 403s, nothing published.
     for (path, body, token, status) in [
         (format!("{conv}/read"), Some(json!({"read_seq": "x"})), aadi.clone(), 400),
+        // Above 2^53 (the decoder would dead-letter the event), a fraction, an empty category: refused here.
+        (format!("{conv}/read"), Some(json!({"read_seq": 9_007_199_254_740_993_u64})), aadi.clone(), 400),
+        (format!("{conv}/read"), Some(json!({"read_seq": 1.5})), aadi.clone(), 400),
+        (format!("{base}/notifications/read"), Some(json!({"category": ""})), aadi.clone(), 400),
         (format!("{conv}/mute"), None, aadi.clone(), 400),
         (format!("{base}/conversations/%01/read"), Some(json!({"read_seq": 1})), aadi.clone(), 400),
         (format!("{conv}/read"), Some(json!({"read_seq": 1})), token("epod", false), 403),
