@@ -174,13 +174,16 @@ async fn send_all(gw: &Gateway, user_id: &str, events: &[UserEvent]) -> Result<(
     Ok(())
 }
 
-/// The request's `Idempotency-Key`, if any (1–256 bytes of text).
+/// The request's `Idempotency-Key`, if any: 1–256 visible ASCII characters and spaces (no tab), as the document
+/// says.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
-    match v.to_str() {
-        Ok(k) if !k.is_empty() && k.len() <= 256 => Ok(Some(k.to_owned())),
-        _ => Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_header", "Idempotency-Key: 1-256 bytes of text")),
+    let k = v.as_bytes();
+    if k.is_empty() || k.len() > 256 || !k.iter().all(|b| (b' '..=b'~').contains(b)) {
+        let message = "Idempotency-Key: 1-256 visible ASCII characters (spaces inside)";
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_header", message));
     }
+    Ok(Some(String::from_utf8_lossy(k).into_owned()))
 }
 
 fn redis_key(gw: &Gateway, user_id: &str, key: &str) -> String {

@@ -102,7 +102,9 @@ pub const ID_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$";
 ///   control characters (U+0000–U+001F, U+007F–U+009F); the rule counts 256 bytes of UTF-8, which the schema
 ///   cannot say, so the description does;
 /// - `Idempotency-Key`: 1 to 256 visible ASCII characters, spaces inside only (what an HTTP header value carries);
-/// - the batch's `user_ids`: each an id, at most [`super::MAX_BATCH_IDS`].
+/// - the batch's `user_ids`: each an id, at most [`super::MAX_BATCH_IDS`];
+/// - every gateway write's 202 links to the read of the same user (`ReadUser`), for clients and for Schemathesis'
+///   stateful phase.
 ///
 /// Returns the document unchanged when it is not JSON (never: it is serialized just before).
 pub fn constrain_parameters(doc: String) -> String {
@@ -122,9 +124,24 @@ pub fn constrain_parameters(doc: String) -> String {
         };
         parameter["schema"] = schema;
     }
+    link_writes_to_reads(&mut value);
     if let Some(ids) = value.pointer_mut("/components/schemas/BatchRequest/properties/user_ids") {
         ids["items"] = id;
         ids["maxItems"] = serde_json::json!(super::MAX_BATCH_IDS);
     }
     serde_json::to_string(&value).unwrap_or(doc)
+}
+
+/// Adds to the 202 of every `POST /v1/users/{user_id}/…` (the write gateway) an OpenAPI link to the read of the same
+/// user (`user_unread`), where the write's effect shows once the fold has the event.
+fn link_writes_to_reads(doc: &mut serde_json::Value) {
+    let link = serde_json::json!({"ReadUser": {"operationId": "user_unread",
+        "parameters": {"user_id": "$request.path.user_id"},
+        "description": "The user's counts, which show the write once the fold has its events"}});
+    let Some(paths) = doc["paths"].as_object_mut() else { return };
+    for (_, item) in paths.iter_mut().filter(|(p, _)| p.starts_with("/v1/users/{user_id}/")) {
+        if let Some(accepted) = item.pointer_mut("/post/responses/202").and_then(serde_json::Value::as_object_mut) {
+            accepted.insert("links".to_owned(), link.clone());
+        }
+    }
 }
