@@ -18,8 +18,8 @@ const COUNTS: [&str; 9] = [
     "unseen",
 ];
 
-/// The largest `cap`: 2^53, the largest count JSON carries exactly.
-pub const MAX_CAP: u64 = 1 << 53;
+/// The largest `cap`: 2^53, the largest count JSON carries exactly (the contract's largest seq).
+pub const MAX_CAP: u64 = crate::core::contract::MAX_SEQ;
 
 /// The query of a read: `?cap=N` (1 to 2^53).
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

@@ -81,9 +81,9 @@ pub struct ReadBody {
 ///
 /// Errors: anything else (a fraction, a negative number, above 2^53, not a number): 400 `invalid_body`.
 fn seq<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use crate::core::contract::MAX_SEQ as MAX;
     use serde::de::Error;
     let Some(n) = Option::<serde_json::Number>::deserialize(d)? else { return Ok(None) };
-    const MAX: u64 = 1 << 53;
     let whole = n.as_f64().filter(|f| f.fract() == 0.0 && (0.0..=MAX as f64).contains(f)).map(|f| f as u64);
     match n.as_u64().or(whole) {
         Some(v) if v <= MAX => Ok(Some(v)),
@@ -102,7 +102,6 @@ pub struct MuteBody {
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct CategoryBody {
     /// The category marked (the contract's id rule); absent: every category.
-    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     pub category: Option<String>,
 }
 

@@ -98,18 +98,21 @@ pub const ID_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$";
 
 /// The rules the handlers enforce on parameters, written into the document `doc` (its JSON) in one place, so that
 /// a request the document allows is one the API accepts and the other way round:
-/// - every path parameter named `*_id`: the contract's id rule (CONTRACT.md § Ids), 1 to 256 characters without
+/// - every path parameter named `*_id`, the batch's `user_ids` and a notification mark's `category`: the contract's id rule (CONTRACT.md § Ids), 1 to 256 characters without
 ///   control characters (U+0000–U+001F, U+007F–U+009F); the rule counts 256 bytes of UTF-8, which the schema
 ///   cannot say, so the description does;
 /// - `Idempotency-Key`: 1 to 256 visible ASCII characters, spaces inside only (what an HTTP header value carries);
-/// - the batch's `user_ids`: each an id, at most [`super::MAX_BATCH_IDS`];
+/// - the batch's `user_ids`: at most [`super::MAX_BATCH_IDS`];
 /// - every gateway write's 202 links to the read of the same user (`ReadUser`), for clients and for Schemathesis'
 ///   stateful phase.
 ///
 /// Returns the document unchanged when it is not JSON (never: it is serialized just before).
 pub fn constrain_parameters(doc: String) -> String {
     let Ok(mut value) = serde_json::from_str::<serde_json::Value>(&doc) else { return doc };
-    let id = serde_json::json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": ID_PATTERN});
+    let id_rule = |schema: &mut serde_json::Value| {
+        let rule = [("minLength", 1.into()), ("maxLength", 256.into()), ("pattern", ID_PATTERN.into())];
+        schema.as_object_mut().into_iter().for_each(|o| o.extend(rule.clone().map(|(k, v)| (k.to_owned(), v))));
+    };
     let key = serde_json::json!({"type": "string", "minLength": 1, "maxLength": 256,
         "pattern": "^[!-~]([ -~]*[!-~])?$"});
     let operations = value["paths"].as_object_mut().into_iter().flat_map(|p| p.values_mut());
@@ -117,17 +120,22 @@ pub fn constrain_parameters(doc: String) -> String {
     let lists = parameters.filter_map(|op| op.get_mut("parameters").and_then(serde_json::Value::as_array_mut));
     for parameter in lists.flatten() {
         let (name, place) = (parameter["name"].as_str().unwrap_or(""), parameter["in"].as_str().unwrap_or(""));
-        let schema = match (place, name) {
-            ("path", n) if n.ends_with("_id") => id.clone(),
-            ("header", "Idempotency-Key") => key.clone(),
-            _ => continue,
-        };
-        parameter["schema"] = schema;
+        match (place, name) {
+            ("path", n) if n.ends_with("_id") => {
+                parameter["schema"] = serde_json::json!({"type": "string"});
+                id_rule(&mut parameter["schema"]);
+            }
+            ("header", "Idempotency-Key") => parameter["schema"] = key.clone(),
+            _ => {}
+        }
     }
     link_writes_to_reads(&mut value);
     if let Some(ids) = value.pointer_mut("/components/schemas/BatchRequest/properties/user_ids") {
-        ids["items"] = id;
+        id_rule(&mut ids["items"]);
         ids["maxItems"] = serde_json::json!(super::MAX_BATCH_IDS);
+    }
+    if let Some(category) = value.pointer_mut("/components/schemas/CategoryBody/properties/category") {
+        id_rule(category);
     }
     serde_json::to_string(&value).unwrap_or(doc)
 }

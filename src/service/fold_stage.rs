@@ -117,10 +117,8 @@ impl StageTask for FoldTask {
     /// Writes the users changed since the last publish to Redis (every user of the partition, and its marker, when
     /// Redis lost the partition's projection).
     async fn publish(&mut self) -> Result<(), TaskError> {
-        let (sh, p) = (&*self.shared, self.input.partition);
-        let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::Fold, p)).await?;
-        let writes = RedisWrites::Users(self.writes(full));
-        publish(sh.home(), Stage::Fold, p, &writes, full).await?;
+        let (writes, full) = self.user_writes().await?;
+        publish(self.shared.home(), Stage::Fold, self.input.partition, &writes, full).await?;
         self.published();
         Ok(())
     }
@@ -132,17 +130,14 @@ impl StageTask for FoldTask {
     }
 
     async fn prepare(&mut self, idle: bool) -> Result<Option<Commit>, TaskError> {
-        let (sh, p) = (&*self.shared, self.input.partition);
-        // Redis lost the projection (restarted empty, flushed): rewrite every user of the partition from memory.
-        let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::Fold, p)).await?;
+        let (redis, full) = self.user_writes().await?;
         if idle && !full {
             return Ok(None);
         }
         let mut changes = fold_changes(&mut self.fold, self.uncommitted.iter());
         changes.fences = self.fence.take_changed();
-        let (generation, offsets) = (self.generation, self.next.pairs().to_vec());
-        let redis = RedisWrites::Users(self.writes(full));
-        Ok(Some(Commit { stage: Stage::Fold, partition: p, generation, redis, mark: full, changes, offsets }))
+        let (partition, generation, offsets) = (self.input.partition, self.generation, self.next.pairs().to_vec());
+        Ok(Some(Commit { stage: Stage::Fold, partition, generation, redis, mark: full, changes, offsets }))
     }
 
     fn committed(&mut self) {
@@ -199,8 +194,16 @@ impl FoldTask {
         sent
     }
 
-    /// The Redis writes of a publish or commit: every user changed since the last publish, its changed
-    /// conversations, or, when Redis lost the partition's projection (`full`), every user of the partition whole.
+    /// The Redis writes of a publish or commit, and whether they are whole: when Redis lost the partition's
+    /// projection (restarted empty, flushed: no marker), every user of the partition from memory.
+    async fn user_writes(&self) -> Result<(RedisWrites, bool), TaskError> {
+        let (sh, p) = (&*self.shared, self.input.partition);
+        let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::Fold, p)).await?;
+        Ok((RedisWrites::Users(self.writes(full)), full))
+    }
+
+    /// Every user changed since the last publish, its changed conversations, or, when `full`, every user of the
+    /// partition whole.
     fn writes(&self, full: bool) -> Vec<UserWrite> {
         let version = self.next.version(self.generation);
         let mut writes = Vec::with_capacity(self.unpublished.len());

@@ -31,6 +31,7 @@ use super::group::PartitionInput;
 use super::{Shared, TaskError};
 use crate::checkpoint::Stage;
 use crate::state::commit::{checkpoint, publish, Commit};
+use crate::state::Input;
 
 /// How often an idle task checks that Redis still holds its partition (and rewrites it when not): 1 s.
 pub const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -113,7 +114,7 @@ async fn commit_task<T: StageTask>(
     publish(sh.home(), c.stage, c.partition, &c.redis, c.mark).await?;
     task.committed();
     finish(task, running).await?;
-    let offsets = c.named_offsets(&sh.topics).into_iter().map(|(t, n)| (t.to_owned(), n)).collect();
+    let offsets = c.offsets.clone();
     let handle = tokio::spawn(async move {
         let postgres = checkpoint(sh.home(), &c).await?;
         sh.metrics.checkpoint(started.elapsed());
@@ -130,8 +131,8 @@ async fn commit_task<T: StageTask>(
 /// which restarts from the last checkpoint that committed.
 pub struct Checkpointing {
     handle: tokio::task::JoinHandle<Result<(), TaskError>>,
-    /// The next offsets it commits, by topic.
-    offsets: Vec<(String, i64)>,
+    /// The next offsets it commits.
+    offsets: Vec<(Input, i64)>,
 }
 
 /// Waits for the running checkpoint, if any; then gives Kafka its offsets as a hint and probes the lag.
@@ -146,11 +147,11 @@ async fn finish<T: StageTask>(task: &mut T, running: &mut Option<Checkpointing>)
         Err(_) => return Err(TaskError::Stopped),
     }
     let (input, sh) = task.parts();
-    input.store_offsets(&offsets.iter().map(|(t, n)| (t.as_str(), *n)).collect::<Vec<_>>());
-    for (topic, next) in offsets {
-        let (metrics, p) = (sh.metrics.clone(), input.partition);
-        let label = topic.clone();
-        input.probe_lag(&topic, next, move |lag| metrics.lag(T::STAGE, &label, p, lag));
+    let named: Vec<(&str, i64)> = offsets.iter().map(|(i, next)| (i.topic(&sh.topics), *next)).collect();
+    input.store_offsets(&named);
+    for (topic, next) in named {
+        let (metrics, p, label) = (sh.metrics.clone(), input.partition, topic.to_owned());
+        input.probe_lag(topic, next, move |lag| metrics.lag(T::STAGE, &label, p, lag));
     }
     Ok(())
 }

@@ -74,26 +74,15 @@ impl Commit {
     }
 }
 
-/// What a commit did.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Committed {
-    /// Redis writes applied.
-    pub written: usize,
-    /// Checkpoint rows written or deleted.
-    pub rows: usize,
-    /// Time in the PostgreSQL transaction (with its retries).
-    pub postgres: Duration,
-}
-
 /// Commits `c`: [`publish`]es its Redis writes, then writes PostgreSQL, each retried while its failure is transient
 /// (60 s at most).
 ///
 /// Errors: Redis or PostgreSQL still failing after retries; [`crate::checkpoint::store::StoreError::Fenced`] when
 /// another task took the lease (Redis may then hold writes the guard accepted: the successor's are newer and win).
-pub async fn commit(home: Home<'_>, c: &Commit) -> StateResult<Committed> {
-    let written = publish(home, c.stage, c.partition, &c.redis, c.mark).await?;
-    let postgres = checkpoint(home, c).await?;
-    Ok(Committed { written, rows: c.changes.size().0, postgres })
+pub async fn commit(home: Home<'_>, c: &Commit) -> StateResult<()> {
+    publish(home, c.stage, c.partition, &c.redis, c.mark).await?;
+    checkpoint(home, c).await?;
+    Ok(())
 }
 
 /// The PostgreSQL half of a commit: its changed rows and next offsets in one transaction under the partition's
