@@ -3,17 +3,21 @@
 //! It is the same pure logic the service runs per partition, wired without Kafka: each batch of at most
 //! [`MAX_BATCH`] events is split into conversation events (fanned out into deltas) and user events, and the fold
 //! applies both. Because the fold is order-proof, applying a batch's deltas before its user events gives the
-//! state any interleaving would.
+//! state any interleaving would. Read acks and conversation events also feed the conversation side's read
+//! receipts ([`Receipts`]), and the pipeline notes the latest `occurred_at` seen, the default instant of the
+//! views (`unread fold --now`).
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 
 use anyhow::Context;
 
-use crate::core::contract::{decode, DecodeError, Event, UserView};
+use crate::core::contract::{decode, DecodeError, Event, UserEvent, UserView};
+use crate::core::expiry::{day_of, seconds_of};
 use crate::core::fanout::{BatchStats, FanOut};
 use crate::core::fold::Fold;
 use crate::core::hybrid::Diffusion;
+use crate::core::receipts::Receipts;
 
 /// Largest batch `unread fold` hands to the fan-out: 1,000 events, about what one Kafka poll returns.
 pub const MAX_BATCH: usize = 1000;
@@ -23,7 +27,11 @@ pub const MAX_BATCH: usize = 1000;
 pub struct Pipeline {
     fanout: FanOut,
     fold: Fold,
+    /// Kept only when asked for ([`Pipeline::keep_receipts`]).
+    receipts: Option<Receipts>,
     stats: BatchStats,
+    /// The latest `occurred_at` seen, in seconds since the epoch.
+    latest: Option<i64>,
 }
 
 impl Pipeline {
@@ -48,6 +56,7 @@ impl Pipeline {
             Event::Conversation(c) => Some(c),
             Event::User(_) => None,
         });
+        self.note_receipts_and_time(events);
         let (deltas, stats) = self.fanout.process_batch(conversation_events);
         self.stats.duplicate_messages += stats.duplicate_messages;
         self.stats.early_recalls += stats.early_recalls;
@@ -63,6 +72,37 @@ impl Pipeline {
         }
     }
 
+    /// Feeds the receipts (conversation events, read acks) and notes the latest `occurred_at`.
+    fn note_receipts_and_time(&mut self, events: &[Event]) {
+        for event in events {
+            match event {
+                Event::Conversation(c) => self.receipts.iter_mut().for_each(|r| r.apply(c)),
+                Event::User(UserEvent::ReadAck(a)) => {
+                    self.receipts.iter_mut().for_each(|r| r.ack(&a.user_id, &a.conversation_id, a.read_seq))
+                }
+                Event::User(_) => {}
+            }
+            if let Some(at) = seconds_of(event.occurred_at()) {
+                self.latest = Some(self.latest.map_or(at, |l| l.max(at)));
+            }
+        }
+    }
+
+    /// The latest `occurred_at` of the events so far, in seconds since the epoch (`None` before any event).
+    pub fn latest(&self) -> Option<i64> {
+        self.latest
+    }
+
+    /// Keeps read receipts from now on (call before the first batch: receipts need every event).
+    pub fn keep_receipts(&mut self) {
+        self.receipts.get_or_insert_with(Receipts::new);
+    }
+
+    /// The read receipts of every conversation, if kept ([`Pipeline::keep_receipts`]).
+    pub fn receipts(&self) -> Option<&Receipts> {
+        self.receipts.as_ref()
+    }
+
     /// The fold's state.
     pub fn fold(&self) -> &Fold {
         &self.fold
@@ -73,9 +113,15 @@ impl Pipeline {
         &self.fanout
     }
 
-    /// Every member user's reader view, sorted by user id.
+    /// Every listed user's reader view with nothing expired, sorted by user id.
     pub fn views(&self) -> Vec<UserView> {
         self.fold.views(&self.fanout)
+    }
+
+    /// Every listed user's reader view at the instant `now` (seconds since the epoch; `CONTRACT.md` § v3,
+    /// "Expiry"), sorted by user id.
+    pub fn views_at(&self, now: i64) -> Vec<UserView> {
+        self.fold.views_at(&self.fanout, day_of(now))
     }
 }
 
@@ -166,6 +212,17 @@ pub fn for_each_batch(
         on_batch(&batch);
     }
     Ok(stats)
+}
+
+/// Writes receipts as JSON Lines (`{"conversation_id", "seq", "read", "recipients"}`, compact).
+///
+/// Errors: the writer fails.
+pub fn write_receipts(receipts: &[crate::core::contract::ReceiptView], mut out: impl Write) -> io::Result<()> {
+    for r in receipts {
+        serde_json::to_writer(&mut out, r)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
 }
 
 /// Writes views as JSON Lines (the contract's reader shape, compact).

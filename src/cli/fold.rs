@@ -9,7 +9,12 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use crate::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
+use crate::pipeline::{for_each_batch, open_input, write_receipts, write_views, Pipeline, MAX_BATCH};
+
+/// An RFC 3339 instant → seconds since the epoch.
+fn parse_instant(text: &str) -> Result<i64, String> {
+    crate::core::expiry::seconds_of(text).ok_or_else(|| format!("{text:?} is not an RFC 3339 time"))
+}
 
 /// Arguments of `unread fold`.
 #[derive(Debug, Args)]
@@ -26,6 +31,13 @@ pub struct FoldArgs {
     /// Events per fan-out batch, 1 to 1000.
     #[arg(long, default_value_t = MAX_BATCH as u64, value_parser = clap::value_parser!(u64).range(1..=MAX_BATCH as u64))]
     batch_size: u64,
+    /// The instant the counts are at (RFC 3339; `CONTRACT.md` § v3, "Expiry"); default: the latest `occurred_at`
+    /// of the input.
+    #[arg(long, value_parser = parse_instant)]
+    now: Option<i64>,
+    /// Also write every message's read receipts (v3) to this file, sorted by conversation then seq.
+    #[arg(long)]
+    receipts: Option<String>,
     /// Member count from which a conversation is read-diffused (0: never); the counts are the same either way.
     #[arg(long, env = "UNREAD_READ_DIFFUSION_THRESHOLD", default_value_t = crate::core::hybrid::DEFAULT_THRESHOLD)]
     read_diffusion_threshold: u64,
@@ -65,6 +77,9 @@ impl FoldArgs {
         let started = Instant::now();
         let diffusion = crate::core::hybrid::Diffusion::from_threshold(self.read_diffusion_threshold);
         let mut pipeline = Pipeline::with_diffusion(diffusion);
+        if self.receipts.is_some() {
+            pipeline.keep_receipts();
+        }
         let (input, skip) = (&self.input, self.skip_invalid);
         let on_invalid = |invalid| {
             if skip {
@@ -76,7 +91,13 @@ impl FoldArgs {
         };
         let stats =
             for_each_batch(open_input(input)?, self.batch_size as usize, on_invalid, |b| pipeline.process_batch(b))?;
-        let views = pipeline.views();
+        let now = self.now.or(pipeline.latest()).unwrap_or(0);
+        let views = pipeline.views_at(now);
+        if let (Some(path), Some(receipts)) = (&self.receipts, pipeline.receipts()) {
+            let file = File::create(path).with_context(|| format!("cannot create receipts file {path}"))?;
+            write_receipts(&receipts.all(), BufWriter::with_capacity(1 << 20, file))
+                .with_context(|| format!("writing {path}"))?;
+        }
         let out: Box<dyn Write> = match self.output.as_str() {
             "-" => Box::new(io::stdout().lock()),
             path => Box::new(File::create(path).with_context(|| format!("cannot create output {path}"))?),

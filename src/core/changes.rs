@@ -138,7 +138,9 @@ mod tests {
     fn view(conversations: &[(&str, u64)], categories: &[(&str, u64)]) -> UserView {
         let conversations: BTreeMap<_, _> = conversations
             .iter()
-            .map(|(c, n)| (c.to_string(), ConversationView { unread: *n, mentions: 0, muted: false }))
+            .map(|(c, n)| {
+                (c.to_string(), ConversationView { unread: *n, mentions: 0, muted: false, marked_unread: false })
+            })
             .collect();
         let total_unread = conversations.values().map(|c| c.unread).sum();
         let notifications =

@@ -40,8 +40,9 @@ pub enum DeltaOp {
     Left,
     /// A run of messages sent while the user's membership did not change.
     Messages {
-        /// The countable, not recalled messages of others in the run that the user has not read by its own
-        /// messages: candidates for unread (the fold still drops those at or below the user's cursor).
+        /// The countable, not recalled messages of others in the run: candidates for unread. The fold keeps those
+        /// above the user's cursor as unread and those at or below it (read, for instance by the user's own later
+        /// message) as the read history that "unread from here" counts again (`CONTRACT.md` § v3).
         unread: SeqSet,
         /// The seqs of `unread` that mention the user (by name or `mention_all`); in a read-diffused conversation,
         /// where `unread` is empty, the seqs of its index that mention the user by name.
@@ -49,6 +50,11 @@ pub enum DeltaOp {
         /// The highest seq the user sent in the run, 0 for none: sending means having read everything before
         /// (`CONTRACT.md` § Semantics, "every seq that U sent in C"). Sent even to a non-member sender.
         read_to: u64,
+        /// v3, conversations with `unread_ttl_days`: the seqs of `unread` grouped by the UTC day on which they
+        /// expire ([`crate::core::expiry`]), ascending by day. Absent (empty) on the wire otherwise, so v2 deltas are
+        /// unchanged.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        expiry: Vec<(i64, SeqSet)>,
     },
     /// These seqs were recalled: they stop counting. Comes first in a delta and covers every recall of the batch,
     /// also of messages sent in it (which the batch's Messages ops already leave out), so that a delta produced
@@ -64,6 +70,12 @@ pub enum DeltaOp {
     ReadDiffusion {
         /// The head at the switch.
         since: u64,
+    },
+    /// v3: the conversation's first `conversation.created` came after some of its messages and gave a ttl: these
+    /// seqs (those the user holds) expire on these UTC days.
+    Expiry {
+        /// (expiry day, seqs), ascending by day.
+        expiry: Vec<(i64, SeqSet)>,
     },
     /// The conversation went back to write diffusion: its index's seqs become the user's own unread (above the
     /// user's cursor) and its index is dropped.

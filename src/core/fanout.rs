@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::broadcast::{ListId, ListOp, ListState, Lists};
 use crate::core::contract::{ConversationEvent, ConversationKind, MessageSent, Target};
 use crate::core::delta::{Delta, DeltaOp};
+use crate::core::expiry::expiry_day;
 use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::core::seqset::SeqSet;
 use crate::core::Map;
@@ -40,6 +41,14 @@ pub struct ConversationState {
     /// The index while the conversation is read-diffused ([`crate::core::hybrid`]); `None`: write-diffused.
     #[serde(default)]
     pub index: Option<ConvIndex>,
+    /// v3: `unread_ttl_days` of the first `conversation.created` (`CONTRACT.md` § v3, "Expiry"); `None`: unread
+    /// never expires.
+    #[serde(default)]
+    pub ttl_days: Option<u64>,
+    /// v3: before the first `conversation.created`, the countable seqs sent so far by their UTC day: a ttl that
+    /// comes with the creation applies to them too (§ v3: the conversation's ttl is its first creation's).
+    #[serde(default)]
+    pub uncreated_days: BTreeMap<i64, SeqSet>,
 }
 
 /// The fan-out's state of every conversation and broadcast list it has seen.
@@ -94,6 +103,10 @@ struct ConvBatch<'e> {
     timeline: Map<&'e str, Vec<Mark>>,
     /// Every effective recall of the batch (seq at or below the head when it arrived).
     recalls: SeqSet,
+    /// v3, a conversation with a ttl: the seqs of `countable` by the UTC day they expire.
+    expiry: BTreeMap<i64, SeqSet>,
+    /// v3: the creation in this batch gave a ttl to messages sent before it: their expiry, for every member.
+    retro_expiry: Vec<(i64, SeqSet)>,
 }
 
 impl FanOut {
@@ -250,6 +263,11 @@ fn switch(
     }
 }
 
+/// The op of a non-member's own messages: only its cursor moves (`CONTRACT.md` § Semantics).
+fn read_to_op(read_to: u64) -> DeltaOp {
+    DeltaOp::Messages { unread: SeqSet::new(), mentions: SeqSet::new(), read_to, expiry: Vec::new() }
+}
+
 /// One delta per current member with the switch's op.
 fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, out: &mut Vec<Delta>) {
     let feed = state.kind == Some(ConversationKind::Feed);
@@ -273,6 +291,8 @@ impl<'e> ConvBatch<'e> {
             mentioned: Map::default(),
             timeline: Map::default(),
             recalls: SeqSet::new(),
+            expiry: BTreeMap::new(),
+            retro_expiry: Vec::new(),
         }
     }
 
@@ -294,7 +314,12 @@ impl<'e> ConvBatch<'e> {
             ConversationEvent::Created(e) => {
                 // The first conversation.created decides the kind (`CONTRACT.md` § v2, "Kind").
                 if state.kind.is_none() {
-                    state.kind = Some(e.kind);
+                    (state.kind, state.ttl_days) = (Some(e.kind), e.unread_ttl_days);
+                    let days = std::mem::take(&mut state.uncreated_days);
+                    if let Some(ttl) = e.unread_ttl_days {
+                        // ttl is at most 3,650 (the decoder's bound).
+                        self.retro_expiry.extend(days.into_iter().map(|(day, seqs)| (day + ttl as i64, seqs)));
+                    }
                     self.became_feed = e.kind == ConversationKind::Feed;
                 }
                 for m in &e.members {
@@ -341,6 +366,12 @@ impl<'e> ConvBatch<'e> {
             if e.mention_all {
                 self.mention_all.insert(e.seq);
             }
+            // The decoder refused an occurred_at that does not parse, so None cannot happen here.
+            if let Some(day) = state.ttl_days.and_then(|ttl| expiry_day(&e.occurred_at, ttl)) {
+                self.expiry.entry(day).or_default().insert(e.seq);
+            } else if let Some(day) = state.kind.is_none().then(|| expiry_day(&e.occurred_at, 0)).flatten() {
+                state.uncreated_days.entry(day).or_default().insert(e.seq);
+            }
         }
         if !e.mention_all {
             for m in &e.mentions {
@@ -355,6 +386,9 @@ impl<'e> ConvBatch<'e> {
             // Sent in this batch: this batch's Messages ops never carry it.
             self.countable.remove(seq);
             self.mention_all.remove(seq);
+            for set in self.expiry.values_mut() {
+                set.remove(seq);
+            }
             for set in self.mentioned.values_mut() {
                 set.remove(seq);
             }
@@ -372,19 +406,28 @@ impl<'e> ConvBatch<'e> {
         }
     }
 
-    /// The Messages op for a membership interval: messages with seq in `above+1 ..= upto`, the user's own highest
-    /// seq in it being `own` (0 for none).
-    fn messages(&self, user: &str, above: u64, upto: u64, own: u64) -> Option<DeltaOp> {
-        let lo = above.max(own);
-        let unread = self.countable.slice(lo, upto);
-        let mut mentions = self.mention_all.slice(lo, upto);
+    /// The Messages op for a membership interval: messages with seq in `above+1 ..= upto` but the user's own
+    /// (`own`, whose highest is the op's `read_to`). Messages below the user's own are sent too: the fold keeps
+    /// them as read history, which "unread from here" counts again (`CONTRACT.md` § v3).
+    fn messages(&self, user: &str, above: u64, upto: u64, own: &SeqSet) -> Option<DeltaOp> {
+        let mut unread = self.countable.slice(above, upto);
+        let mut mentions = self.mention_all.slice(above, upto);
         if let Some(named) = self.mentioned.get(user) {
-            mentions.union_above(&named.slice(lo, upto), lo);
+            mentions.union_above(&named.slice(above, upto), above);
         }
-        if unread.is_empty() && mentions.is_empty() && own == 0 {
+        unread.remove_all(own);
+        mentions.remove_all(own);
+        let read_to = own.max().unwrap_or(0);
+        if unread.is_empty() && mentions.is_empty() && read_to == 0 {
             return None;
         }
-        Some(DeltaOp::Messages { unread, mentions, read_to: own })
+        let expiry = self
+            .expiry
+            .iter()
+            .map(|(day, seqs)| (*day, seqs.intersection(&unread)))
+            .filter(|(_, seqs)| !seqs.is_empty())
+            .collect();
+        Some(DeltaOp::Messages { unread, mentions, read_to, expiry })
     }
 
     /// Whether `user` was a member at the start of the batch, from its first membership mark in the batch (a
@@ -416,7 +459,7 @@ impl<'e> ConvBatch<'e> {
 
     fn emit(&self, state: &ConversationState, out: &mut Vec<Delta>) {
         let (end_head, feed) = (state.head, state.kind == Some(ConversationKind::Feed));
-        let shared = self.messages("", self.start_head, end_head, 0);
+        let shared = self.messages("", self.start_head, end_head, &SeqSet::new());
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
             conversation_id: self.conversation_id.to_owned(),
@@ -429,10 +472,11 @@ impl<'e> ConvBatch<'e> {
             match self.timeline.get(user) {
                 Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, &mut ops),
                 None if self.mentioned.contains_key(user) => {
-                    ops.extend(self.messages(user, self.start_head, end_head, 0))
+                    ops.extend(self.messages(user, self.start_head, end_head, &SeqSet::new()))
                 }
                 None => ops.extend(shared.clone()),
             }
+            self.add_retro_expiry(state, user, &mut ops);
             if !ops.is_empty() || self.became_feed {
                 out.push(delta(user, ops));
             }
@@ -442,35 +486,42 @@ impl<'e> ConvBatch<'e> {
         for user in others {
             let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
             self.walk(user, None, &self.timeline[user], end_head, &mut ops);
+            self.add_retro_expiry(state, user, &mut ops);
             if !ops.is_empty() {
                 out.push(delta(user, ops));
             }
         }
     }
 
+    /// A member at the end of the batch gets the expiry a creation gave to messages sent before it (the fold keeps
+    /// the buckets of the seqs it holds).
+    fn add_retro_expiry(&self, state: &ConversationState, user: &str, ops: &mut Vec<DeltaOp>) {
+        if !self.retro_expiry.is_empty() && state.members.contains_key(user) {
+            ops.push(DeltaOp::Expiry { expiry: self.retro_expiry.clone() });
+        }
+    }
+
     /// Turns one user's marks into ops. `member_from` is the head from which the user is a member (None: not a
     /// member) at the start of the batch.
     fn walk(&self, user: &str, mut member_from: Option<u64>, marks: &[Mark], end_head: u64, ops: &mut Vec<DeltaOp>) {
-        let mut own = 0;
+        let mut own = SeqSet::new();
         for mark in marks {
             match *mark {
-                Mark::Own(seq) => own = own.max(seq),
+                Mark::Own(seq) => {
+                    own.insert(seq);
+                }
                 Mark::Leave(head) => {
                     if let Some(from) = member_from.take() {
-                        ops.extend(self.messages(user, from, head, own));
-                        own = 0;
+                        ops.extend(self.messages(user, from, head, &own));
+                        own.clear();
                         ops.push(DeltaOp::Left);
                     }
                 }
                 Mark::Join(head) => {
                     if member_from.is_none() {
-                        if own > 0 {
-                            ops.push(DeltaOp::Messages {
-                                unread: SeqSet::new(),
-                                mentions: SeqSet::new(),
-                                read_to: own,
-                            });
-                            own = 0;
+                        if let Some(read_to) = own.max() {
+                            ops.push(read_to_op(read_to));
+                            own.clear();
                         }
                         ops.push(DeltaOp::Joined { head });
                         ops.extend(self.read_since.map(|since| DeltaOp::ReadDiffusion { since }));
@@ -479,12 +530,10 @@ impl<'e> ConvBatch<'e> {
                 }
             }
         }
-        match member_from {
-            Some(from) => ops.extend(self.messages(user, from, end_head, own)),
-            None if own > 0 => {
-                ops.push(DeltaOp::Messages { unread: SeqSet::new(), mentions: SeqSet::new(), read_to: own })
-            }
-            None => {}
+        match (member_from, own.max()) {
+            (Some(from), _) => ops.extend(self.messages(user, from, end_head, &own)),
+            (None, Some(read_to)) => ops.push(read_to_op(read_to)),
+            (None, None) => {}
         }
     }
 }

@@ -61,6 +61,29 @@ pub struct ConvState {
     /// while still in the index).
     #[serde(default)]
     pub named: SeqSet,
+    /// v3: the conversation is marked unread, with its "unread from" seq if any (`CONTRACT.md` § v3, "Marked
+    /// unread"). Kept across leaving and rejoining, like `muted`; a later read ack or unmark clears it.
+    #[serde(default)]
+    pub mark: Option<Mark>,
+    /// v3: the read history of this membership, which "unread from here" counts again: the countable, not recalled
+    /// seqs of others above the head at the latest join and at or below the cursor. Empty for a feed.
+    #[serde(default)]
+    pub read: SeqSet,
+    /// v3: the seqs of `read` that mention the user.
+    #[serde(default)]
+    pub read_mentions: SeqSet,
+    /// v3, conversations with a ttl: the seqs of `unread` and `read` by the UTC day they expire
+    /// ([`crate::core::expiry`]): at day D, the buckets up to D no longer count. Empty buckets are not kept.
+    #[serde(default)]
+    pub expiry: BTreeMap<i64, SeqSet>,
+}
+
+/// A conversation marked unread (`CONTRACT.md` § v3): `from_seq` S makes unread count as if the user's cursor were
+/// `max(head at join, min(cursor, S - 1))`; without it the mark only makes the conversation count as unread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// "Unread from this message" (1..=2^53), if given.
+    pub from_seq: Option<u64>,
 }
 
 impl ConvState {
@@ -76,21 +99,100 @@ impl ConvState {
 
     /// A non-member entry with nothing worth keeping.
     fn is_empty_detached(&self) -> bool {
-        !self.is_member() && self.floor == 0 && !self.muted
+        !self.is_member() && self.floor == 0 && !self.muted && self.mark.is_none()
     }
 
-    fn contribution(&self) -> Totals {
-        match self.is_member() {
-            true => Totals::of_member(self.unread.len(), self.mentions.len(), self.muted, self.feed),
-            false => Totals::default(),
+    /// Whether the conversation shows as marked unread (never a feed's: § v3, "On a feed conversation the flag
+    /// changes nothing").
+    pub fn is_marked(&self) -> bool {
+        self.mark.is_some() && !self.feed
+    }
+
+    /// Where counting starts: the cursor or, marked unread from S, `max(head at join, min(cursor, S - 1))`.
+    pub fn count_from(&self) -> u64 {
+        let cursor = self.cursor();
+        match self.mark {
+            Some(Mark { from_seq: Some(s) }) if !self.feed => self.joined_at.unwrap_or(0).max(cursor.min(s - 1)),
+            _ => cursor,
         }
     }
 
+    /// This member's (unread, mentions), marks applied, nothing expired.
+    pub fn counts(&self) -> (u64, u64) {
+        let from = self.count_from();
+        (self.unread.len() + self.read.count_above(from), self.mentions.len() + self.read_mentions.count_above(from))
+    }
+
+    /// Of [`ConvState::counts`], the (unread, mentions) that have expired at UTC day `today`.
+    pub fn expired(&self, today: i64) -> (u64, u64) {
+        let from = self.count_from();
+        let (mut unread, mut mentions) = (0, 0);
+        for (_, bucket) in self.expiry.range(..=today) {
+            unread += bucket.count_above(from);
+            mentions +=
+                bucket.intersection(&self.mentions).len() + bucket.intersection(&self.read_mentions).count_above(from);
+        }
+        (unread, mentions)
+    }
+
+    /// What the conversation adds to the totals at UTC day `today` ([`crate::core::expiry::NEVER`]: nothing
+    /// expired, the incremental totals' rule).
+    pub fn contribution_at(&self, today: i64) -> Totals {
+        if !self.is_member() {
+            return Totals::default();
+        }
+        let ((unread, mentions), (x_unread, x_mentions)) = (self.counts(), self.expired(today));
+        Totals::of_member(unread - x_unread, mentions - x_mentions, self.muted, self.feed, self.is_marked())
+    }
+
+    fn contribution(&self) -> Totals {
+        self.contribution_at(crate::core::expiry::NEVER)
+    }
+
+    /// The cursor rose: unread at or below it becomes read history (a feed keeps none).
     fn drop_read(&mut self) {
         let cursor = self.cursor();
-        self.unread.remove_through(cursor);
-        self.mentions.remove_through(cursor);
+        let (read, read_mentions) = (self.unread.take_through(cursor), self.mentions.take_through(cursor));
+        if self.feed {
+            self.prune_expiry();
+        } else {
+            self.read.union_above(&read, 0);
+            self.read_mentions.union_above(&read_mentions, 0);
+        }
         self.named.remove_through(cursor);
+    }
+
+    /// Forgets every seq of this membership (a join or a leave).
+    fn clear_seqs(&mut self) {
+        for set in [&mut self.unread, &mut self.mentions, &mut self.named, &mut self.read, &mut self.read_mentions] {
+            set.clear();
+        }
+        self.expiry.clear();
+    }
+
+    /// Keeps in the expiry buckets only seqs still in `unread` or `read`, and no empty bucket.
+    fn prune_expiry(&mut self) {
+        if self.expiry.is_empty() {
+            return;
+        }
+        let (unread, read) = (&self.unread, &self.read);
+        for bucket in self.expiry.values_mut() {
+            let mut kept = bucket.intersection(unread);
+            kept.union_above(&bucket.intersection(read), 0);
+            *bucket = kept;
+        }
+        self.expiry.retain(|_, b| !b.is_empty());
+    }
+
+    /// Adds the op's expiry buckets for the seqs now held.
+    fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
+        for (day, seqs) in expiry {
+            let mut held = seqs.intersection(&self.unread);
+            held.union_above(&seqs.intersection(&self.read), 0);
+            if !held.is_empty() {
+                self.expiry.entry(*day).or_default().union_above(&held, 0);
+            }
+        }
     }
 
     /// Read-diffused and a member: where the index's share starts, `max(cursor, read_from)`.
@@ -115,6 +217,42 @@ impl ConvState {
         }
         added
     }
+}
+
+impl ConvState {
+    /// Adds the seqs of `unread` (and `mentions` among them) above the join head and at or below `cursor` to the
+    /// read history.
+    fn add_read_history(&mut self, unread: &SeqSet, mentions: &SeqSet, cursor: u64) {
+        let joined = self.joined_at.unwrap_or(0);
+        self.read.union_above(&unread.slice(joined, cursor), joined);
+        for seq in mentions.slice(joined, cursor).iter() {
+            if self.read.contains(seq) {
+                self.read_mentions.insert(seq);
+            }
+        }
+    }
+}
+
+/// The read history lies above the join head and at or below the cursor (none for a non-member or a feed), its
+/// mentions within it, and every expiry bucket within `unread` and `read`, none empty.
+fn check_v3(id: &str, c: &ConvState) -> Result<(), String> {
+    let (lo, hi) = (c.joined_at.unwrap_or(0), c.cursor());
+    if (!c.is_member() || c.feed) && !c.read.is_empty() {
+        return Err(format!("conversation {id:?}: read history kept while not a member or in a feed"));
+    }
+    if c.read.ranges().first().is_some_and(|r| r.0 <= lo) || c.read.max().is_some_and(|m| m > hi) {
+        return Err(format!("conversation {id:?}: read history outside {lo}..={hi}"));
+    }
+    if c.read_mentions.iter().any(|m| !c.read.contains(m)) {
+        return Err(format!("conversation {id:?}: a read mention that is not in the read history"));
+    }
+    for (day, bucket) in &c.expiry {
+        let held = bucket.intersection(&c.unread).len() + bucket.intersection(&c.read).len();
+        if bucket.is_empty() || held != bucket.len() {
+            return Err(format!("conversation {id:?}: expiry bucket of day {day} empty or holding seqs not kept"));
+        }
+    }
+    Ok(())
 }
 
 /// A non-member holds no read diffusion; a read-diffused member's unread seqs are at or below the switch and its
@@ -229,49 +367,60 @@ impl UserState {
         self.totals.memberships > 0 || !self.broadcasts.is_empty() || !self.notifications.categories.is_empty()
     }
 
-    /// The reader shape of `CONTRACT.md` § "The state a reader sees", with the broadcast counts and the shares
-    /// of read-diffused conversations' indexes from `lists`.
+    /// The reader shape of `CONTRACT.md` § "The state a reader sees" with nothing expired (what the projection
+    /// stores; a read applies expiry on top): [`UserState::view_at`] at [`crate::core::expiry::NEVER`].
     pub fn view(&self, user_id: &str, lists: &impl Lists) -> UserView {
-        let conversations = self
-            .conversations
-            .iter()
-            .filter(|(_, c)| c.is_member() && !c.feed)
-            .map(|(id, c)| {
-                (id.clone(), ConversationView { unread: c.unread.len(), mentions: c.mentions.len(), muted: c.muted })
-            })
-            .collect();
-        let broadcasts = self
-            .broadcasts
-            .iter()
-            .map(|(id, cursor)| {
-                let unread = lists.unread_above(id, *cursor);
-                (id.clone(), BroadcastView { unread, dot: unread > 0 })
-            })
-            .collect();
-        let notifications = self
-            .notifications
-            .categories
-            .iter()
-            .map(|(cat, c)| (cat.clone(), NotificationView { unread: c.unread, unseen: c.unseen }))
-            .collect();
-        let (total_notifications_unread, total_notifications_unseen) = self.notifications.totals();
+        self.view_at(user_id, lists, crate::core::expiry::NEVER)
+    }
+
+    /// The reader shape of `CONTRACT.md` § "The state a reader sees" at UTC day `today` (§ v3, "Expiry": what has
+    /// expired by then counts nowhere), with the broadcast counts and the shares of read-diffused conversations'
+    /// indexes from `lists`.
+    pub fn view_at(&self, user_id: &str, lists: &impl Lists, today: i64) -> UserView {
+        let mut totals = self.totals;
+        let mut conversations = BTreeMap::new();
+        for (id, c) in self.conversations.iter().filter(|(_, c)| c.is_member()) {
+            let expired = c.expired(today);
+            if expired != (0, 0) {
+                totals.replace(c.contribution(), c.contribution_at(today));
+            }
+            if !c.feed {
+                let ((unread, mentions), muted, marked_unread) = (c.counts(), c.muted, c.is_marked());
+                let (unread, mentions) = (unread - expired.0, mentions - expired.1);
+                conversations.insert(id.clone(), ConversationView { unread, mentions, muted, marked_unread });
+            }
+        }
         let mut view = UserView {
             user_id: user_id.to_owned(),
-            total_unread: self.totals.total_unread,
-            total_mentions: self.totals.total_mentions,
-            unread_conversations: self.totals.unread_conversations,
+            total_unread: totals.total_unread,
+            total_mentions: totals.total_mentions,
+            unread_conversations: totals.unread_conversations,
             conversations,
-            feed_unread: self.totals.feed_unread,
-            broadcasts,
-            notifications,
-            total_notifications_unread,
-            total_notifications_unseen,
+            feed_unread: totals.feed_unread,
+            broadcasts: self.broadcast_views(lists),
+            ..UserView::default()
         };
+        self.add_notifications(&mut view);
         for (id, c) in self.read_diffused() {
             let (unread, mentions) = lists.index_counts(id, c.index_from().unwrap_or_default(), &c.named);
             IndexShare { muted: c.muted, feed: c.feed, unread, mentions }.add_to(&mut view, id);
         }
         view
+    }
+
+    fn broadcast_views(&self, lists: &impl Lists) -> BTreeMap<String, BroadcastView> {
+        let views = self.broadcasts.iter().map(|(id, cursor)| {
+            let unread = lists.unread_above(id, *cursor);
+            (id.clone(), BroadcastView { unread, dot: unread > 0 })
+        });
+        views.collect()
+    }
+
+    fn add_notifications(&self, view: &mut UserView) {
+        let categories = self.notifications.categories.iter();
+        view.notifications =
+            categories.map(|(cat, c)| (cat.clone(), NotificationView { unread: c.unread, unseen: c.unseen })).collect();
+        (view.total_notifications_unread, view.total_notifications_unseen) = self.notifications.totals();
     }
 
     /// The totals recomputed by scanning: for tests and `unread verify`, never on the hot path.
@@ -305,6 +454,7 @@ impl UserState {
                 return Err(format!("conversation {id:?}: a mention that is not unread"));
             }
             check_read_diffused(id, c)?;
+            check_v3(id, c)?;
         }
         if self.recount() != self.totals {
             return Err(format!("totals {:?} differ from the sums {:?}", self.totals, self.recount()));
@@ -342,34 +492,35 @@ impl UserState {
             DeltaOp::Joined { head } => self.update(conversation_id, true, |c| {
                 if c.joined_at.is_none() {
                     (c.joined_at, c.read_from) = (Some(*head), None);
-                    c.unread.clear();
-                    c.mentions.clear();
-                    c.named.clear();
+                    c.clear_seqs();
                 }
                 0
             }),
             DeltaOp::Left => self.update(conversation_id, false, |c| {
                 (c.joined_at, c.read_from) = (None, None);
-                c.unread.clear();
-                c.mentions.clear();
-                c.named.clear();
+                c.clear_seqs();
                 0
             }),
-            DeltaOp::Messages { unread, mentions, read_to } => self.update(conversation_id, *read_to > 0, |c| {
-                c.floor = c.floor.max(*read_to);
-                if !c.is_member() {
-                    return 0;
-                }
-                c.drop_read();
-                c.add_messages(unread, mentions)
-            }),
-            DeltaOp::Recalled { seqs } => self.update(conversation_id, false, |c| {
-                for seq in seqs.iter() {
-                    if c.unread.remove(seq) {
-                        c.mentions.remove(seq);
+            DeltaOp::Messages { unread, mentions, read_to, expiry } => {
+                self.update(conversation_id, *read_to > 0, |c| {
+                    c.floor = c.floor.max(*read_to);
+                    if !c.is_member() {
+                        return 0;
                     }
-                    c.named.remove(seq);
+                    c.drop_read();
+                    if !c.feed {
+                        c.add_read_history(unread, mentions, c.cursor());
+                    }
+                    let added = c.add_messages(unread, mentions);
+                    c.add_expiry(expiry);
+                    added
+                })
+            }
+            DeltaOp::Recalled { seqs } => self.update(conversation_id, false, |c| {
+                for set in [&mut c.unread, &mut c.mentions, &mut c.named, &mut c.read, &mut c.read_mentions] {
+                    set.remove_all(seqs);
                 }
+                c.prune_expiry();
                 0
             }),
             DeltaOp::ReadDiffusion { since } => self.update(conversation_id, false, |c| {
@@ -377,6 +528,13 @@ impl UserState {
                     c.read_from = Some(*since);
                     (c.unread, c.mentions) = (c.unread.slice(0, *since), c.mentions.slice(0, *since));
                     c.named = c.named.slice(*since, u64::MAX);
+                    c.prune_expiry();
+                }
+                0
+            }),
+            DeltaOp::Expiry { expiry } => self.update(conversation_id, false, |c| {
+                if c.is_member() {
+                    c.add_expiry(expiry);
                 }
                 0
             }),
@@ -398,6 +556,8 @@ impl UserState {
         if self.conversations.get(conversation_id).is_some_and(|c| !c.feed) {
             self.update(conversation_id, false, |c| {
                 c.feed = true;
+                (c.read, c.read_mentions) = (SeqSet::new(), SeqSet::new());
+                c.prune_expiry();
                 0
             });
         }
@@ -419,11 +579,12 @@ impl UserState {
                 self.notes.apply(&mut self.notifications, event);
                 return;
             }
-            UserEvent::ReadAck(_) | UserEvent::Muted(_) => {}
+            UserEvent::ReadAck(_) | UserEvent::Muted(_) | UserEvent::MarkedUnread(_) => {}
         }
         match event {
             UserEvent::ReadAck(e) => self.update(&e.conversation_id, true, |c| {
                 c.floor = c.floor.max(e.read_seq);
+                c.mark = None; // a later read ack clears the mark, whatever its read_seq (§ v3)
                 if c.is_member() {
                     c.drop_read();
                 }
@@ -431,6 +592,10 @@ impl UserState {
             }),
             UserEvent::Muted(e) => self.update(&e.conversation_id, true, |c| {
                 c.muted = e.muted;
+                0
+            }),
+            UserEvent::MarkedUnread(e) => self.update(&e.conversation_id, true, |c| {
+                c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
                 0
             }),
             _ => unreachable!("handled above"),
@@ -548,11 +713,16 @@ impl Fold {
         }
     }
 
-    /// The reader shape of every listed user ([`UserState::is_listed`]), sorted by user id.
+    /// The reader shape of every listed user ([`UserState::is_listed`]) with nothing expired, sorted by user id.
     pub fn views(&self, lists: &impl Lists) -> Vec<UserView> {
+        self.views_at(lists, crate::core::expiry::NEVER)
+    }
+
+    /// The reader shape of every listed user at UTC day `today` ([`UserState::view_at`]), sorted by user id.
+    pub fn views_at(&self, lists: &impl Lists, today: i64) -> Vec<UserView> {
         let mut ids: Vec<&String> = self.users.iter().filter(|(_, u)| u.is_listed()).map(|(id, _)| id).collect();
         ids.sort_unstable();
-        ids.into_iter().map(|id| self.users[id].view(id, lists)).collect()
+        ids.into_iter().map(|id| self.users[id].view_at(id, lists, today)).collect()
     }
 
     /// One user's state, mutably (to take the notifications that changed).

@@ -140,8 +140,9 @@ impl IndexShare {
             return;
         }
         let (unread, mentions) = entry.map_or((0, 0), |c| (c.unread, c.mentions));
-        let before = Totals::of_member(unread, mentions, self.muted, self.feed);
-        let after = Totals::of_member(unread + self.unread, mentions + self.mentions, self.muted, self.feed);
+        let (muted, feed, marked) = (self.muted, self.feed, entry.is_some_and(|c| c.marked_unread));
+        let before = Totals::of_member(unread, mentions, muted, feed, marked);
+        let after = Totals::of_member(unread + self.unread, mentions + self.mentions, muted, feed, marked);
         let mut totals = Totals {
             total_unread: view.total_unread,
             total_mentions: view.total_mentions,

@@ -11,7 +11,9 @@
 //! - [`lists`]: the ops both kinds of shared list change by; [`totals`]: a user's totals and what one member
 //!   conversation adds to them;
 //! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them;
-//! - [`changes`]: what changed between two reader shapes, as the push stream sends it.
+//! - [`changes`]: what changed between two reader shapes, as the push stream sends it;
+//! - [`expiry`]: unread that expires (v3), as whole UTC days; [`receipts`]: read receipts (v3), "read by N of M",
+//!   from the members' join heads and cursors.
 
 /// The hash map of the core's per-entity state: hashbrown's (std's own table, with `entry_ref`, which looks an id up
 /// without copying it) keyed with aHash, several times faster than SipHash on short ids and still seeded at random
@@ -22,10 +24,12 @@ pub mod broadcast;
 pub mod changes;
 pub mod contract;
 pub mod delta;
+pub mod expiry;
 pub mod fanout;
 pub mod fold;
 pub mod hybrid;
 pub mod lists;
 pub mod notifications;
+pub mod receipts;
 pub mod seqset;
 pub mod totals;

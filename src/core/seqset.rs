@@ -195,6 +195,55 @@ impl SeqSet {
         self.ranges[start..].iter().map(|&(lo, hi)| hi - lo.max(above + 1) + 1).sum()
     }
 
+    /// The seqs in both `self` and `other` (a merge of the two range lists: O(ranges of both)).
+    pub fn intersection(&self, other: &SeqSet) -> SeqSet {
+        let (mut out, mut i, mut j) = (SeqSet::new(), 0, 0);
+        while let (Some(&(a_lo, a_hi)), Some(&(b_lo, b_hi))) = (self.ranges.get(i), other.ranges.get(j)) {
+            out.insert_range(a_lo.max(b_lo), a_hi.min(b_hi));
+            if a_hi < b_hi {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        out
+    }
+
+    /// Removes every seq of `other`; returns how many were removed.
+    pub fn remove_all(&mut self, other: &SeqSet) -> u64 {
+        let common = self.intersection(other);
+        for &(lo, hi) in common.ranges() {
+            self.remove_range(lo, hi);
+        }
+        common.len()
+    }
+
+    /// Removes every seq in `lo..=hi`, all of which must be present (one range of `self` holds them).
+    fn remove_range(&mut self, lo: u64, hi: u64) {
+        let i = self.ranges.partition_point(|r| r.1 < lo);
+        let (r_lo, r_hi) = self.ranges[i];
+        debug_assert!(r_lo <= lo && hi <= r_hi, "remove_range of seqs not present");
+        match (lo == r_lo, hi == r_hi) {
+            (true, true) => {
+                self.ranges.remove(i);
+            }
+            (true, false) => self.ranges[i].0 = hi + 1,
+            (false, true) => self.ranges[i].1 = lo - 1,
+            (false, false) => {
+                self.ranges[i].1 = lo - 1;
+                self.ranges.insert(i + 1, (hi + 1, r_hi));
+            }
+        }
+        self.len -= hi - lo + 1;
+    }
+
+    /// Removes every seq `<= cursor` and returns them as a set.
+    pub fn take_through(&mut self, cursor: u64) -> SeqSet {
+        let taken = self.slice(0, cursor);
+        self.remove_through(cursor);
+        taken
+    }
+
     /// Adds every seq of `other` that is above `above`; returns how many were new.
     pub fn union_above(&mut self, other: &SeqSet, above: u64) -> u64 {
         let start = other.ranges.partition_point(|r| r.1 <= above);

@@ -11,7 +11,7 @@ pub struct Totals {
     pub total_unread: u64,
     /// Sum of `mentions` over member conversations, muted ones included.
     pub total_mentions: u64,
-    /// Member, unmuted conversations with `unread > 0`.
+    /// Member, unmuted, non-feed conversations with `unread > 0` or marked unread (v3).
     pub unread_conversations: u64,
     /// Conversations the user is a member of, feeds included.
     pub memberships: u64,
@@ -22,8 +22,9 @@ pub struct Totals {
 impl Totals {
     /// What one conversation the user is a member of adds, with `unread` and `mentions` (`CONTRACT.md`
     /// § Semantics, "Per user"): muted, its unread do not count (its mentions do); a feed's unread count in
-    /// `feed_unread` only; it is an unread conversation when it shows unread.
-    pub fn of_member(unread: u64, mentions: u64, muted: bool, feed: bool) -> Totals {
+    /// `feed_unread` only; it is an unread conversation when it shows unread or is `marked` unread (§ v3; the
+    /// caller passes false for a feed, whose mark changes nothing).
+    pub fn of_member(unread: u64, mentions: u64, muted: bool, feed: bool, marked: bool) -> Totals {
         let shown = if muted { 0 } else { unread };
         if feed {
             return Totals { feed_unread: shown, memberships: 1, ..Totals::default() };
@@ -31,7 +32,7 @@ impl Totals {
         Totals {
             total_unread: shown,
             total_mentions: mentions,
-            unread_conversations: u64::from(shown > 0),
+            unread_conversations: u64::from(!muted && (shown > 0 || marked)),
             memberships: 1,
             feed_unread: 0,
         }

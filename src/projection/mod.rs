@@ -223,7 +223,7 @@ pub fn totals_value(view: &UserView) -> String {
 
 /// A conversation field's value.
 pub fn conversation_value(c: &ConversationView) -> String {
-    format!("{} {} {}", c.unread, c.mentions, u8::from(c.muted))
+    format!("{} {} {} {}", c.unread, c.mentions, u8::from(c.muted), u8::from(c.marked_unread))
 }
 
 /// What a user's hash holds besides the conversations: totals, notification categories and broadcast cursors,
@@ -267,9 +267,9 @@ where
         if field == TOTALS_FIELD {
             decode_totals(&mut view, &value).ok_or_else(|| bad(&field, &value))?;
         } else if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
-            let [unread, mentions, muted] =
-                numbers::<u64>(&value).filter(|n| n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
-            view.conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted: muted == 1 });
+            let (unread, mentions, muted, marked_unread) =
+                conversation_numbers(&value).ok_or_else(|| bad(&field, &value))?;
+            view.conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted, marked_unread });
         } else if let Some(cat) = field.strip_prefix(NOTIFICATION_PREFIX) {
             let (unread, unseen) = pair(&value).ok_or_else(|| bad(&field, &value))?;
             view.notifications.insert(cat.to_owned(), NotificationView { unread, unseen });
@@ -290,6 +290,17 @@ where
         }
     }
     Ok(view)
+}
+
+/// A `c:` field's value: `"{unread} {mentions} {muted} {marked}"` (v3), or without `{marked}` as a v2 build wrote
+/// it; flags are 0 or 1.
+fn conversation_numbers(value: &str) -> Option<(u64, u64, bool, bool)> {
+    let n: Vec<u64> = value.split(' ').map(|n| n.parse().ok()).collect::<Option<_>>()?;
+    match n[..] {
+        [u, m, muted, marked] if muted <= 1 && marked <= 1 => Some((u, m, muted == 1, marked == 1)),
+        [u, m, muted] if muted <= 1 => Some((u, m, muted == 1, false)),
+        _ => None,
+    }
 }
 
 /// What the read script returns of one read-diffused conversation: its `r:` field's first three numbers (lo,
@@ -339,8 +350,12 @@ mod tests {
             unread_conversations: 1,
             ..Default::default()
         };
-        view.conversations.insert("team c:1/%".into(), ConversationView { unread: 3, mentions: 1, muted: false });
-        view.conversations.insert("quiet".into(), ConversationView { unread: 9, mentions: 0, muted: true });
+        view.conversations.insert(
+            "team c:1/%".into(),
+            ConversationView { unread: 3, mentions: 1, muted: false, marked_unread: true },
+        );
+        view.conversations
+            .insert("quiet".into(), ConversationView { unread: 9, mentions: 0, muted: true, marked_unread: false });
         let fields = encode_view(&view, &BTreeMap::new());
         assert_eq!(fields[0], ("_totals".into(), "3 1 1 0 0 0".into()));
         assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0".into())));

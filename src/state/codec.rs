@@ -11,7 +11,9 @@
 //! Versions so far (every kind started at the 3 of the one shared version byte it replaced):
 //! - users: 1 (contract v1); 2 adds the feed flag per conversation, `feed_unread`, the broadcast cursors and the
 //!   notification summary; 3 adds read diffusion (per conversation, the switch and the named mentions above it);
-//! - conversations: 1 and 2 (kind, head, members); 3 adds the read-diffusion index;
+//!   4 adds contract v3 (per conversation, the mark with its "unread from" seq, the read history, the expiry
+//!   buckets);
+//! - conversations: 1 and 2 (kind, head, members); 3 adds the read-diffusion index; 4 adds `unread_ttl_days`;
 //! - lists and notes: one layout, read under any of 1 to 3.
 //!
 //! Range sets keep a user's row small whatever the unread count: a dev-set user averages tens of bytes. Decoding
@@ -25,15 +27,15 @@ use serde::{Deserialize, Serialize};
 use crate::core::broadcast::ListState;
 use crate::core::contract::ConversationKind;
 use crate::core::fanout::ConversationState;
-use crate::core::fold::{ConvState, Totals, UserState};
+use crate::core::fold::{ConvState, Mark, Totals, UserState};
 use crate::core::hybrid::ConvIndex;
 use crate::core::notifications::{CategoryCounts, Note, Summary};
 use crate::core::seqset::SeqSet;
 
 /// The version byte of a user row written now.
-pub const USER_ROW: u8 = 3;
+pub const USER_ROW: u8 = 4;
 /// The version byte of a conversation row written now.
-pub const CONVERSATION_ROW: u8 = 3;
+pub const CONVERSATION_ROW: u8 = 4;
 /// The version byte of a broadcast list row written now.
 pub const LIST_ROW: u8 = 3;
 /// The version byte of a remembered notification's row written now.
@@ -89,7 +91,7 @@ use rows::*;
 
 /// Encodes one user's fold state (its remembered notifications have rows of their own).
 pub fn encode_user(state: &UserState) -> Vec<u8> {
-    encode(USER_ROW, &UserRowV3::from(state))
+    encode(USER_ROW, &UserRowV4::from(state))
 }
 
 /// Decodes one user's fold state.
@@ -100,7 +102,8 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
     let state = match split(bytes, USER_ROW)? {
         (1, payload) => postcard::from_bytes::<UserRowV1>(payload)?.into_state()?,
         (2, payload) => postcard::from_bytes::<UserRowV2>(payload)?.into_state()?,
-        (_, payload) => postcard::from_bytes::<UserRowV3>(payload)?.into_state()?,
+        (3, payload) => postcard::from_bytes::<UserRowV3>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<UserRowV4>(payload)?.into_state()?,
     };
     state.check_own().map_err(CheckpointError::Inconsistent)?;
     Ok(state)
@@ -108,7 +111,7 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
 
 /// Encodes one conversation's fan-out state.
 pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
-    encode(CONVERSATION_ROW, &ConversationRowV3::from(state))
+    encode(CONVERSATION_ROW, &ConversationRowV4::from(state))
 }
 
 /// Decodes one conversation's fan-out state.
@@ -117,7 +120,8 @@ pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
 pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, CheckpointError> {
     let state = match split(bytes, CONVERSATION_ROW)? {
         (1 | 2, payload) => postcard::from_bytes::<ConversationRowV2>(payload)?.into_state(),
-        (_, payload) => postcard::from_bytes::<ConversationRowV3>(payload)?.into_state()?,
+        (3, payload) => postcard::from_bytes::<ConversationRowV3>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<ConversationRowV4>(payload)?.into_state()?,
     };
     if state.index.as_ref().is_some_and(|i| i.live.max().is_some_and(|m| m > state.head) || i.since > state.head) {
         return Err(CheckpointError::Inconsistent(format!("an index above head {}", state.head)));

@@ -31,6 +31,7 @@ fn fold_file_with(
     let views = pipeline.views();
     let mut bytes = Vec::new();
     write_views(&views, &mut bytes).expect("write");
+    let bytes = v2_shape(&bytes);
     for (id, state) in pipeline.fold().users() {
         state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
     }
@@ -46,6 +47,11 @@ fn fold_pipeline(rel: &str) -> Pipeline {
     pipeline
 }
 
+/// The v1 and v2 expected files keep their shape, without v3's `marked_unread` (always false for their events).
+fn v2_shape(v3: &[u8]) -> Vec<u8> {
+    String::from_utf8_lossy(v3).replace(r#","marked_unread":false"#, "").into_bytes()
+}
+
 fn read_expected(path: &str) -> String {
     let mut text = String::new();
     open_input(path).expect("open expected").read_to_string(&mut text).expect("read expected");
@@ -58,6 +64,7 @@ fn dev_set_is_exact_for_every_user() {
     let expected_text = read_expected(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl").to_str().unwrap());
     let expected = parse_views(&expected_text);
     assert_eq!(expected.len(), 1565, "the bundled expected file holds 1,565 users");
+    assert!(!expected_text.contains("marked_unread"), "the v1 file keeps the v1 shape");
     let (views, bytes) = fold_file(events.to_str().unwrap(), MAX_BATCH);
     assert_same_views(&views, &expected);
     // The output is also byte-for-byte the reference model's (same key order, escaping and sorting).
@@ -193,4 +200,66 @@ fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
     for (id, list) in lists.lists() {
         assert_eq!(&checkpoint::decode_list(&checkpoint::encode_list(list)).unwrap(), list, "{id}");
     }
+}
+
+/// Folds a v3 file at `now` (RFC 3339) with receipts; returns the views' and the receipts' JSON Lines.
+fn fold_v3(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8>, Vec<u8>) {
+    let mut pipeline = Pipeline::with_diffusion(diffusion);
+    pipeline.keep_receipts();
+    let input = open_input(path).expect("open input");
+    for_each_batch(input, batch, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).expect("read");
+    for (id, state) in pipeline.fold().users() {
+        state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
+    }
+    let now = unread::core::expiry::seconds_of(now).expect("an RFC 3339 instant");
+    let (mut views, mut receipts) = (Vec::new(), Vec::new());
+    write_views(&pipeline.views_at(now), &mut views).expect("write");
+    unread::pipeline::write_receipts(&pipeline.receipts().expect("kept").all(), &mut receipts).expect("write");
+    (views, receipts)
+}
+
+/// Issue 22: the v3 dev set (expiry, marks "from here", receipts) at the README's instant, byte for byte, whatever
+/// the batching.
+#[test]
+fn v3_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
+    let events = repo_path("tests/data/ubuntu-irc/v3-dev-events.jsonl");
+    let expected = read_expected(repo_path("tests/data/ubuntu-irc/v3-dev-expected.jsonl").to_str().unwrap());
+    let receipts = read_expected(repo_path("tests/data/ubuntu-irc/v3-dev-receipts.jsonl").to_str().unwrap());
+    assert_eq!((expected.lines().count(), receipts.lines().count()), (1616, 14_056));
+    assert!(expected.contains(r#""marked_unread":true"#), "the v3 set marks conversations unread");
+    for batch in [MAX_BATCH, 1, 97] {
+        let (views, got_receipts) = fold_v3(events.to_str().unwrap(), "2009-03-04T12:00:00Z", batch, Diffusion::OFF);
+        assert_same_views(&parse_views(&String::from_utf8(views.clone()).unwrap()), &parse_views(&expected));
+        assert!(views == expected.as_bytes(), "batch {batch}: output differs from v3-dev-expected.jsonl");
+        assert!(got_receipts == receipts.as_bytes(), "batch {batch}: receipts differ from v3-dev-receipts.jsonl");
+    }
+}
+
+/// The instant matters: a second before midnight and at midnight differ exactly where expiry says.
+#[test]
+fn v3_counts_change_at_midnight_utc_and_not_a_second_before() {
+    let events = repo_path("tests/data/ubuntu-irc/v3-dev-events.jsonl");
+    let fold_at = |now: &str| fold_v3(events.to_str().unwrap(), now, MAX_BATCH, Diffusion::OFF).0;
+    let (before, at, after) =
+        (fold_at("2009-03-03T23:59:59Z"), fold_at("2009-03-04T00:00:00Z"), fold_at("2009-03-04T23:59:59Z"));
+    assert_ne!(before, at, "something expires at 2009-03-04T00:00:00Z in the dev set");
+    assert_eq!(at, after, "nothing expires during a day");
+}
+
+#[test]
+fn v3_full_set_and_its_receipts_are_exact_when_present() {
+    let (Some(events), Some(expected), Some(receipts)) = (
+        shared_dataset("v3-events.jsonl.gz"),
+        shared_dataset("v3-expected.jsonl.gz"),
+        shared_dataset("v3-receipts.jsonl.gz"),
+    ) else {
+        println!(
+            "SKIPPED v3_full_set_and_its_receipts_are_exact_when_present: ../shared/datasets/ubuntu-irc/ is absent"
+        );
+        return;
+    };
+    let (views, got_receipts) = fold_v3(events.to_str().unwrap(), "2011-02-25T12:00:00Z", MAX_BATCH, Diffusion::OFF);
+    assert!(views == read_expected(expected.to_str().unwrap()).as_bytes(), "output differs from v3-expected.jsonl.gz");
+    let receipts = read_expected(receipts.to_str().unwrap());
+    assert!(got_receipts == receipts.as_bytes(), "receipts differ from v3-receipts.jsonl.gz");
 }

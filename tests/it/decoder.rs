@@ -163,7 +163,7 @@ fn rejects_out_of_range_seqs() {
     for raw in ["0", "-1", "9007199254740993", "18446744073709551616", "-99999999999999999999"] {
         assert_eq!(
             err(&sent_with("seq", raw)),
-            DecodeError::OutOfRange { field: "seq", value: raw.into(), min: 1 },
+            DecodeError::OutOfRange { field: "seq", value: raw.into(), min: 1, max: 9007199254740992 },
             "seq {raw}"
         );
     }
@@ -173,9 +173,12 @@ fn rejects_out_of_range_seqs() {
     assert!(decode(ack("9007199254740992").as_bytes()).is_ok());
     assert_eq!(
         err(&ack("9007199254740993")),
-        DecodeError::OutOfRange { field: "read_seq", value: "9007199254740993".into(), min: 0 }
+        DecodeError::OutOfRange { field: "read_seq", value: "9007199254740993".into(), min: 0, max: 9007199254740992 }
     );
-    assert_eq!(err(&ack("-1")), DecodeError::OutOfRange { field: "read_seq", value: "-1".into(), min: 0 });
+    assert_eq!(
+        err(&ack("-1")),
+        DecodeError::OutOfRange { field: "read_seq", value: "-1".into(), min: 0, max: 9007199254740992 }
+    );
 }
 
 #[test]
@@ -233,7 +236,7 @@ fn every_error_kind_is_named() {
 }
 
 /// Every field the contract names, each with a valid value: with any `type`, the decoder reads what it needs.
-const EVERY_FIELD: &str = r#""event_id":"e9","occurred_at":"2024-05-01T12:00:00Z","conversation_id":"c","user_id":"u","sender_id":"s","kind":"group","members":["u"],"seq":4,"mentions":[],"mention_all":false,"countable":true,"read_seq":2,"muted":true,"broadcast_id":"b","notification_id":"n","category":"k""#;
+const EVERY_FIELD: &str = r#""event_id":"e9","occurred_at":"2024-05-01T12:00:00Z","conversation_id":"c","user_id":"u","sender_id":"s","kind":"group","members":["u"],"seq":4,"mentions":[],"mention_all":false,"countable":true,"read_seq":2,"muted":true,"marked":true,"broadcast_id":"b","notification_id":"n","category":"k""#;
 
 #[test]
 fn every_listed_type_decodes_to_itself_on_its_stream() {

@@ -22,8 +22,8 @@ const CONVS: [&str; 3] = ["team", "a:{b}", "z/1"];
 
 #[derive(Debug, Clone)]
 enum ConvOp {
-    /// Members, and whether the kind is `feed` (only the first creation decides).
-    Create(Vec<usize>, bool),
+    /// Members, whether the kind is `feed`, and the ttl in days (v3; only the first creation decides both).
+    Create(Vec<usize>, bool, Option<u64>),
     Join(usize),
     Leave(usize),
     /// gap 0 repeats the head (a duplicate), otherwise seq = head + gap.
@@ -40,14 +40,28 @@ enum ConvOp {
 
 #[derive(Debug, Clone)]
 enum UserOp {
-    Ack { conv: usize, seq: u64 },
-    Mute { conv: usize, muted: bool },
+    Ack {
+        conv: usize,
+        seq: u64,
+    },
+    Mute {
+        conv: usize,
+        muted: bool,
+    },
+    /// v3: `conversation.marked_unread`; `from` only when marked.
+    Mark {
+        conv: usize,
+        marked: bool,
+        from: Option<u64>,
+    },
 }
 
-fn conv_op() -> impl Strategy<Value = ConvOp> {
+/// Conversation ops; with `v3`, creations carry a ttl of 1 to 3 days half of the time.
+fn conv_op(v3: bool) -> impl Strategy<Value = ConvOp> {
+    let ttl = if v3 { proptest::option::weighted(0.5, 1u64..=3).boxed() } else { Just(None).boxed() };
     prop_oneof![
-        1 => (proptest::collection::vec(0..USERS.len(), 0..4), proptest::bool::weighted(0.4))
-            .prop_map(|(m, feed)| ConvOp::Create(m, feed)),
+        1 => (proptest::collection::vec(0..USERS.len(), 0..4), proptest::bool::weighted(0.4), ttl)
+            .prop_map(|(m, feed, ttl)| ConvOp::Create(m, feed, ttl)),
         3 => (0..USERS.len()).prop_map(ConvOp::Join),
         2 => (0..USERS.len()).prop_map(ConvOp::Leave),
         8 => (0..USERS.len(), 0u64..3, proptest::bool::weighted(0.8), proptest::collection::vec(0..USERS.len(), 0..3),
@@ -57,16 +71,28 @@ fn conv_op() -> impl Strategy<Value = ConvOp> {
     ]
 }
 
-fn user_op() -> impl Strategy<Value = UserOp> {
-    prop_oneof![
+/// User ops; with `v3`, marks too (unmarks, plain marks, and "unread from" a seq).
+fn user_op(v3: bool) -> BoxedStrategy<UserOp> {
+    let v1 = prop_oneof![
         3 => (0..CONVS.len(), 0u64..40).prop_map(|(conv, seq)| UserOp::Ack { conv, seq }),
         1 => (0..CONVS.len(), any::<bool>()).prop_map(|(conv, muted)| UserOp::Mute { conv, muted }),
-    ]
+    ];
+    if !v3 {
+        return v1.boxed();
+    }
+    let mark = (0..CONVS.len(), proptest::bool::weighted(0.8), proptest::option::of(1u64..30))
+        .prop_map(|(conv, marked, from)| UserOp::Mark { conv, marked, from: from.filter(|_| marked) });
+    prop_oneof![2 => v1, 1 => mark].boxed()
 }
 
+/// The first day of the scenarios' clock, 2024-01-01, in days since the epoch.
+const DAY0: i64 = 19_723;
+
+/// The n-th event happens n hours after 2024-01-01T00:00:00Z, so a scenario's messages spread over several days.
 fn meta(n: &mut u64) -> (String, String) {
     *n += 1;
-    (format!("ev-{n}"), "2024-01-01T00:00:00Z".to_owned())
+    let at = chrono::DateTime::from_timestamp(DAY0 * 86_400 + *n as i64 * 3_600, 0).expect("in range");
+    (format!("ev-{n}"), at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 /// Turns the generated ops into contract events: per conversation and per user, in order.
@@ -82,12 +108,13 @@ fn events(convs: &[Vec<ConvOp>], users: &[Vec<UserOp>]) -> (Vec<Vec<Conversation
                 .map(|op| {
                     let (event_id, occurred_at) = meta(&mut n);
                     match op {
-                        ConvOp::Create(m, feed) => ConversationEvent::Created(ConversationCreated {
+                        ConvOp::Create(m, feed, ttl) => ConversationEvent::Created(ConversationCreated {
                             event_id,
                             occurred_at,
                             conversation_id: cid.clone(),
                             kind: if *feed { ConversationKind::Feed } else { ConversationKind::Group },
                             members: m.iter().map(|u| USERS[*u].to_owned()).collect(),
+                            unread_ttl_days: *ttl,
                         }),
                         ConvOp::Join(u) => ConversationEvent::Joined(MemberJoined {
                             event_id,
@@ -149,6 +176,14 @@ fn events(convs: &[Vec<ConvOp>], users: &[Vec<UserOp>]) -> (Vec<Vec<Conversation
                             conversation_id: CONVS[conv].to_owned(),
                             muted,
                         }),
+                        UserOp::Mark { conv, marked, from } => UserEvent::MarkedUnread(ConversationMarkedUnread {
+                            event_id,
+                            occurred_at,
+                            user_id,
+                            conversation_id: CONVS[conv].to_owned(),
+                            marked,
+                            from_seq: from,
+                        }),
                     }
                 })
                 .collect()
@@ -157,21 +192,68 @@ fn events(convs: &[Vec<ConvOp>], users: &[Vec<UserOp>]) -> (Vec<Vec<Conversation
     (conv_events, user_events)
 }
 
-/// The contract's semantics written as plainly as possible (cf. shared/tools/reference_fold.py).
-fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>]) -> Vec<UserView> {
-    struct Msg {
-        seq: u64,
-        sender: String,
-        countable: bool,
-        mentions: BTreeSet<String>,
-        all: bool,
+struct Msg {
+    seq: u64,
+    sender: String,
+    countable: bool,
+    mentions: BTreeSet<String>,
+    all: bool,
+    /// The UTC day of its occurred_at (days since the epoch).
+    day: i64,
+}
+
+/// What the model keeps of a scenario's conversations.
+#[derive(Default)]
+struct World {
+    floor: HashMap<(String, String), u64>,
+    joined: BTreeMap<(String, String), u64>,
+    messages: HashMap<String, Vec<Msg>>,
+    recalled: HashMap<String, BTreeSet<u64>>,
+    feeds: HashMap<String, bool>,
+    ttl: HashMap<String, Option<u64>>,
+}
+
+impl World {
+    fn cursor(&self, u: &str, c: &str, join_head: u64) -> u64 {
+        join_head.max(self.floor.get(&(u.to_owned(), c.to_owned())).copied().unwrap_or(0))
     }
-    let mut floor: HashMap<(String, String), u64> = HashMap::new();
+
+    /// The receipts of every live message: (conversation, seq) → (read, recipients) (`CONTRACT.md` § v3).
+    fn receipts(&self) -> BTreeMap<(String, u64), (u64, u64)> {
+        let mut out = BTreeMap::new();
+        for (c, msgs) in &self.messages {
+            let gone = self.recalled.get(c).cloned().unwrap_or_default();
+            for m in msgs.iter().filter(|m| !gone.contains(&m.seq)) {
+                let members = self.joined.iter().filter(|((u, cc), h)| cc == c && **h < m.seq && *u != m.sender);
+                let (mut read, mut recipients) = (0, 0);
+                for ((u, _), h) in members {
+                    recipients += 1;
+                    read += u64::from(self.cursor(u, c, *h) >= m.seq);
+                }
+                out.insert((c.clone(), m.seq), (read, recipients));
+            }
+        }
+        out
+    }
+}
+
+/// The contract's semantics written as plainly as possible (cf. shared/tools/reference_fold.py), at UTC day `today`.
+fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>], today: i64) -> Vec<UserView> {
+    let (world, marks, muted) = model_world(conv_events, user_events);
+    model_views(&world, &marks, &muted, today)
+}
+
+type Marks = HashMap<(String, String), Option<u64>>;
+
+/// The model's world after every event, with each (user, conversation)'s mark (its from_seq) and mute.
+fn model_world(
+    conv_events: &[Vec<ConversationEvent>],
+    user_events: &[Vec<UserEvent>],
+) -> (World, Marks, HashMap<(String, String), bool>) {
+    let mut w = World::default();
     let mut muted: HashMap<(String, String), bool> = HashMap::new();
-    let mut joined: BTreeMap<(String, String), u64> = BTreeMap::new();
-    let mut messages: HashMap<String, Vec<Msg>> = HashMap::new();
-    let mut recalled: HashMap<String, BTreeSet<u64>> = HashMap::new();
-    let mut feeds: HashMap<String, bool> = HashMap::new();
+    let mut marks: Marks = HashMap::new();
+    let World { floor, joined, messages, recalled, feeds, ttl } = &mut w;
     for events in conv_events {
         let mut head = 0;
         for e in events {
@@ -182,6 +264,7 @@ fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>])
             match e {
                 ConversationEvent::Created(x) => {
                     feeds.entry(c.clone()).or_insert(x.kind == ConversationKind::Feed);
+                    ttl.entry(c.clone()).or_insert(x.unread_ttl_days);
                     x.members.iter().for_each(|u| join(u, head))
                 }
                 ConversationEvent::Joined(x) => join(&x.user_id, head),
@@ -199,6 +282,9 @@ fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>])
                             countable: x.countable,
                             mentions: x.mentions.iter().cloned().collect(),
                             all: x.mention_all,
+                            day: unread::core::expiry::day_of(
+                                unread::core::expiry::seconds_of(&x.occurred_at).expect("RFC 3339"),
+                            ),
                         });
                     }
                 }
@@ -216,33 +302,54 @@ fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>])
             let k = (e.user_id().to_owned(), e.conversation_id().unwrap_or_default().to_owned());
             match e {
                 UserEvent::ReadAck(a) => {
-                    let f = floor.entry(k).or_default();
+                    let f = floor.entry(k.clone()).or_default();
                     *f = (*f).max(a.read_seq);
+                    marks.remove(&k);
                 }
                 UserEvent::Muted(m) => {
                     muted.insert(k, m.muted);
                 }
-                _ => unreachable!("the generators make v1 user events only"),
+                UserEvent::MarkedUnread(m) if m.marked => {
+                    marks.insert(k, m.from_seq);
+                }
+                UserEvent::MarkedUnread(_) => {
+                    marks.remove(&k);
+                }
+                _ => unreachable!("the generators make no notification or broadcast events"),
             }
         }
     }
+    (w, marks, muted)
+}
+
+/// Every member's view at UTC day `today`: marks "from here" and expiry applied (`CONTRACT.md` § v3).
+fn model_views(w: &World, marks: &Marks, muted: &HashMap<(String, String), bool>, today: i64) -> Vec<UserView> {
     let mut views: BTreeMap<String, UserView> = BTreeMap::new();
-    for ((u, c), join_head) in &joined {
-        let cursor = (*join_head).max(floor.get(&(u.clone(), c.clone())).copied().unwrap_or(0));
+    for ((u, c), join_head) in &w.joined {
+        let k = (u.clone(), c.clone());
+        let feed = w.feeds.get(c).copied().unwrap_or(false);
+        let mark = marks.get(&k).filter(|_| !feed);
+        let mut cursor = w.cursor(u, c, *join_head);
+        if let Some(Some(from)) = mark {
+            cursor = (*join_head).max(cursor.min(from - 1));
+        }
+        let ttl = w.ttl.get(c).copied().flatten();
         let none = BTreeSet::new();
-        let gone = recalled.get(c).unwrap_or(&none);
-        let unread: Vec<&Msg> = messages.get(c).map(|v| v.iter().collect()).unwrap_or_default();
+        let gone = w.recalled.get(c).unwrap_or(&none);
+        let unread: Vec<&Msg> = w.messages.get(c).map(|v| v.iter().collect()).unwrap_or_default();
         let unread: Vec<&Msg> = unread
             .into_iter()
             .filter(|m| m.countable && m.seq > cursor && &m.sender != u && !gone.contains(&m.seq))
+            .filter(|m| ttl.is_none_or(|days| m.day + days as i64 > today))
             .collect();
         let cv = ConversationView {
             unread: unread.len() as u64,
             mentions: unread.iter().filter(|m| m.all || m.mentions.contains(u)).count() as u64,
-            muted: muted.get(&(u.clone(), c.clone())).copied().unwrap_or(false),
+            muted: muted.get(&k).copied().unwrap_or(false),
+            marked_unread: mark.is_some(),
         };
         let v = views.entry(u.clone()).or_insert_with(|| UserView { user_id: u.clone(), ..Default::default() });
-        if feeds.get(c).copied().unwrap_or(false) {
+        if feed {
             v.feed_unread += if cv.muted { 0 } else { cv.unread };
         } else {
             v.conversations.insert(c.clone(), cv);
@@ -251,7 +358,8 @@ fn model(conv_events: &[Vec<ConversationEvent>], user_events: &[Vec<UserEvent>])
     for v in views.values_mut() {
         v.total_unread = v.conversations.values().filter(|c| !c.muted).map(|c| c.unread).sum();
         v.total_mentions = v.conversations.values().map(|c| c.mentions).sum();
-        v.unread_conversations = v.conversations.values().filter(|c| !c.muted && c.unread > 0).count() as u64;
+        v.unread_conversations =
+            v.conversations.values().filter(|c| !c.muted && (c.unread > 0 || c.marked_unread)).count() as u64;
     }
     views.into_values().collect()
 }
@@ -343,9 +451,10 @@ fn run_scenario(
     partitions: usize,
     seed: u64,
     diffusion: Diffusion,
+    today: i64,
 ) -> (Vec<UserView>, Vec<UserView>) {
     let (conv_events, user_events) = events(convs, users);
-    let expected = model(&conv_events, &user_events);
+    let expected = model(&conv_events, &user_events, today);
     let mut rng = Rng(seed);
     let mut crashes = 0;
     let debug = std::env::var_os("UNREAD_DEBUG").is_some();
@@ -402,7 +511,39 @@ fn run_scenario(
             state.check().unwrap_or_else(|e| panic!("{user}: {e}"));
         }
     }
-    (fold.views(&fanouts), expected)
+    (fold.views_at(&fanouts, today), expected)
+}
+
+/// The core's receipts, fed each conversation's events in order and every read ack at a random point, against the
+/// model's: (got, expected), (conversation, seq) → (read, recipients).
+fn receipts_scenario(
+    convs: &[Vec<ConvOp>],
+    users: &[Vec<UserOp>],
+    seed: u64,
+) -> [BTreeMap<(String, u64), (u64, u64)>; 2] {
+    let (conv_events, user_events) = events(convs, users);
+    let (world, _, _) = model_world(&conv_events, &user_events);
+    let mut streams: Vec<Vec<Input2>> =
+        conv_events.iter().map(|e| e.iter().cloned().map(Input2::Conv).collect()).collect();
+    streams.extend(user_events.iter().map(|e| e.iter().cloned().map(Input2::User).collect()));
+    let mut receipts = unread::core::receipts::Receipts::new();
+    for input in interleave(streams, &mut Rng(seed)) {
+        match input {
+            Input2::Conv(e) => receipts.apply(&e),
+            Input2::User(UserEvent::ReadAck(a)) => receipts.ack(&a.user_id, &a.conversation_id, a.read_seq),
+            Input2::User(_) => {}
+        }
+    }
+    let expected = world.receipts();
+    let got = expected.keys().filter_map(|(c, s)| Some(((c.clone(), *s), receipts.query(c, *s)?)));
+    let got = got.map(|(k, r)| (k, (r.read, r.recipients))).collect();
+    [got, expected]
+}
+
+#[derive(Debug, Clone)]
+enum Input2 {
+    Conv(ConversationEvent),
+    User(UserEvent),
 }
 
 proptest! {
@@ -410,15 +551,32 @@ proptest! {
 
     #[test]
     fn fold_equals_model_under_any_delivery(
-        convs in proptest::collection::vec(proptest::collection::vec(conv_op(), 0..40), 1..=CONVS.len()),
-        users in proptest::collection::vec(proptest::collection::vec(user_op(), 0..15), USERS.len()),
+        convs in proptest::collection::vec(proptest::collection::vec(conv_op(false), 0..40), 1..=CONVS.len()),
+        users in proptest::collection::vec(proptest::collection::vec(user_op(false), 0..15), USERS.len()),
         partitions in 1usize..=2,
         seed in 1u64..u64::MAX,
         threshold in 0u64..=5,
         band in 0u64..=2,
     ) {
         let diffusion = Diffusion::with_band(threshold, threshold.saturating_sub(band));
-        let (got, expected) = run_scenario(&convs, &users, partitions, seed, diffusion);
+        let (got, expected) = run_scenario(&convs, &users, partitions, seed, diffusion, unread::core::expiry::NEVER);
+        prop_assert_eq!(got, expected);
+    }
+
+    /// Contract v3 (issue 22): ttls, marks "from here", unmarks and acks clearing marks, at a random instant of the
+    /// scenario's days, and the receipts of every message. Write diffusion only: read-diffused conversations do
+    /// not carry v3 yet (`docs/semantics.md` § v3).
+    #[test]
+    fn v3_fold_equals_model_at_any_instant_and_receipts_too(
+        convs in proptest::collection::vec(proptest::collection::vec(conv_op(true), 0..40), 1..=CONVS.len()),
+        users in proptest::collection::vec(proptest::collection::vec(user_op(true), 0..15), USERS.len()),
+        partitions in 1usize..=2,
+        seed in 1u64..u64::MAX,
+        today in (DAY0 - 1)..=(DAY0 + 8),
+    ) {
+        let (got, expected) = run_scenario(&convs, &users, partitions, seed, Diffusion::OFF, today);
+        prop_assert_eq!(got, expected);
+        let [got, expected] = receipts_scenario(&convs, &users, seed);
         prop_assert_eq!(got, expected);
     }
 }
@@ -427,7 +585,7 @@ proptest! {
 #[test]
 fn regression_cases() {
     let send = |sender, gap, countable| ConvOp::Send { sender, gap, countable, mentions: vec![], all: false };
-    let pad = |n| vec![ConvOp::Create(vec![], false); n];
+    let pad = |n| vec![ConvOp::Create(vec![], false, None); n];
     let none = || vec![vec![]; USERS.len()];
     let mut acks = none();
     acks[1] = vec![UserOp::Ack { conv: 0, seq: 0 }; 14];
@@ -437,7 +595,7 @@ fn regression_cases() {
         (
             vec![[
                 pad(16),
-                vec![ConvOp::Create(vec![2], false), send(0, 0, false), send(0, 1, false), ConvOp::Recall(0)],
+                vec![ConvOp::Create(vec![2], false, None), send(0, 0, false), send(0, 1, false), ConvOp::Recall(0)],
                 pad(1),
                 vec![send(0, 0, true), send(0, 0, false)],
                 pad(3),
@@ -450,14 +608,15 @@ fn regression_cases() {
             vec![
                 pad(32),
                 vec![],
-                [pad(16), vec![ConvOp::Create(vec![2], false), send(0, 0, true), ConvOp::Recall(1)], pad(1)].concat(),
+                [pad(16), vec![ConvOp::Create(vec![2], false, None), send(0, 0, true), ConvOp::Recall(1)], pad(1)]
+                    .concat(),
             ],
             none(),
             10808886810266849206,
         ),
     ];
     for (convs, users, seed) in cases {
-        let (got, expected) = run_scenario(&convs, &users, 1, seed, Diffusion::OFF);
+        let (got, expected) = run_scenario(&convs, &users, 1, seed, Diffusion::OFF, unread::core::expiry::NEVER);
         assert_eq!(got, expected, "{convs:?} seed {seed}");
     }
 }
@@ -523,9 +682,11 @@ fn a_batch_of_many_messages_is_one_delta_per_member_with_ranges() {
     let (deltas, _) = FanOut::new().process_batch(&conv);
     let for_a: Vec<&Delta> = deltas.iter().filter(|d| d.user_id == "a").collect();
     assert_eq!(for_a.len(), 1, "one delta for a");
-    // a joined at 0, sent 450: unread candidates are 451..=900 in one range, cursor moved to 450.
+    // a joined at 0, sent 450: every other message in two ranges (those below 450 are the fold's read history,
+    // v3), cursor moved to 450.
     let json = serde_json::to_string(&for_a[0].ops).unwrap();
-    assert_eq!(json, r#"[{"Joined":{"head":0}},{"Messages":{"unread":[[451,900]],"mentions":[],"read_to":450}}]"#);
+    let expected = r#"[{"Joined":{"head":0}},{"Messages":{"unread":[[1,449],[451,900]],"mentions":[],"read_to":450}}]"#;
+    assert_eq!(json, expected);
     let z = deltas.iter().find(|d| d.user_id == "z").expect("the non-member sender gets its cursor move");
     assert_eq!(serde_json::to_string(&z.ops).unwrap(), r#"[{"Messages":{"unread":[],"mentions":[],"read_to":900}}]"#);
     assert_eq!(deltas.len(), 4, "a, b, c and the sender z");

@@ -214,7 +214,8 @@ fn projection_guard_refuses_older_generations_and_dominated_positions() {
         let p = RedisProjection::connect(&stack.redis_url, &prefix).await.unwrap();
         let view = |unread: u64| {
             let mut v = UserView { user_id: "u/1".into(), total_unread: unread, ..Default::default() };
-            v.conversations.insert("c".into(), ConversationView { unread, mentions: 0, muted: false });
+            v.conversations
+                .insert("c".into(), ConversationView { unread, mentions: 0, muted: false, marked_unread: false });
             v
         };
         let write = |unread: u64, version: &str| {

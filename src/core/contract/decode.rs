@@ -80,8 +80,9 @@ pub enum DecodeError {
         /// The rule it breaks.
         reason: IdError,
     },
-    /// An integer outside its range: `seq` 1..=2^53, `read_seq` 0..=2^53.
-    #[error("field `{field}` is {value}, outside {min}..=9007199254740992")]
+    /// An integer outside its range: `seq` and `from_seq` 1..=2^53, `read_seq` 0..=2^53, `unread_ttl_days`
+    /// 1..=3650.
+    #[error("field `{field}` is {value}, outside {min}..={max}")]
     OutOfRange {
         /// The field.
         field: &'static str,
@@ -89,6 +90,8 @@ pub enum DecodeError {
         value: String,
         /// The smallest value allowed.
         min: u64,
+        /// The largest value allowed.
+        max: u64,
     },
     /// Any other broken rule: a `kind` that is not direct/group/channel, an `occurred_at` that is not RFC 3339.
     #[error("field `{field}` {reason}")]
@@ -137,7 +140,7 @@ pub fn decode(value: &[u8]) -> Result<Event, DecodeError> {
 }
 
 /// The known field names; a field's index in this list is its slot in [`Fields`].
-const NAMES: [&str; 17] = [
+const NAMES: [&str; 20] = [
     "type",
     "event_id",
     "occurred_at",
@@ -155,6 +158,9 @@ const NAMES: [&str; 17] = [
     "broadcast_id",
     "notification_id",
     "category",
+    "unread_ttl_days",
+    "marked",
+    "from_seq",
 ];
 const TYPE: usize = 0;
 const EVENT_ID: usize = 1;
@@ -173,6 +179,9 @@ const MUTED: usize = 13;
 const BROADCAST_ID: usize = 14;
 const NOTIFICATION_ID: usize = 15;
 const CATEGORY: usize = 16;
+const UNREAD_TTL_DAYS: usize = 17;
+const MARKED: usize = 18;
+const FROM_SEQ: usize = 19;
 
 /// The known fields of one object, as raw JSON slices borrowed from the input.
 struct Fields<'a>([Option<&'a RawValue>; NAMES.len()]);
@@ -295,6 +304,7 @@ impl<'a> Fields<'a> {
             T::BroadcastRecalled => Event::Conversation(C::Unpublished(self.unpublished(meta)?)),
             T::ReadAck => Event::User(U::ReadAck(self.read_ack(meta)?)),
             T::ConversationMuted => Event::User(U::Muted(self.muted(meta)?)),
+            T::ConversationMarkedUnread => Event::User(U::MarkedUnread(self.marked_unread(meta)?)),
             T::BroadcastRead => Event::User(U::BroadcastRead(self.broadcast_read(meta)?)),
             T::NotificationCreated => Event::User(U::NotificationCreated(self.note_created(meta)?)),
             T::NotificationRead => Event::User(U::NotificationRead(self.note_mark(meta)?)),
@@ -307,7 +317,8 @@ impl<'a> Fields<'a> {
     fn created(&self, (event_id, occurred_at): Meta) -> Result<ConversationCreated, DecodeError> {
         let (conversation_id, kind) = (self.id(CONVERSATION_ID)?, self.kind()?);
         let members = self.ids(MEMBERS)?.unwrap_or_default();
-        Ok(ConversationCreated { event_id, occurred_at, conversation_id, kind, members })
+        let unread_ttl_days = self.optional_integer(UNREAD_TTL_DAYS, 1, MAX_TTL_DAYS)?;
+        Ok(ConversationCreated { event_id, occurred_at, conversation_id, kind, members, unread_ttl_days })
     }
 
     fn joined(&self, (event_id, occurred_at): Meta) -> Result<MemberJoined, DecodeError> {
@@ -358,6 +369,19 @@ impl<'a> Fields<'a> {
         let (user_id, conversation_id) = (self.id(USER_ID)?, self.id(CONVERSATION_ID)?);
         let muted = self.boolean(MUTED)?.ok_or(DecodeError::MissingField { field: "muted" })?;
         Ok(ConversationMuted { event_id, occurred_at, user_id, conversation_id, muted })
+    }
+
+    /// `conversation.marked_unread` (`CONTRACT.md` § v3): `from_seq` is 1..=2^53 and only allowed with
+    /// `marked: true`.
+    fn marked_unread(&self, (event_id, occurred_at): Meta) -> Result<ConversationMarkedUnread, DecodeError> {
+        let (user_id, conversation_id) = (self.id(USER_ID)?, self.id(CONVERSATION_ID)?);
+        let marked = self.boolean(MARKED)?.ok_or(DecodeError::MissingField { field: "marked" })?;
+        let from_seq = self.optional_integer(FROM_SEQ, 1, MAX_SEQ)?;
+        if from_seq.is_some() && !marked {
+            let reason = "is only allowed with `marked: true` (unmarking clears the mark and its from_seq)".into();
+            return Err(DecodeError::InvalidValue { field: "from_seq", reason });
+        }
+        Ok(ConversationMarkedUnread { event_id, occurred_at, user_id, conversation_id, marked, from_seq })
     }
 
     fn broadcast_read(&self, (event_id, occurred_at): Meta) -> Result<BroadcastRead, DecodeError> {
@@ -420,7 +444,16 @@ impl<'a> Fields<'a> {
 
     /// A required integer in `min..=2^53`.
     fn seq(&self, i: usize, min: u64) -> Result<u64, DecodeError> {
-        let raw = self.raw(i)?;
+        self.integer(self.raw(i)?, i, min, MAX_SEQ)
+    }
+
+    /// An optional integer in `min..=max` (absent → `None`; `null` is a wrong type, as everywhere).
+    fn optional_integer(&self, i: usize, min: u64, max: u64) -> Result<Option<u64>, DecodeError> {
+        self.0[i].map(|raw| self.integer(raw, i, min, max)).transpose()
+    }
+
+    /// The integer literal `raw` of field `i`, in `min..=max`.
+    fn integer(&self, raw: &RawValue, i: usize, min: u64, max: u64) -> Result<u64, DecodeError> {
         let text = raw.get().trim();
         let is_integer_literal = {
             let digits = text.strip_prefix('-').unwrap_or(text);
@@ -430,8 +463,8 @@ impl<'a> Fields<'a> {
             return Err(wrong_type(NAMES[i].into(), "an integer", raw));
         }
         match text.parse::<u64>() {
-            Ok(v) if (min..=MAX_SEQ).contains(&v) => Ok(v),
-            _ => Err(DecodeError::OutOfRange { field: NAMES[i], value: text.to_owned(), min }),
+            Ok(v) if (min..=max).contains(&v) => Ok(v),
+            _ => Err(DecodeError::OutOfRange { field: NAMES[i], value: text.to_owned(), min, max }),
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Every event type has its own struct; [`ConversationEvent`] groups the seven types published to
 //! `unread.conversation-events` (record key = `conversation_id`, or `broadcast_id` for the two broadcast types) and
-//! [`UserEvent`] the eight published to `unread.user-events` (record key = `user_id`), `CONTRACT.md` v2. [`decode`] is the only way in from bytes: it enforces every rule
+//! [`UserEvent`] the nine published to `unread.user-events` (record key = `user_id`), `CONTRACT.md` v3. [`decode`] is the only way in from bytes: it enforces every rule
 //! of the contract and names the offending field in its [`DecodeError`]. Serializing an [`Event`] with serde gives
 //! the contract's JSON again (field `type` first), which `unread produce` and the tests use.
 
@@ -13,7 +13,7 @@ mod view;
 
 pub use decode::{decode, DecodeError};
 pub use ids::{validate_id, IdError};
-pub use view::{BroadcastView, ConversationView, NotificationView, UserView};
+pub use view::{BroadcastView, ConversationView, NotificationView, ReceiptView, UserView};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +23,8 @@ pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 pub const MAX_ID_BYTES: usize = 256;
 /// Largest `seq` or `read_seq`: 2^53, the largest integer every JSON implementation represents exactly.
 pub const MAX_SEQ: u64 = 1 << 53;
+/// Largest `unread_ttl_days`: 3,650 days, about ten years (`CONTRACT.md` § Events, v3).
+pub const MAX_TTL_DAYS: u64 = 3650;
 
 /// A conversation's kind (`conversation.created`'s `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -51,6 +53,10 @@ pub struct ConversationCreated {
     pub kind: ConversationKind,
     /// User ids; may be empty, duplicates are harmless.
     pub members: Vec<String>,
+    /// v3: unread expires this many days (1..=3,650) after the UTC day a message was sent (`CONTRACT.md` § v3,
+    /// "Expiry"); `None`: never. Only the first `conversation.created` of a conversation decides it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unread_ttl_days: Option<u64>,
 }
 
 /// `member.joined`: `user_id` becomes a member at the conversation's current head (no-op for a member).
@@ -141,6 +147,25 @@ pub struct ConversationMuted {
     pub conversation_id: String,
     /// Whether the conversation is muted for the user.
     pub muted: bool,
+}
+
+/// `conversation.marked_unread` (v3): `user_id` marks `conversation_id` unread (`marked: true`, optionally "unread
+/// from" message `from_seq`) or takes the mark away (`marked: false`) (`CONTRACT.md` § v3, "Marked unread").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConversationMarkedUnread {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// The conversation.
+    pub conversation_id: String,
+    /// Set (`true`) or clear (`false`) the mark.
+    pub marked: bool,
+    /// "Unread from this message", 1..=2^53; only with `marked: true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_seq: Option<u64>,
 }
 
 /// `broadcast.published`: publication `seq` of list `broadcast_id`, shared by every user (`CONTRACT.md` § v2).
@@ -256,6 +281,8 @@ pub enum UserEvent {
     ReadAck(ReadAck),
     /// `conversation.muted`
     Muted(ConversationMuted),
+    /// `conversation.marked_unread` (v3)
+    MarkedUnread(ConversationMarkedUnread),
     /// `broadcast.read`
     BroadcastRead(BroadcastRead),
     /// `notification.created`
@@ -304,6 +331,7 @@ impl Serialize for UserEvent {
         match self {
             Self::ReadAck(e) => tagged(t, e, s),
             Self::Muted(e) => tagged(t, e, s),
+            Self::MarkedUnread(e) => tagged(t, e, s),
             Self::BroadcastRead(e) => tagged(t, e, s),
             Self::NotificationCreated(e) => tagged(t, e, s),
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => tagged(t, e, s),
@@ -396,12 +424,41 @@ impl ConversationEvent {
     }
 }
 
+impl ConversationEvent {
+    /// The producer's `occurred_at` (RFC 3339, event time).
+    pub fn occurred_at(&self) -> &str {
+        match self {
+            Self::Created(e) => &e.occurred_at,
+            Self::Joined(e) => &e.occurred_at,
+            Self::Left(e) => &e.occurred_at,
+            Self::Sent(e) => &e.occurred_at,
+            Self::Recalled(e) => &e.occurred_at,
+            Self::Published(e) => &e.occurred_at,
+            Self::Unpublished(e) => &e.occurred_at,
+        }
+    }
+}
+
 impl UserEvent {
+    /// The producer's `occurred_at` (RFC 3339, event time).
+    pub fn occurred_at(&self) -> &str {
+        match self {
+            Self::ReadAck(e) => &e.occurred_at,
+            Self::Muted(e) => &e.occurred_at,
+            Self::MarkedUnread(e) => &e.occurred_at,
+            Self::BroadcastRead(e) => &e.occurred_at,
+            Self::NotificationCreated(e) => &e.occurred_at,
+            Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.occurred_at,
+            Self::NotificationsSeen(e) | Self::NotificationsRead(e) => &e.occurred_at,
+        }
+    }
+
     /// The event's type.
     pub fn event_type(&self) -> EventType {
         match self {
             Self::ReadAck(_) => EventType::ReadAck,
             Self::Muted(_) => EventType::ConversationMuted,
+            Self::MarkedUnread(_) => EventType::ConversationMarkedUnread,
             Self::BroadcastRead(_) => EventType::BroadcastRead,
             Self::NotificationCreated(_) => EventType::NotificationCreated,
             Self::NotificationRead(_) => EventType::NotificationRead,
@@ -417,6 +474,7 @@ impl UserEvent {
         let (id, at) = match self {
             Self::ReadAck(e) => (&mut e.event_id, &mut e.occurred_at),
             Self::Muted(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::MarkedUnread(e) => (&mut e.event_id, &mut e.occurred_at),
             Self::BroadcastRead(e) => (&mut e.event_id, &mut e.occurred_at),
             Self::NotificationCreated(e) => (&mut e.event_id, &mut e.occurred_at),
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => (&mut e.event_id, &mut e.occurred_at),
@@ -430,6 +488,7 @@ impl UserEvent {
         match self {
             Self::ReadAck(e) => &e.user_id,
             Self::Muted(e) => &e.user_id,
+            Self::MarkedUnread(e) => &e.user_id,
             Self::BroadcastRead(e) => &e.user_id,
             Self::NotificationCreated(e) => &e.user_id,
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.user_id,
@@ -437,11 +496,13 @@ impl UserEvent {
         }
     }
 
-    /// The conversation the event is about, for `read.ack` and `conversation.muted`.
+    /// The conversation the event is about, for `read.ack`, `conversation.muted` and
+    /// `conversation.marked_unread`.
     pub fn conversation_id(&self) -> Option<&str> {
         match self {
             Self::ReadAck(e) => Some(&e.conversation_id),
             Self::Muted(e) => Some(&e.conversation_id),
+            Self::MarkedUnread(e) => Some(&e.conversation_id),
             _ => None,
         }
     }
@@ -451,6 +512,7 @@ impl UserEvent {
         match self {
             Self::ReadAck(e) => &e.event_id,
             Self::Muted(e) => &e.event_id,
+            Self::MarkedUnread(e) => &e.event_id,
             Self::BroadcastRead(e) => &e.event_id,
             Self::NotificationCreated(e) => &e.event_id,
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.event_id,
@@ -460,6 +522,14 @@ impl UserEvent {
 }
 
 impl Event {
+    /// The producer's `occurred_at` (RFC 3339, event time).
+    pub fn occurred_at(&self) -> &str {
+        match self {
+            Self::Conversation(e) => e.occurred_at(),
+            Self::User(e) => e.occurred_at(),
+        }
+    }
+
     /// The topic the event is published to.
     pub fn stream(&self) -> Stream {
         match self {
@@ -529,6 +599,8 @@ pub enum EventType {
     ReadAck,
     /// `conversation.muted`
     ConversationMuted,
+    /// `conversation.marked_unread` (v3)
+    ConversationMarkedUnread,
     /// `broadcast.read`
     BroadcastRead,
     /// `notification.created`
@@ -545,7 +617,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, in the order of `CONTRACT.md`.
-    pub const ALL: [EventType; 15] = {
+    pub const ALL: [EventType; 16] = {
         use EventType::*;
         [
             ConversationCreated,
@@ -557,6 +629,7 @@ impl EventType {
             BroadcastRecalled,
             ReadAck,
             ConversationMuted,
+            ConversationMarkedUnread,
             BroadcastRead,
             NotificationCreated,
             NotificationRead,
@@ -579,6 +652,7 @@ impl EventType {
             BroadcastRecalled => "broadcast.recalled",
             ReadAck => "read.ack",
             ConversationMuted => "conversation.muted",
+            ConversationMarkedUnread => "conversation.marked_unread",
             BroadcastRead => "broadcast.read",
             NotificationCreated => "notification.created",
             NotificationRead => "notification.read",
@@ -601,6 +675,7 @@ impl EventType {
             | BroadcastRecalled => Stream::Conversation,
             ReadAck
             | ConversationMuted
+            | ConversationMarkedUnread
             | BroadcastRead
             | NotificationCreated
             | NotificationRead
@@ -612,8 +687,8 @@ impl EventType {
 }
 
 /// The names of the contract's event types, in the order of `CONTRACT.md`.
-pub const EVENT_TYPES: [&str; 15] = {
-    let mut names = [""; 15];
+pub const EVENT_TYPES: [&str; 16] = {
+    let mut names = [""; 16];
     let mut i = 0;
     while i < names.len() {
         names[i] = EventType::ALL[i].name();

@@ -16,7 +16,7 @@ pub struct UserView {
     pub total_unread: u64,
     /// Sum of `mentions` over all member conversations.
     pub total_mentions: u64,
-    /// Unmuted member conversations with `unread > 0`.
+    /// Unmuted member conversations with `unread > 0` or marked unread (v3).
     pub unread_conversations: u64,
     /// Every non-feed conversation the user is a member of, including those with zero unread.
     pub conversations: BTreeMap<String, ConversationView>,
@@ -64,4 +64,23 @@ pub struct ConversationView {
     pub mentions: u64,
     /// Whether the conversation is muted for the user.
     pub muted: bool,
+    /// Whether the user marked the conversation unread (v3, `CONTRACT.md` § v3, "Marked unread"); absent in v1
+    /// and v2 files, read as false.
+    #[serde(default)]
+    pub marked_unread: bool,
+}
+
+/// The read receipts of one message (`CONTRACT.md` § v3, "Read receipts"): of its `recipients` (the current members
+/// other than its sender who joined before it was sent), how many have `read` it. The shape of
+/// `GET /v1/conversations/{conversation_id}/messages/{seq}/receipts` and of a line of `unread fold --receipts`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReceiptView {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The message's seq.
+    pub seq: u64,
+    /// Recipients whose cursor is at or above `seq`.
+    pub read: u64,
+    /// Current members other than the sender whose latest join came before the message.
+    pub recipients: u64,
 }

@@ -138,6 +138,43 @@ impl ConvRowV3 {
     }
 }
 
+/// Version 4's conversation (contract v3): version 3's fields, then the mark (with its "unread from" seq), the read
+/// history with its mentions, and the expiry buckets (day, seqs).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConvRowV4 {
+    v3: ConvRowV3,
+    mark: Option<Option<u64>>,
+    read: Ranges,
+    read_mentions: Ranges,
+    expiry: Vec<(i64, Ranges)>,
+}
+
+impl From<&ConvState> for ConvRowV4 {
+    fn from(c: &ConvState) -> Self {
+        ConvRowV4 {
+            v3: c.into(),
+            mark: c.mark.map(|m| m.from_seq),
+            read: ranges(&c.read),
+            read_mentions: ranges(&c.read_mentions),
+            expiry: c.expiry.iter().map(|(day, seqs)| (*day, ranges(seqs))).collect(),
+        }
+    }
+}
+
+impl ConvRowV4 {
+    fn into_state(self) -> Result<ConvState, CheckpointError> {
+        let expiry =
+            self.expiry.into_iter().map(|(day, r)| Ok((day, set(r)?))).collect::<Result<_, CheckpointError>>()?;
+        Ok(ConvState {
+            mark: self.mark.map(|from_seq| Mark { from_seq }),
+            read: set(self.read)?,
+            read_mentions: set(self.read_mentions)?,
+            expiry,
+            ..self.v3.into_state()?
+        })
+    }
+}
+
 /// A user's conversation rows decoded with `decode`.
 fn states<C>(
     rows: BTreeMap<String, C>,
@@ -180,6 +217,8 @@ pub(super) struct UserRow<C> {
 pub(super) type UserRowV2 = UserRow<ConvRowV2>;
 /// A user row of version 3 (read diffusion).
 pub(super) type UserRowV3 = UserRow<ConvRowV3>;
+/// A user row of version 4 (contract v3: marks, read history, expiry).
+pub(super) type UserRowV4 = UserRow<ConvRowV4>;
 
 impl<C> UserRow<C> {
     /// The state, each conversation row decoded with `decode`.
@@ -205,7 +244,13 @@ impl UserRowV3 {
     }
 }
 
-impl From<&UserState> for UserRowV3 {
+impl UserRowV4 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        self.state_with(ConvRowV4::into_state)
+    }
+}
+
+impl From<&UserState> for UserRowV4 {
     fn from(s: &UserState) -> Self {
         UserRow {
             conversations: s.conversations().iter().map(|(id, c)| (id.clone(), c.into())).collect(),
@@ -228,7 +273,8 @@ pub(super) struct ConversationRowV2 {
 
 impl ConversationRowV2 {
     pub(super) fn into_state(self) -> ConversationState {
-        ConversationState { kind: self.kind.map(Into::into), head: self.head, members: self.members, index: None }
+        let (kind, head, members) = (self.kind.map(Into::into), self.head, self.members);
+        ConversationState { kind, head, members, index: None, ttl_days: None, uncreated_days: BTreeMap::new() }
     }
 }
 
@@ -238,6 +284,30 @@ pub(super) struct IndexRow {
     since: u64,
     live: Ranges,
     mention_all: Ranges,
+}
+
+/// A conversation row of version 4 (contract v3): version 3's fields, then `unread_ttl_days` and the days of
+/// messages sent before the first creation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConversationRowV4 {
+    v3: ConversationRowV3,
+    ttl_days: Option<u64>,
+    uncreated_days: Vec<(i64, Ranges)>,
+}
+
+impl From<&ConversationState> for ConversationRowV4 {
+    fn from(c: &ConversationState) -> Self {
+        let uncreated_days = c.uncreated_days.iter().map(|(day, seqs)| (*day, ranges(seqs))).collect();
+        ConversationRowV4 { v3: c.into(), ttl_days: c.ttl_days, uncreated_days }
+    }
+}
+
+impl ConversationRowV4 {
+    pub(super) fn into_state(self) -> Result<ConversationState, CheckpointError> {
+        let days = self.uncreated_days.into_iter().map(|(day, r)| Ok((day, set(r)?)));
+        let uncreated_days = days.collect::<Result<_, CheckpointError>>()?;
+        Ok(ConversationState { ttl_days: self.ttl_days, uncreated_days, ..self.v3.into_state()? })
+    }
 }
 
 /// A conversation row of version 3: version 2's fields, then the index.
