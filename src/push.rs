@@ -177,7 +177,7 @@ impl Hub {
     /// Errors: Redis unreachable or a malformed hash.
     async fn refresh(&self, users: Vec<String>) -> anyhow::Result<()> {
         let projection = self.live.current().1;
-        let read = projection.read_many_versioned(&users).await?;
+        let read = projection.read_many_versioned(&users, crate::clock::today()).await?;
         let stale: Vec<String> = {
             let mut w = self.watchers.lock().expect("not poisoned");
             read.into_iter().filter_map(|read| deliver(&mut w, read)).collect()

@@ -28,6 +28,26 @@ pub struct ReadQuery {
     /// Answer each count above this value as the value, with `"capped": true` beside it (the "99+" badge).
     #[param(minimum = 1, maximum = 9_007_199_254_740_992_u64)]
     pub cap: Option<u64>,
+    /// The instant to count at (RFC 3339, contract v3: unread that expires); default: the server's clock. For
+    /// audits and tests.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub now: Option<String>,
+}
+
+impl ReadQuery {
+    /// The UTC day to count at: that of `now`, or of the server's clock ([`crate::clock::now_seconds`]).
+    ///
+    /// Errors: 400 `invalid_query` when `now` is not an RFC 3339 time.
+    pub fn today(&self) -> Result<i64, super::ApiError> {
+        let seconds = match &self.now {
+            None => crate::clock::now_seconds(),
+            Some(text) => crate::core::expiry::seconds_of(text).ok_or_else(|| {
+                let message = format!("now must be an RFC 3339 time, not {text:?}");
+                super::ApiError::new(axum::http::StatusCode::BAD_REQUEST, "invalid_query", message)
+            })?,
+        };
+        Ok(crate::core::expiry::day_of(seconds))
+    }
 }
 
 /// The read query, or 400 `invalid_query` (JSON, as every error) when it does not parse or `cap` is outside 1 to
@@ -42,7 +62,10 @@ pub fn checked(
             "invalid_query",
             format!("cap must be 1 to {MAX_CAP}, not {cap}"),
         )),
-        _ => Ok(query),
+        _ => {
+            query.today()?;
+            Ok(query)
+        }
     }
 }
 

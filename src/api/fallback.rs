@@ -113,12 +113,12 @@ impl Fallback {
         Ok(crate::state::user::user_state(&self.store(namespace).await?, user_id).await?)
     }
 
-    /// The user's counts from the checkpoint of `namespace` (broadcast counts from the checkpointed lists), or
-    /// `None` when it has no state for the user.
+    /// The user's counts at UTC day `today` from the checkpoint of `namespace` (broadcast counts from the
+    /// checkpointed lists), or `None` when it has no state for the user.
     ///
     /// Errors: PostgreSQL unreachable, or a corrupt row.
-    pub async fn read(&self, namespace: &str, user_id: &str) -> anyhow::Result<Option<UserView>> {
-        Ok(crate::state::user::user_view(&self.store(namespace).await?, user_id).await?)
+    pub async fn read(&self, namespace: &str, user_id: &str, today: i64) -> anyhow::Result<Option<UserView>> {
+        Ok(crate::state::user::user_view(&self.store(namespace).await?, user_id, today).await?)
     }
 
     /// [`Fallback::read`], then writes the user back to Redis at the checkpoint's version (refused where Redis
@@ -130,9 +130,10 @@ impl Fallback {
         namespace: &str,
         user_id: &str,
         projection: &RedisProjection,
+        today: i64,
     ) -> anyhow::Result<Option<UserView>> {
         let Some((store, user)) = self.checkpointed(namespace, user_id).await? else { return Ok(None) };
-        let view = user.view_from(&store).await?;
+        let view = user.view_from(&store, today).await?;
         if let Err(e) = projection.write(&[user.write()]).await {
             tracing::warn!(error = %e, "refilling a user's hash from the checkpoint failed");
         }

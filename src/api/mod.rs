@@ -310,28 +310,30 @@ fn sourced(namespace: String, view: UserView, source: Source, query: &ReadQuery)
 
 /// A user's counts: from Redis; from the checkpoint when Redis has no hash for the user (then refilled); from the
 /// checkpoint, stale, while Redis is down ([`fallback`]).
-async fn read_user(s: &ApiState, namespace: &str, user_id: &str) -> Result<(UserView, Source), ApiError> {
+async fn read_user(s: &ApiState, namespace: &str, user_id: &str, today: i64) -> Result<(UserView, Source), ApiError> {
     let projection = s.live.current().1;
-    let Some(fb) = &s.fallback else { return Ok((projection.read(user_id).await?, Source::Redis)) };
     let zero = || UserView { user_id: user_id.to_owned(), ..UserView::default() };
+    let Some(fb) = &s.fallback else {
+        return Ok((projection.read_existing(user_id, today).await?.unwrap_or_else(zero), Source::Redis));
+    };
     let unavailable =
         |e: anyhow::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"));
     if fb.breaker.allows() {
-        match tokio::time::timeout(fallback::REDIS_TIMEOUT, projection.read_existing(user_id)).await {
+        match tokio::time::timeout(fallback::REDIS_TIMEOUT, projection.read_existing(user_id, today)).await {
             Ok(Ok(Some(view))) => {
                 fb.breaker.success();
                 return Ok((view, Source::Redis));
             }
             Ok(Ok(None)) => {
                 fb.breaker.success();
-                let view = fb.read_and_refill(namespace, user_id, &projection).await.map_err(unavailable)?;
+                let view = fb.read_and_refill(namespace, user_id, &projection, today).await.map_err(unavailable)?;
                 return Ok(view.map_or_else(|| (zero(), Source::Redis), |v| (v, Source::Checkpoint)));
             }
             Ok(Err(e @ ProjectionError::Malformed(_))) => return Err(e.into()),
             Ok(Err(_)) | Err(_) => fb.breaker.failure(),
         }
     }
-    let view = fb.read(namespace, user_id).await.map_err(unavailable)?;
+    let view = fb.read(namespace, user_id, today).await.map_err(unavailable)?;
     Ok((view.unwrap_or_else(zero), Source::Stale))
 }
 
@@ -353,7 +355,7 @@ async fn user_unread(
     let (Path(user_id), query) = (path?, caps::checked(query)?);
     authorized(&access, &[("user_id", &user_id)])?;
     let namespace = s.live.current().0;
-    let (view, source) = read_user(&s, &namespace, &user_id).await?;
+    let (view, source) = read_user(&s, &namespace, &user_id, query.today()?).await?;
     Ok(sourced(namespace, view, source, &query))
 }
 
@@ -400,7 +402,7 @@ async fn batch_unread(
         check_id(&format!("user_ids[{i}]"), id)?;
     }
     let (namespace, projection) = s.live.current();
-    let users = projection.read_many(&user_ids).await?;
+    let users = projection.read_many(&user_ids, query.today()?).await?;
     Ok(answer(namespace, BatchAnswer { users }, &query))
 }
 
@@ -439,7 +441,7 @@ async fn conversation_unread(
     let (Path((user_id, conversation_id)), query) = (path?, caps::checked(query)?);
     authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
     let (namespace, projection) = s.live.current();
-    let c = projection.read_conversation(&user_id, &conversation_id).await?;
+    let c = projection.read_conversation(&user_id, &conversation_id, query.today()?).await?;
     let answer = ConversationAnswer {
         member: c.is_some(),
         unread: c.map_or(0, |c| c.unread),

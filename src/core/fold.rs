@@ -135,6 +135,18 @@ impl ConvState {
         (unread, mentions)
     }
 
+    /// Per expiry bucket, ascending by day: (day, unread, mentions) of [`ConvState::counts`] that expire that day
+    /// (what the projection stores, `e:` fields).
+    pub fn expiry_counts(&self) -> Vec<(i64, u64, u64)> {
+        let from = self.count_from();
+        let counts = self.expiry.iter().map(|(day, bucket)| {
+            let mentions =
+                bucket.intersection(&self.mentions).len() + bucket.intersection(&self.read_mentions).count_above(from);
+            (*day, bucket.count_above(from), mentions)
+        });
+        counts.filter(|(_, u, _)| *u > 0).collect()
+    }
+
     /// What the conversation adds to the totals at UTC day `today` ([`crate::core::expiry::NEVER`]: nothing
     /// expired, the incremental totals' rule).
     pub fn contribution_at(&self, today: i64) -> Totals {

@@ -20,6 +20,10 @@
 //!   script adds the index's seqs above `lo` (and the live named mentions) to the conversation's own part, which
 //!   its `c:` field and the totals hold; a message sent in such a conversation writes the index, never a member's
 //!   hash;
+//! - [`EXPIRY_PREFIX`]`{conversation_id}` → `"{feed} {muted} {marked} {day}:{unread}:{mentions} …"`, one per
+//!   member conversation with unread that expires (contract v3, [`crate::core::expiry`]): per UTC day on which some
+//!   of the counts stored (in `c:` and the totals) expire, how many. A read at instant T subtracts the buckets of
+//!   days up to T's ([`decode_view`]), so counts are exact at any instant and nothing is written at midnight;
 //! - [`VERSION_FIELD`] → a [`ProjectionVersion`], `"{g} {a} {b}"`: the writing fold task's lease generation and
 //!   the position (next offsets of its user-events and user-deltas partitions) the state reflects; a write whose
 //!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
@@ -39,7 +43,7 @@ use std::collections::BTreeMap;
 
 use crate::core::broadcast::ListId;
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserView};
-use crate::core::fold::{ConvState, UserState};
+use crate::core::fold::{ConvState, Totals, UserState};
 use crate::core::hybrid::IndexShare;
 
 /// What a user's hash key is made of after the namespace's prefix: `{prefix}u:{user_id}` ([`user_key`]).
@@ -60,6 +64,8 @@ pub const COUNT_PREFIX: &str = "B:";
 pub const PUSH_VERSION_FIELD: &str = "_pv";
 /// The prefix of a list's push version in what the read script returns.
 pub const LIST_VERSION_PREFIX: &str = "V:";
+/// The prefix of a conversation's expiry buckets (v3).
+pub const EXPIRY_PREFIX: &str = "e:";
 /// The prefix of a read-diffused conversation's field (the user's cursor in its index).
 pub const INDEX_PREFIX: &str = "r:";
 /// The prefix of an index's share, `"{unread} {mentions}"`, in what the read script returns (computed).
@@ -179,6 +185,83 @@ pub fn index_fields(state: &UserState) -> BTreeMap<String, String> {
     state.read_diffused().map(|(id, c)| (id.clone(), index_value(c))).collect()
 }
 
+/// The `e:` field's value of a member conversation, `None` when none of its counts expire.
+pub fn expiry_value(c: &ConvState) -> Option<String> {
+    let buckets = c.expiry_counts();
+    if buckets.is_empty() || !c.is_member() {
+        return None;
+    }
+    let mut value = format!("{} {} {}", u8::from(c.feed), u8::from(c.muted), u8::from(c.is_marked()));
+    for (day, unread, mentions) in buckets {
+        value.push_str(&format!(" {day}:{unread}:{mentions}"));
+    }
+    Some(value)
+}
+
+/// The `e:` fields of a user: one per member conversation whose counts expire.
+pub fn expiry_fields(state: &UserState) -> BTreeMap<String, String> {
+    state.conversations().iter().filter_map(|(id, c)| Some((id.clone(), expiry_value(c)?))).collect()
+}
+
+/// Subtracts from `view` what the `e:` fields say has expired by UTC day `today` (a conversation's counts and
+/// the totals, by the fold's rule [`Totals::of_member`]).
+fn apply_expiry(view: &mut UserView, expiring: &[(String, ExpiryFields)], today: i64) {
+    for (id, e) in expiring {
+        let (x_unread, x_mentions) =
+            e.buckets.iter().filter(|b| b.0 <= today).fold((0, 0), |a, b| (a.0 + b.1, a.1 + b.2));
+        if (x_unread, x_mentions) == (0, 0) {
+            continue;
+        }
+        let (unread, mentions) = match view.conversations.get(id) {
+            Some(c) if !e.feed => (c.unread, c.mentions),
+            _ => (x_unread, 0), // a feed's share of feed_unread is at least what expires of it
+        };
+        let (u, m) = (unread.saturating_sub(x_unread), mentions.saturating_sub(x_mentions));
+        let before = Totals::of_member(unread, mentions, e.muted, e.feed, e.marked);
+        let after = Totals::of_member(u, m, e.muted, e.feed, e.marked);
+        let mut totals = Totals {
+            total_unread: view.total_unread,
+            total_mentions: view.total_mentions,
+            unread_conversations: view.unread_conversations,
+            memberships: 0,
+            feed_unread: view.feed_unread,
+        };
+        totals.replace(before, after);
+        (view.total_unread, view.total_mentions) = (totals.total_unread, totals.total_mentions);
+        (view.unread_conversations, view.feed_unread) = (totals.unread_conversations, totals.feed_unread);
+        if let Some(c) = view.conversations.get_mut(id).filter(|_| !e.feed) {
+            (c.unread, c.mentions) = (u, m);
+        }
+    }
+}
+
+/// An `e:` field, parsed.
+struct ExpiryFields {
+    feed: bool,
+    muted: bool,
+    marked: bool,
+    /// (day, unread, mentions).
+    buckets: Vec<(i64, u64, u64)>,
+}
+
+fn parse_expiry(value: &str) -> Option<ExpiryFields> {
+    let mut parts = value.split(' ');
+    let mut flag = || match parts.next()? {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    };
+    let (feed, muted, marked) = (flag()?, flag()?, flag()?);
+    let buckets = parts
+        .map(|b| {
+            let mut n = b.split(':');
+            let day = n.next()?.parse().ok()?;
+            Some((day, n.next()?.parse().ok()?, n.next()?.parse().ok()?)).filter(|_| n.next().is_none())
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(ExpiryFields { feed, muted, marked, buckets })
+}
+
 /// The namespace's change channel (pub/sub: every user hash and list key written is published on it) and, on a
 /// single server, as a key, its push version counter: the last version handed out. Versions are microseconds of
 /// the Redis server's clock or more, so they grow even across a Redis that lost everything. On Redis Cluster no key
@@ -247,12 +330,12 @@ pub fn encode_view(view: &UserView, cursors: &BTreeMap<String, u64>) -> Vec<(Str
     fields
 }
 
-/// Rebuilds a user's counts from the fields the read script returns (the hash's fields, plus a computed
-/// [`COUNT_PREFIX`] field per broadcast cursor). An empty hash is the contract's zero state; unknown fields (such
-/// as the version) are ignored.
+/// Rebuilds a user's counts at UTC day `today` ([`crate::core::expiry::NEVER`]: as stored, nothing expired) from
+/// the fields the read script returns (the hash's fields, plus a computed [`COUNT_PREFIX`] field per broadcast
+/// cursor). An empty hash is the contract's zero state; unknown fields (such as the version) are ignored.
 ///
 /// Errors: a value that is not the numbers described above.
-pub fn decode_view<I>(user_id: &str, fields: I) -> Result<UserView, MalformedHash>
+pub fn decode_view<I>(user_id: &str, fields: I, today: i64) -> Result<UserView, MalformedHash>
 where
     I: IntoIterator<Item = (String, String)>,
 {
@@ -263,6 +346,7 @@ where
     };
     let mut view = UserView { user_id: user_id.to_owned(), ..UserView::default() };
     let mut shares: BTreeMap<String, IndexFields> = BTreeMap::new();
+    let mut expiring = Vec::new();
     for (field, value) in fields {
         if field == TOTALS_FIELD {
             decode_totals(&mut view, &value).ok_or_else(|| bad(&field, &value))?;
@@ -280,6 +364,8 @@ where
             let head = value.splitn(4, ' ').take(3).collect::<Vec<_>>().join(" ");
             let n = numbers::<u64>(&head).filter(|n| n[1] <= 1 && n[2] <= 1).ok_or_else(|| bad(&field, &value))?;
             shares.entry(id.to_owned()).or_default().cursor = Some(n);
+        } else if let Some(id) = field.strip_prefix(EXPIRY_PREFIX) {
+            expiring.push((id.to_owned(), parse_expiry(&value).ok_or_else(|| bad(&field, &value))?));
         } else if let Some(id) = field.strip_prefix(INDEX_COUNT_PREFIX) {
             shares.entry(id.to_owned()).or_default().counts = Some(pair(&value).ok_or_else(|| bad(&field, &value))?);
         }
@@ -289,6 +375,7 @@ where
             IndexShare { muted: muted == 1, feed: feed == 1, unread, mentions }.add_to(&mut view, &id);
         }
     }
+    apply_expiry(&mut view, &expiring, today);
     Ok(view)
 }
 
@@ -340,6 +427,7 @@ pub fn numbers<T: std::str::FromStr>(value: &str) -> Option<[T; 3]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::expiry::NEVER;
 
     #[test]
     fn view_round_trips_through_fields() {
@@ -361,7 +449,7 @@ mod tests {
         assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0".into())));
         let mut with_version = fields.clone();
         with_version.push((VERSION_FIELD.into(), "anything".into()));
-        assert_eq!(decode_view("a b{c}", with_version).unwrap(), view);
+        assert_eq!(decode_view("a b{c}", with_version, NEVER).unwrap(), view);
         assert_eq!(user_key("unread:", "a b{c}"), "unread:u:a b{c}");
     }
 
@@ -381,7 +469,7 @@ mod tests {
             ("r:new", "0 0 0"),
             ("R:new", "1 0"),
         ];
-        let view = decode_view("u", fields.map(|(f, v)| (f.to_owned(), v.to_owned()))).unwrap();
+        let view = decode_view("u", fields.map(|(f, v)| (f.to_owned(), v.to_owned())), NEVER).unwrap();
         let c = |id: &str| {
             let c = &view.conversations[id];
             (c.unread, c.mentions, c.muted)
@@ -390,14 +478,14 @@ mod tests {
         // big adds 5 (already unread), quiet is muted (mentions only), new becomes an unread conversation.
         assert_eq!((view.total_unread, view.total_mentions, view.unread_conversations), (8, 2, 2));
         assert_eq!(view.feed_unread, 4);
-        assert!(decode_view("u", [("r:x".to_owned(), "1 2 0".to_owned())]).is_err(), "muted must be 0 or 1");
+        assert!(decode_view("u", [("r:x".to_owned(), "1 2 0".to_owned())], NEVER).is_err(), "muted must be 0 or 1");
     }
 
     #[test]
     fn empty_hash_is_the_zero_state_and_garbage_is_an_error() {
-        let zero = decode_view("nobody", Vec::new()).unwrap();
+        let zero = decode_view("nobody", Vec::new(), NEVER).unwrap();
         assert_eq!(zero, UserView { user_id: "nobody".into(), ..Default::default() });
-        let v1 = decode_view("u", vec![("_totals".into(), "1 2 3".into())]).unwrap();
+        let v1 = decode_view("u", vec![("_totals".into(), "1 2 3".into())], NEVER).unwrap();
         assert_eq!((v1.total_unread, v1.total_mentions, v1.unread_conversations, v1.feed_unread), (1, 2, 3, 0));
         for (f, v) in [
             ("_totals", "1 2"),
@@ -408,7 +496,7 @@ mod tests {
             ("n:x", "1"),
             ("B:x", "-1"),
         ] {
-            assert!(decode_view("u", vec![(f.into(), v.into())]).is_err(), "{f}={v}");
+            assert!(decode_view("u", vec![(f.into(), v.into())], NEVER).is_err(), "{f}={v}");
         }
     }
 }

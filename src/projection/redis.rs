@@ -103,7 +103,7 @@ end
 if ARGV[4] == 'replace' then
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     local p = string.sub(f, 1, 2)
-    if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' then redis.call('HDEL', KEYS[1], f) end
+    if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' then redis.call('HDEL', KEYS[1], f) end
   end
 end
 redis.call('HSET', KEYS[1], '${VERSION}', ARGV[2], '${TOTALS}', ARGV[3])
@@ -230,6 +230,8 @@ pub struct UserWrite {
     /// The `r:` field's value of every read-diffused conversation the user is a member of
     /// ([`super::index_fields`]).
     pub indexed: BTreeMap<String, String>,
+    /// The `e:` field's value of every member conversation with expiring unread ([`super::expiry_fields`]).
+    pub expiring: BTreeMap<String, String>,
     /// Conversations whose fields changed: set when the user is a member (present in `view`), deleted otherwise.
     pub changed: Vec<String>,
     /// Replace every conversation field with those of `view` (projection rebuild) instead of patching `changed`.
@@ -248,7 +250,8 @@ impl UserWrite {
         let mut changed: Vec<String> = view.conversations.keys().chain(indexed.keys()).cloned().collect();
         changed.sort_unstable();
         changed.dedup();
-        Self { user_id: view.user_id.clone(), version, view, cursors, indexed, changed, replace: true }
+        let (user_id, expiring) = (view.user_id.clone(), BTreeMap::new());
+        Self { user_id, version, view, cursors, indexed, expiring, changed, replace: true }
     }
 
     /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`).
@@ -258,7 +261,12 @@ impl UserWrite {
             None => UserView { user_id: user_id.to_owned(), ..UserView::default() },
         };
         let cursors = state.map(|s| s.broadcasts().clone()).unwrap_or_default();
-        Self::replace(view, cursors, state.map(super::index_fields).unwrap_or_default(), version)
+        let mut write = Self::replace(view, cursors, state.map(super::index_fields).unwrap_or_default(), version);
+        write.expiring = state.map(super::expiry_fields).unwrap_or_default();
+        write.changed.extend(write.expiring.keys().cloned());
+        write.changed.sort_unstable();
+        write.changed.dedup();
+        write
     }
 }
 
@@ -275,6 +283,10 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
         match w.indexed.get(c) {
             Some(value) => set.push((format!("{INDEX_PREFIX}{c}"), value.clone())),
             None => delete.push(format!("{INDEX_PREFIX}{c}")),
+        }
+        match w.expiring.get(c) {
+            Some(value) => set.push((format!("{}{c}", super::EXPIRY_PREFIX), value.clone())),
+            None => delete.push(format!("{}{c}", super::EXPIRY_PREFIX)),
         }
     }
     (set, delete)
@@ -321,7 +333,7 @@ static SHAS: LazyLock<[String; 4]> =
     LazyLock::new(|| SCRIPTS.each_ref().map(|s| redis::Script::new(s).get_hash().to_owned()));
 
 /// The Redis layout's names as the scripts spell them: `${NAME}` → the constant of [`super`] that defines it.
-const LAYOUT: [(&str, &str); 11] = [
+const LAYOUT: [(&str, &str); 12] = [
     ("${VERSION}", super::VERSION_FIELD),
     ("${TOTALS}", super::TOTALS_FIELD),
     ("${PV}", super::PUSH_VERSION_FIELD),
@@ -329,6 +341,7 @@ const LAYOUT: [(&str, &str); 11] = [
     ("${N}", super::NOTIFICATION_PREFIX),
     ("${B}", super::CURSOR_PREFIX),
     ("${R}", super::INDEX_PREFIX),
+    ("${E}", super::EXPIRY_PREFIX),
     ("${COUNT}", super::COUNT_PREFIX),
     ("${LISTV}", super::LIST_VERSION_PREFIX),
     ("${ICOUNT}", super::INDEX_COUNT_PREFIX),
@@ -495,7 +508,8 @@ impl RedisProjection {
         cmd
     }
 
-    /// A user's counts; the zero state when the user has no hash.
+    /// A user's counts as stored, nothing expired (what `verify` and `inspect` compare with the checkpoint); the
+    /// zero state when the user has no hash.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed hash.
     pub async fn read(&self, user_id: &str) -> ProjectionResult<UserView> {
@@ -506,22 +520,22 @@ impl RedisProjection {
     /// two on a cluster (the hashes, then the shares of their lists and indexes).
     ///
     /// Errors: as [`RedisProjection::read`].
-    pub async fn read_many(&self, user_ids: &[String]) -> ProjectionResult<Vec<UserView>> {
-        Ok(self.read_many_versioned(user_ids).await?.into_iter().map(|v| v.view).collect())
+    pub async fn read_many(&self, user_ids: &[String], today: i64) -> ProjectionResult<Vec<UserView>> {
+        Ok(self.read_many_versioned(user_ids, today).await?.into_iter().map(|v| v.view).collect())
     }
 
     /// [`RedisProjection::read_many`] with each user's push version ([`super::push_version`]) and the lists and
     /// indexes its counts depend on.
     ///
     /// Errors: as [`RedisProjection::read`].
-    pub async fn read_many_versioned(&self, user_ids: &[String]) -> ProjectionResult<Vec<Versioned>> {
+    pub async fn read_many_versioned(&self, user_ids: &[String], today: i64) -> ProjectionResult<Vec<Versioned>> {
         let results = self.read_fields(user_ids).await?;
         let mut views = Vec::with_capacity(results.len());
         for (user_id, fields) in user_ids.iter().zip(results) {
             let version = push_version(&fields);
             let indexes = fields.iter().filter_map(|(f, _)| f.strip_prefix(super::INDEX_VERSION_PREFIX));
             let indexes: Vec<ListId> = indexes.map(|id| ListId::Index(id.to_owned())).collect();
-            let view = decode_view(user_id, fields)?;
+            let view = decode_view(user_id, fields, today)?;
             let lists = view.broadcasts.keys().map(|id| ListId::Broadcast(id.clone()));
             let follows = lists.chain(indexes).collect();
             views.push(Versioned { view, version, follows });
@@ -590,8 +604,8 @@ impl RedisProjection {
     /// A user's counts, or `None` when the user has no hash (never written, or lost by Redis).
     ///
     /// Errors: as [`RedisProjection::read`].
-    pub async fn read_existing(&self, user_id: &str) -> ProjectionResult<Option<UserView>> {
-        let read = self.read_all(user_id).await?;
+    pub async fn read_existing(&self, user_id: &str, today: i64) -> ProjectionResult<Option<UserView>> {
+        let read = self.read_all(user_id, today).await?;
         Ok(read.present.then_some(read.view))
     }
 
@@ -599,19 +613,19 @@ impl RedisProjection {
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_with_cursors(&self, user_id: &str) -> ProjectionResult<(UserView, BTreeMap<String, u64>)> {
-        let read = self.read_all(user_id).await?;
+        let read = self.read_all(user_id, crate::core::expiry::NEVER).await?;
         Ok((read.view, read.cursors))
     }
 
     /// Everything the read script says of a user.
-    async fn read_all(&self, user_id: &str) -> ProjectionResult<UserRead> {
+    async fn read_all(&self, user_id: &str, today: i64) -> ProjectionResult<UserRead> {
         let fields = self.read_fields(&[user_id.to_owned()]).await?.pop().unwrap_or_default();
         let cursors = fields
             .iter()
             .filter_map(|(f, v)| Some((f.strip_prefix(super::CURSOR_PREFIX)?.to_owned(), v.parse().ok()?)))
             .collect();
         let present = !fields.is_empty();
-        Ok(UserRead { view: decode_view(user_id, fields)?, cursors, present })
+        Ok(UserRead { view: decode_view(user_id, fields, today)?, cursors, present })
     }
 
     /// A broadcast list's head: its largest live seq (0 for an empty or unknown list).
@@ -641,19 +655,19 @@ impl RedisProjection {
         &self,
         user_id: &str,
         conversation_id: &str,
+        today: i64,
     ) -> ProjectionResult<Option<ConversationView>> {
         let mut conn = self.conn.clone();
-        let field = format!("{CONVERSATION_PREFIX}{conversation_id}");
-        let value: Option<String> = redis::cmd("HGET")
+        let fields =
+            [format!("{CONVERSATION_PREFIX}{conversation_id}"), format!("{}{conversation_id}", super::EXPIRY_PREFIX)];
+        let values: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(user_key(&self.prefix, user_id))
-            .arg(&field)
+            .arg(&fields)
             .query_async(&mut conn)
             .await
             .map_err(redis_err("reading a conversation"))?;
-        match value {
-            None => Ok(None),
-            Some(v) => Ok(decode_view(user_id, [(field, v)])?.conversations.into_values().next()),
-        }
+        let present = fields.into_iter().zip(values).filter_map(|(f, v)| Some((f, v?)));
+        Ok(decode_view(user_id, present, today)?.conversations.into_values().next())
     }
 
     /// The stored version of a user's hash; `None` when the hash has none (or an unreadable one).

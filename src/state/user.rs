@@ -51,21 +51,22 @@ impl UserCheckpoint {
         UserWrite::of_state(&self.user_id, Some(&self.state), self.version)
     }
 
-    /// [`UserCheckpoint::view`] with the checkpoint's lists and the indexes this user needs, read from `store`.
+    /// [`UserCheckpoint::view`] at UTC day `today` with the checkpoint's lists and the indexes this user needs,
+    /// read from `store`.
     ///
     /// Errors: PostgreSQL failing, or a corrupt list or conversation row.
-    pub async fn view_from(&self, store: &CheckpointStore) -> StateResult<UserView> {
-        view_from(store, &self.user_id, &self.state).await
+    pub async fn view_from(&self, store: &CheckpointStore, today: i64) -> StateResult<UserView> {
+        view_from(store, &self.user_id, &self.state, today).await
     }
 }
 
-/// A user's counts from its checkpointed `state`, with the checkpoint's lists and the indexes of the read-diffused
-/// conversations the user is a member of, read from `store`.
+/// A user's counts at UTC day `today` from its checkpointed `state`, with the checkpoint's lists and the indexes
+/// of the read-diffused conversations the user is a member of, read from `store`.
 ///
 /// Errors: PostgreSQL failing, or a corrupt list or conversation row.
-async fn view_from(store: &CheckpointStore, user_id: &str, state: &UserState) -> StateResult<UserView> {
+async fn view_from(store: &CheckpointStore, user_id: &str, state: &UserState, today: i64) -> StateResult<UserView> {
     let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.clone()).collect();
-    Ok(state.view(user_id, &shared_lists(store, Some(&indexed)).await?))
+    Ok(state.view_at(user_id, &shared_lists(store, Some(&indexed)).await?, today))
 }
 
 /// Which users [`users`] reads.
@@ -122,11 +123,11 @@ pub async fn user_state(store: &CheckpointStore, user_id: &str) -> StateResult<O
     Ok(Some(codec::decode_user(&row.row.state).map_err(StateError::corrupt(user_id))?))
 }
 
-/// One user's counts from the checkpoint, with the checkpoint's lists and the indexes the user needs; `None` when
-/// the checkpoint has no state for the user.
+/// One user's counts at UTC day `today` from the checkpoint, with the checkpoint's lists and the indexes the user
+/// needs; `None` when the checkpoint has no state for the user.
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn user_view(store: &CheckpointStore, user_id: &str) -> StateResult<Option<UserView>> {
+pub async fn user_view(store: &CheckpointStore, user_id: &str, today: i64) -> StateResult<Option<UserView>> {
     let Some(state) = user_state(store, user_id).await? else { return Ok(None) };
-    Ok(Some(view_from(store, user_id, &state).await?))
+    Ok(Some(view_from(store, user_id, &state, today).await?))
 }
