@@ -184,11 +184,11 @@ mod tests {
         r.apply(&conv(&format!(r#"{{"type":"conversation.created",{at},"kind":"group","members":["a","b","c"]}}"#)));
         r.apply(&conv(&format!(r#"{{"type":"message.sent",{at},"seq":1,"sender_id":"a"}}"#)));
         r.apply(&conv(&format!(r#"{{"type":"member.joined",{at},"user_id":"d"}}"#)));
-        r.apply(&conv(&format!(r#"{{"type":"message.sent",{at},"seq":2,"sender_id":"b"}}"#)));
         assert_eq!(r.query(1), Some((0, 2)), "b and c received 1; d joined after it");
+        r.apply(&conv(&format!(r#"{{"type":"message.sent",{at},"seq":2,"sender_id":"b"}}"#)));
         r.ack("c", 5); // an ack above the head still counts once the messages exist
         assert_eq!(r.query(1), Some((2, 2)), "b read 1 by sending 2; c acked");
-        assert_eq!(r.query(2), Some((1, 3)), "a, c, d received 2; c read it");
+        assert_eq!(r.query(2), Some((1, 3)), "a, c and d (joined at head 1) received 2; c read it");
         r.apply(&conv(&format!(r#"{{"type":"message.recalled",{at},"seq":2}}"#)));
         assert_eq!((r.query(2), r.query(3)), (None, None), "recalled, never sent");
     }

@@ -446,7 +446,7 @@ mod tests {
             .insert("quiet".into(), ConversationView { unread: 9, mentions: 0, muted: true, marked_unread: false });
         let fields = encode_view(&view, &BTreeMap::new());
         assert_eq!(fields[0], ("_totals".into(), "3 1 1 0 0 0".into()));
-        assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0".into())));
+        assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0 1".into())), "unread mentions muted marked");
         let mut with_version = fields.clone();
         with_version.push((VERSION_FIELD.into(), "anything".into()));
         assert_eq!(decode_view("a b{c}", with_version, NEVER).unwrap(), view);
