@@ -127,6 +127,7 @@ impl Hub {
         });
         tokio::spawn(hub.clone().listen());
         tokio::spawn(hub.clone().refresh_pending());
+        tokio::spawn(hub.clone().midnights());
         hub
     }
 
@@ -177,7 +178,12 @@ impl Hub {
     /// Errors: Redis unreachable or a malformed hash.
     async fn refresh(&self, users: Vec<String>) -> anyhow::Result<()> {
         let projection = self.live.current().1;
-        let read = projection.read_many_versioned(&users, crate::clock::today()).await?;
+        let today = crate::clock::today();
+        let mut read = projection.read_many_versioned(&users, today).await?;
+        // Counts change at midnight with no write (contract v3, expiry): a read since today's midnight is at least
+        // that midnight's version, so clients take it as newer than anything read before.
+        let midnight = crate::clock::day_version(today);
+        read.iter_mut().for_each(|r| r.version = r.version.max(midnight));
         let stale: Vec<String> = {
             let mut w = self.watchers.lock().expect("not poisoned");
             read.into_iter().filter_map(|read| deliver(&mut w, read)).collect()
@@ -214,6 +220,23 @@ impl Hub {
                     }
                 }
             }
+        }
+    }
+
+    /// At every midnight UTC of the service's clock ([`crate::clock`]), reads every watched user again: unread that
+    /// expires (contract v3) changes counts with no event, and the sockets get the change at that instant.
+    async fn midnights(self: Arc<Self>) {
+        let mut stop = self.stop.clone();
+        loop {
+            // A few milliseconds past midnight, so that the clock read by `refresh` is in the new day.
+            let wait = crate::clock::until_next_midnight() + Duration::from_millis(5);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let watched: Vec<String> = self.watchers.lock().expect("not poisoned").users.keys().cloned().collect();
+            tracing::info!(users = watched.len(), "push: midnight UTC, reading every watched user again");
+            self.mark(watched);
         }
     }
 

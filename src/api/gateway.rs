@@ -24,7 +24,7 @@ use super::openapi::ReadErrors;
 use super::{authorized, check_id, ApiError, ApiState};
 use crate::auth::Access;
 use crate::core::contract::{
-    BroadcastRead, ConversationMuted, NotificationMark, NotificationsMark, ReadAck, UserEvent,
+    BroadcastRead, ConversationMarkedUnread, ConversationMuted, NotificationMark, NotificationsMark, ReadAck, UserEvent,
 };
 
 /// How long an idempotency key is remembered: 24 h.
@@ -87,8 +87,21 @@ fn seq<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> 
     let whole = n.as_f64().filter(|f| f.fract() == 0.0 && (0.0..=MAX as f64).contains(f)).map(|f| f as u64);
     match n.as_u64().or(whole) {
         Some(v) if v <= MAX => Ok(Some(v)),
-        _ => Err(D::Error::custom(format!("read_seq must be an integer from 0 to 2^53, not {n}"))),
+        _ => Err(D::Error::custom(format!("a seq must be an integer from 0 to 2^53, not {n}"))),
     }
+}
+
+/// The optional body of a mark-unread (contract v3): `{}` or absent marks the conversation unread,
+/// `{"from_seq": N}` marks it unread from message N on ("unread from here"), `{"marked": false}` takes the mark
+/// away.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub struct MarkUnreadBody {
+    /// Set (`true`, the default) or take away (`false`) the mark.
+    pub marked: Option<bool>,
+    /// Unread from this message on (1 to 2^53); only with `marked` true or absent.
+    #[serde(default, deserialize_with = "seq")]
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_992_u64)]
+    pub from_seq: Option<u64>,
 }
 
 /// The body of a mute: `{"muted": true|false}`.
@@ -262,6 +275,59 @@ pub async fn read_conversation(
     publish(&s, &user_id, &headers, read_seq.into_iter().map(event).collect()).await
 }
 
+/// Marks a conversation unread, optionally from a message on, or takes the mark away: publishes a
+/// `conversation.marked_unread` (`CONTRACT.md` § v3). The read route, or a read ack from anywhere, clears it.
+#[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/mark-unread", tag = "writes",
+    security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
+    request_body(content = Option<MarkUnreadBody>,
+        description = "Optional `{\"from_seq\"}` (unread from here) or `{\"marked\": false}`; absent: mark"),
+    responses((status = 202, description = "Published: the ids of the events sent (the counts change once the fold has them)", body = Accepted), ReadErrors))]
+pub async fn mark_unread(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids2,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let Path((user_id, conversation_id)) = path?;
+    authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
+    let MarkUnreadBody { marked, from_seq } = optional_json(&body)?;
+    let marked = marked.unwrap_or(true);
+    if from_seq == Some(0) || (from_seq.is_some() && !marked) {
+        let message = "from_seq must be 1 to 2^53, and only with marked: true (unmarking clears the mark)";
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", message));
+    }
+    let (event_id, occurred_at) = unstamped();
+    let user_id_ = user_id.clone();
+    let event =
+        ConversationMarkedUnread { event_id, occurred_at, user_id: user_id_, conversation_id, marked, from_seq };
+    publish(&s, &user_id, &headers, vec![UserEvent::MarkedUnread(event)]).await
+}
+
+/// Marks every conversation read: a `read.ack` of each unmuted, non-feed conversation with unread messages (or
+/// marked unread), at the newest message the user has (from the user's checkpointed state, like the read
+/// route's default). The feed stays apart (`/feed/read`).
+#[utoipa::path(post, path = "/v1/users/{user_id}/read-all", tag = "writes", security(("bearer" = [])),
+    params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 202, description = "One event id per conversation acked (none when nothing was unread)",
+        body = Accepted), ReadErrors))]
+pub async fn read_all(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(user_id) = path?;
+    authorized(&access, &[("user_id", &user_id)])?;
+    let events: Vec<UserEvent> = newest_unread(&s, &user_id, |_, c| !c.feed && !c.muted)
+        .await?
+        .into_iter()
+        .map(|(id, newest)| read_ack(&user_id, id, newest))
+        .collect();
+    publish(&s, &user_id, &headers, events).await
+}
+
 /// A `read.ack` of `conversation_id` up to `read_seq`, not yet stamped.
 fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent {
     let (event_id, occurred_at) = unstamped();
@@ -269,7 +335,7 @@ fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent 
 }
 
 /// Each conversation of the user's checkpointed state that `pick` selects and that has unread messages, with the
-/// newest of them.
+/// newest of them; or that is marked unread (v3), with its cursor: an ack there clears the mark.
 async fn newest_unread(
     s: &ApiState,
     user_id: &str,
@@ -286,7 +352,7 @@ async fn newest_unread(
         .iter()
         .flat_map(|state| state.conversations())
         .filter(|(id, c)| c.is_member() && pick(id, c))
-        .filter_map(|(id, c)| Some((id.clone(), c.unread.max()?)))
+        .filter_map(|(id, c)| Some((id.clone(), c.unread.max().or_else(|| c.is_marked().then(|| c.cursor()))?)))
         .collect())
 }
 

@@ -199,6 +199,8 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(stream::stream))
         .routes(routes!(gateway::read_conversation))
         .routes(routes!(gateway::mute_conversation))
+        .routes(routes!(gateway::mark_unread))
+        .routes(routes!(gateway::read_all))
         .routes(routes!(gateway::read_notification))
         .routes(routes!(gateway::notifications_seen))
         .routes(routes!(gateway::notifications_read))
@@ -421,6 +423,8 @@ struct ConversationAnswer {
     mentions: u64,
     /// Whether the user muted the conversation.
     muted: bool,
+    /// Whether the user marked the conversation unread (contract v3).
+    marked_unread: bool,
 }
 
 /// One conversation's counts for one user, from Redis.
@@ -447,6 +451,7 @@ async fn conversation_unread(
         unread: c.map_or(0, |c| c.unread),
         mentions: c.map_or(0, |c| c.mentions),
         muted: c.is_some_and(|c| c.muted),
+        marked_unread: c.is_some_and(|c| c.marked_unread),
         user_id,
         conversation_id,
     };

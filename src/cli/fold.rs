@@ -11,6 +11,15 @@ use clap::Args;
 
 use crate::pipeline::{for_each_batch, open_input, write_receipts, write_views, Pipeline, MAX_BATCH};
 
+/// Writes views in the v2 shape: the v3 shape without `"marked_unread":false` (a quote inside an id is escaped, so
+/// the text cannot occur inside a string).
+fn write_v2_views(views: &[crate::core::contract::UserView], out: &mut impl Write) -> io::Result<()> {
+    let mut v3 = Vec::new();
+    write_views(views, &mut v3)?;
+    out.write_all(String::from_utf8_lossy(&v3).replace(r#","marked_unread":false"#, "").as_bytes())?;
+    out.flush()
+}
+
 /// An RFC 3339 instant → seconds since the epoch.
 fn parse_instant(text: &str) -> Result<i64, String> {
     crate::core::expiry::seconds_of(text).ok_or_else(|| format!("{text:?} is not an RFC 3339 time"))
@@ -38,6 +47,10 @@ pub struct FoldArgs {
     /// Also write every message's read receipts (v3) to this file, sorted by conversation then seq.
     #[arg(long)]
     receipts: Option<String>,
+    /// The reader shape written: `v3` (default), or `v2`, without `marked_unread`, the shape of the v1 and v2
+    /// expected files (refused when a conversation is marked unread, which `v2` cannot say).
+    #[arg(long, default_value = "v3", value_parser = ["v2", "v3"])]
+    shape: String,
     /// Member count from which a conversation is read-diffused (0: never); the counts are the same either way.
     #[arg(long, env = "UNREAD_READ_DIFFUSION_THRESHOLD", default_value_t = crate::core::hybrid::DEFAULT_THRESHOLD)]
     read_diffusion_threshold: u64,
@@ -102,8 +115,15 @@ impl FoldArgs {
             "-" => Box::new(io::stdout().lock()),
             path => Box::new(File::create(path).with_context(|| format!("cannot create output {path}"))?),
         };
-        write_views(&views, BufWriter::with_capacity(1 << 20, out))
-            .with_context(|| format!("writing {}", self.output))?;
+        if self.shape == "v2" && views.iter().any(|v| v.conversations.values().any(|c| c.marked_unread)) {
+            anyhow::bail!("--shape v2 cannot say that a conversation is marked unread: use --shape v3");
+        }
+        let mut out = BufWriter::with_capacity(1 << 20, out);
+        let written = match self.shape.as_str() {
+            "v2" => write_v2_views(&views, &mut out),
+            _ => write_views(&views, &mut out),
+        };
+        written.with_context(|| format!("writing {}", self.output))?;
         let (events, invalid, users) = (stats.events, stats.invalid, views.len());
         let increments = pipeline.fold().stats().increments;
         eprintln!("{}", FoldReport { events, invalid, users, increments, seconds: started.elapsed().as_secs_f64() });

@@ -15,7 +15,7 @@ fn fold_writes_the_expected_file_for_the_dev_set() {
     let status = unread()
         .args(["fold", "--input"])
         .arg(repo_path("tests/data/ubuntu-irc/dev-events.jsonl"))
-        .arg("--output")
+        .args(["--shape", "v2", "--output"])
         .arg(&out)
         .status()
         .unwrap();
@@ -23,6 +23,34 @@ fn fold_writes_the_expected_file_for_the_dev_set() {
     let got = std::fs::read(&out).unwrap();
     std::fs::remove_file(&out).ok();
     assert!(got == std::fs::read(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl")).unwrap());
+}
+
+/// Contract v3: `--now` and `--receipts` write the v3 dev set's expected files byte for byte; `--shape v2` is
+/// refused for it (it marks conversations unread).
+#[test]
+fn fold_writes_the_v3_files_at_their_instant() {
+    let dir = std::env::temp_dir();
+    let (out, receipts) = (dir.join("unread-cli-v3.jsonl"), dir.join("unread-cli-v3-receipts.jsonl"));
+    let events = repo_path("tests/data/ubuntu-irc/v3-dev-events.jsonl");
+    let status = unread()
+        .args(["fold", "--now", "2009-03-04T12:00:00Z", "--input"])
+        .arg(&events)
+        .arg("--receipts")
+        .arg(&receipts)
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (got, got_receipts) = (std::fs::read(&out).unwrap(), std::fs::read(&receipts).unwrap());
+    assert!(got == std::fs::read(repo_path("tests/data/ubuntu-irc/v3-dev-expected.jsonl")).unwrap());
+    assert!(got_receipts == std::fs::read(repo_path("tests/data/ubuntu-irc/v3-dev-receipts.jsonl")).unwrap());
+    let refused = unread().args(["fold", "--shape", "v2", "--input"]).arg(&events).output().unwrap();
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("marked unread"));
+    let bad = unread().args(["fold", "--now", "yesterday", "--input"]).arg(&events).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("RFC 3339"));
+    std::fs::remove_file(out).ok();
+    std::fs::remove_file(receipts).ok();
 }
 
 fn fold_stdin(args: &[&str], input: &str) -> std::process::Output {
@@ -51,7 +79,7 @@ fn fold_reads_stdin_and_prints_reader_shape() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        "{\"user_id\":\"a\",\"total_unread\":1,\"total_mentions\":1,\"unread_conversations\":1,\"conversations\":{\"c\":{\"unread\":1,\"mentions\":1,\"muted\":false}},\"feed_unread\":0,\"broadcasts\":{},\"notifications\":{},\"total_notifications_unread\":0,\"total_notifications_unseen\":0}\n"
+        "{\"user_id\":\"a\",\"total_unread\":1,\"total_mentions\":1,\"unread_conversations\":1,\"conversations\":{\"c\":{\"unread\":1,\"mentions\":1,\"muted\":false,\"marked_unread\":false}},\"feed_unread\":0,\"broadcasts\":{},\"notifications\":{},\"total_notifications_unread\":0,\"total_notifications_unseen\":0}\n"
     );
 }
 

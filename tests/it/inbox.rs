@@ -79,7 +79,8 @@ fn message_for_aadi(ns: &Ns) -> String {
     path.to_str().unwrap().to_owned()
 }
 
-/// The steps a person takes; `Err` says what they did not see.
+/// The steps a person takes (the badge live, a click clears it, the feed, marking unread and clearing the mark two
+/// ways); `Err` says what they did not see.
 async fn use_the_inbox(c: &Client, ns: &Ns<'_>, port: u16) -> Result<(), String> {
     let url = format!("http://127.0.0.1:{port}/#user=aadi&token={}", token("aadi", false));
     c.goto(&url).await.map_err(|e| e.to_string())?;
@@ -96,7 +97,20 @@ async fn use_the_inbox(c: &Client, ns: &Ns<'_>, port: u16) -> Result<(), String>
     label.click().await.map_err(|e| e.to_string())?;
     wait_attr(c, "#badge", "data-count", "0").await?;
     c.find(Locator::Css("#feed")).await.map_err(|e| e.to_string())?.click().await.map_err(|e| e.to_string())?;
-    wait_attr(c, "#feed", "data-count", "0").await
+    wait_attr(c, "#feed", "data-count", "0").await?;
+    // Contract v3: mark the conversation unread; reading it clears the mark; mark it again, "Mark all read" too.
+    let mark = r#"button[data-mark-unread="ubuntu.2009-10-01_17"]"#;
+    for clear in [conversation, "#read-all"] {
+        click(c, mark).await?;
+        wait_attr(c, conversation, "data-marked", "true").await?;
+        click(c, clear).await?;
+        wait_attr(c, conversation, "data-marked", "false").await?;
+    }
+    Ok(())
+}
+
+async fn click(c: &Client, css: &str) -> Result<(), String> {
+    c.find(Locator::Css(css)).await.map_err(|e| e.to_string())?.click().await.map_err(|e| e.to_string())
 }
 
 #[test]

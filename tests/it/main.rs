@@ -17,3 +17,4 @@ mod service;
 mod soak;
 mod support;
 mod v2;
+mod v3;

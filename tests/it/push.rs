@@ -78,6 +78,13 @@ pub(crate) fn sse(port: u16, user: &str) -> Follower {
     Follower { messages, child: None }
 }
 
+impl Follower {
+    /// The next message, waiting at most `wait`.
+    pub(crate) fn next_message(&self, wait: Duration) -> Option<Value> {
+        self.messages.recv_timeout(wait).ok()
+    }
+}
+
 /// What a client does with a message: a `state` replaces, `changes` of a newer version apply, older ones are
 /// dropped. Returns the version applied.
 fn apply_message(view: &mut UserView, version: &mut u64, m: &Value) {
@@ -225,6 +232,8 @@ fn every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change
     let base = "/v1/users/aadi";
     let conv = format!("{base}/conversations/ubuntu.2009-10-01_17");
     let writes: Vec<(String, Option<Value>, &str)> = vec![
+        // Contract v3: every unmuted conversation with unread, acked at its newest message (one event each).
+        (format!("{base}/read-all"), None, "read.ack"),
         (format!("{conv}/read"), Some(json!({"read_seq": 1_000_000})), "read.ack"),
         (format!("{conv}/mute"), Some(json!({"muted": true})), "conversation.muted"),
         (format!("{base}/notifications/read"), Some(json!({"category": "mention"})), "notifications.read"),
@@ -235,6 +244,10 @@ fn every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change
         // Found by Schemathesis (issue 24): JSON null is the absent body; a seq may be written 1000000.0.
         (format!("{base}/broadcasts/system/read"), Some(Value::Null), "broadcast.read"),
         (format!("{conv}/read"), Some(json!({"read_seq": 1_000_000.0})), "read.ack"),
+        // Contract v3: unread from here, unmark, mark (the last one stands).
+        (format!("{conv}/mark-unread"), Some(json!({"from_seq": 5})), "conversation.marked_unread"),
+        (format!("{conv}/mark-unread"), Some(json!({"marked": false})), "conversation.marked_unread"),
+        (format!("{conv}/mark-unread"), None, "conversation.marked_unread"),
     ];
     let mut published = Vec::new();
     for (path, body, kind) in &writes {
@@ -264,6 +277,14 @@ fn every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change
         (format!("{conv}/mute"), None, aadi.clone(), 400),
         (format!("{base}/conversations/%01/read"), Some(json!({"read_seq": 1})), aadi.clone(), 400),
         (format!("{conv}/read"), Some(json!({"read_seq": 1})), token("epod", false), 403),
+        // Contract v3's routes: from_seq only with marked true, and at least 1; another user's token; no token.
+        (format!("{conv}/mark-unread"), Some(json!({"marked": false, "from_seq": 3})), aadi.clone(), 400),
+        (format!("{conv}/mark-unread"), Some(json!({"from_seq": 0})), aadi.clone(), 400),
+        (format!("{conv}/mark-unread"), Some(json!({"marked": "yes"})), aadi.clone(), 400),
+        (format!("{conv}/mark-unread"), None, token("epod", false), 403),
+        (format!("{base}/read-all"), None, token("epod", false), 403),
+        (format!("{conv}/mark-unread"), None, String::new(), 401),
+        (format!("{base}/read-all"), None, String::new(), 401),
     ] {
         let (code, answer, _) = post(port, &path, &token, body.as_ref(), None);
         assert_eq!(code, status, "{path}: {answer}");
@@ -281,6 +302,8 @@ fn every_write_route_publishes_its_event_keyed_by_the_user_and_the_counts_change
     let got: UserView = serde_json::from_str(&body).unwrap();
     let c = got.conversations["ubuntu.2009-10-01_17"];
     assert_eq!((c.unread, c.muted, got.total_unread, got.feed_unread), (0, false, 0, 0), "{body}");
+    // Marked unread (v3): it counts as an unread conversation with nothing unread, and read-all left no other.
+    assert!(c.marked_unread && got.unread_conversations == 1, "{body}");
     assert_eq!((got.notifications["mention"].unread, got.total_notifications_unseen), (0, 0), "{body}");
     assert_eq!((got.notifications["like"].unread, got.broadcasts["system"].unread), (0, 0), "{body}");
     svc.stop();

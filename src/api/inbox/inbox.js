@@ -13,7 +13,7 @@ async function post(rest, body) {
   const headers = { "content-type": "application/json" };
   if (token) headers.authorization = "Bearer " + token;
   const r = await fetch(path(rest), { method: "POST", headers, body: body ? JSON.stringify(body) : "" });
-  if (!r.ok) status("could not mark read: " + r.status + " " + (await r.text()));
+  if (!r.ok) status("could not mark: " + r.status + " " + (await r.text()));
 }
 
 function connect() {
@@ -44,7 +44,7 @@ function apply(m) {
   render();
 }
 
-function row(list, key, label, right, onClick, extra) {
+function row(list, key, label, right, onClick, extra, more) {
   const li = document.createElement("li");
   const b = document.createElement("button");
   b.type = "button";
@@ -55,8 +55,22 @@ function row(list, key, label, right, onClick, extra) {
   b.append(name, right);
   b.addEventListener("click", onClick);
   li.append(b);
+  if (more) li.append(more);
   list.append(li);
   return b;
+}
+
+// The small button beside a conversation: marks it unread (contract v3), or takes the mark away.
+function markButton(id, c) {
+  const m = document.createElement("button");
+  m.type = "button";
+  m.className = "mark";
+  m.dataset.markUnread = id;
+  m.textContent = c.marked_unread ? "Unmark" : "Mark unread";
+  m.setAttribute("aria-label", (c.marked_unread ? "unmark " : "mark unread ") + id);
+  m.addEventListener("click", () =>
+    post("/conversations/" + encodeURIComponent(id) + "/mark-unread", c.marked_unread ? { marked: false } : {}));
+  return m;
 }
 
 function badge(n, label) {
@@ -82,9 +96,17 @@ function renderConversations() {
       m.textContent = "@" + shown(c.mentions) + " ";
       right.append(m);
     }
+    if (c.marked_unread) {
+      const dot = document.createElement("span");
+      dot.className = "dot";
+      dot.dataset.on = "true";
+      right.append(dot, " ");
+    }
     right.append(badge(c.unread, c.unread + " unread"));
     const b = row(list, "conversation", id, right, () => post("/conversations/" + encodeURIComponent(id) + "/read"),
-      id + ": " + c.unread + " unread, " + c.mentions + " mentions" + (c.muted ? ", muted" : ""));
+      id + ": " + c.unread + " unread, " + c.mentions + " mentions" + (c.muted ? ", muted" : "") +
+        (c.marked_unread ? ", marked unread" : ""), markButton(id, c));
+    b.dataset.marked = String(!!c.marked_unread);
     if (c.muted) b.classList.add("muted");
   }
 }
@@ -147,6 +169,7 @@ $("pick").addEventListener("submit", (e) => {
   open($("user").value.trim(), $("token").value.trim());
 });
 $("feed").addEventListener("click", () => post("/feed/read"));
+$("read-all").addEventListener("click", () => post("/read-all"));
 $("seen-all").addEventListener("click", () => post("/notifications/seen"));
 const start = new URLSearchParams(location.hash.slice(1));
 if (start.get("user")) {

@@ -89,6 +89,19 @@ pub fn v2_dev_expected() -> Vec<UserView> {
     parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v2-dev-expected.jsonl")).unwrap())
 }
 
+/// The bundled v3 dev set's events (JSON Lines path).
+pub fn v3_dev_events() -> String {
+    repo_path("tests/data/ubuntu-irc/v3-dev-events.jsonl").to_str().unwrap().to_owned()
+}
+
+/// The bundled v3 dev set's expected state at [`V3_DEV_NOW`] (1,616 users).
+pub fn v3_dev_expected() -> Vec<UserView> {
+    parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v3-dev-expected.jsonl")).unwrap())
+}
+
+/// The instant the v3 dev set's expected state is at (its README), as a read query.
+pub const V3_DEV_NOW: &str = "?now=2009-03-04T12:00:00Z";
+
 /// The v2 dev set with churn: every `member.joined` followed, 150 events later, by the same member leaving. The
 /// dev set's channels only grow; with churn they shrink and grow again, so a low read-diffusion threshold makes
 /// them switch both ways many times. JSON Lines.

@@ -94,9 +94,15 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 /// Asks the API for every expected user; returns how many were asked and the mismatches.
 pub fn mismatches(port: u16, expected: &[UserView]) -> (usize, Vec<String>) {
+    mismatches_at(port, expected, "")
+}
+
+/// [`mismatches`] with a query string (`"?now=…"`, or `""`) on every read.
+pub fn mismatches_at(port: u16, expected: &[UserView], query: &str) -> (usize, Vec<String>) {
     let mut bad = Vec::new();
     for e in expected {
-        let (code, body) = http_get(port, &format!("/v1/users/{}/unread", encode(&e.user_id))).expect("API answers");
+        let path = format!("/v1/users/{}/unread{query}", encode(&e.user_id));
+        let (code, body) = http_get(port, &path).expect("API answers");
         let got: Option<UserView> = serde_json::from_str(&body).ok();
         if code != 200 || got.as_ref() != Some(e) {
             bad.push(format!("{}: HTTP {code} {body}", e.user_id));
@@ -112,7 +118,12 @@ pub fn assert_exact(port: u16) {
 
 /// Every user of `expected` (at least the dev set's 1,565) is served exactly.
 pub fn assert_matches(port: u16, expected: &[UserView]) {
-    let (n, bad) = mismatches(port, expected);
+    assert_matches_at(port, expected, "");
+}
+
+/// [`assert_matches`] with a query string (`"?now=…"`) on every read.
+pub fn assert_matches_at(port: u16, expected: &[UserView], query: &str) {
+    let (n, bad) = mismatches_at(port, expected, query);
     assert!(n >= 1565, "{n} users expected");
     assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
 }
@@ -137,6 +148,11 @@ fn segments_escape_all_but_unreserved_characters() {
 /// (`x-unread-source: checkpoint`, exact, never zeros), then `unread projection rebuild` makes every user of
 /// `expected` exact again in Redis.
 pub fn lose_redis_then_rebuild(ns: &Ns, expected: &[UserView], sample: &[&UserView]) {
+    lose_redis_then_rebuild_at(ns, expected, sample, "");
+}
+
+/// [`lose_redis_then_rebuild`] with a query string (`"?now=…"`) on every read.
+pub fn lose_redis_then_rebuild_at(ns: &Ns, expected: &[UserView], sample: &[&UserView], query: &str) {
     let api = ns.start(&["--roles", "api"]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -145,12 +161,12 @@ pub fn lose_redis_then_rebuild(ns: &Ns, expected: &[UserView], sample: &[&UserVi
     });
     for e in sample {
         let (code, headers, body) =
-            http_get_full(api.port, &format!("/v1/users/{}/unread", encode(&e.user_id))).unwrap();
+            http_get_full(api.port, &format!("/v1/users/{}/unread{query}", encode(&e.user_id))).unwrap();
         assert!(code == 200 && headers.contains(&"x-unread-source: checkpoint".to_owned()), "{body}");
         assert_eq!(&serde_json::from_str::<UserView>(&body).unwrap(), *e);
     }
     ns.ok(&["projection", "rebuild"]);
-    let (n, bad) = mismatches(api.port, expected);
+    let (n, bad) = mismatches_at(api.port, expected, query);
     assert!(
         bad.is_empty(),
         "{} of {n} users differ after the rebuild, e.g. {:#?}",

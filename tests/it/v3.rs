@@ -1,0 +1,111 @@
+//! Contract v3 through the real service (Kafka, Redis, PostgreSQL): the bundled v3 dev set (ttls, marks "from
+//! here", unmarks) end to end over HTTP at the set's instant (`?now=`), after a SIGKILL, after Redis lost
+//! everything, replayed into a namespace.
+
+use unread::core::contract::UserView;
+
+use crate::support::*;
+
+#[test]
+fn v3_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_is_exact() {
+    let Some(stack) = stack("v3_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_is_exact") else {
+        return;
+    };
+    let ns = Ns::new(&stack, "v3e2e");
+    let expected = v3_dev_expected();
+    let svc = ns.start(&[]);
+    ns.ok(&["produce", &v3_dev_events()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    assert_matches_at(svc.port, &expected, V3_DEV_NOW);
+    // The instant matters: at the server's clock (years later) every message of a conversation with a ttl has
+    // expired, and a conversation-level read agrees with the user's read at the same instant.
+    let (marked, (expiring, ttl_cid)) = pick_marked_and_expiring(&expected);
+    let (_, now_body) = http_get(svc.port, &format!("/v1/users/{}/unread", encode(&expiring.user_id))).unwrap();
+    let now: UserView = serde_json::from_str(&now_body).unwrap();
+    let unread_now = now.conversations.get(ttl_cid).map_or(0, |c| c.unread);
+    assert_eq!(unread_now, 0, "{} in {ttl_cid} at the server's clock: {now_body}", expiring.user_id);
+    let (cid, c) = marked.conversations.iter().find(|(_, c)| c.marked_unread).unwrap();
+    let path = format!("/v1/users/{}/conversations/{}/unread{V3_DEV_NOW}", encode(&marked.user_id), encode(cid));
+    let (_, body) = http_get(svc.port, &path).unwrap();
+    assert!(body.contains(&format!(r#""unread":{},"mentions":{}"#, c.unread, c.mentions)), "{body}");
+    let (code, body) = http_get(svc.port, "/v1/users/x/unread?now=yesterday").unwrap();
+    assert!(code == 400 && body.contains("invalid_query"), "{code} {body}");
+    assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    svc.stop();
+    let sample: Vec<&UserView> = expected.iter().step_by(97).collect();
+    lose_redis_then_rebuild_at(&ns, &expected, &sample, V3_DEV_NOW);
+}
+
+/// A user with a conversation marked unread, and a user with unread in a conversation with a ttl at the set's
+/// instant (all expired years later), with that conversation.
+fn pick_marked_and_expiring(expected: &[UserView]) -> (&UserView, (&UserView, &String)) {
+    let marked = expected.iter().find(|v| v.conversations.values().any(|c| c.marked_unread && c.unread > 0));
+    let events = std::fs::read_to_string(v3_dev_events()).unwrap();
+    let with_ttl: Vec<String> = events
+        .lines()
+        .filter(|l| l.contains("unread_ttl_days"))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["conversation_id"].as_str().map(Into::into))
+        .collect();
+    let expiring = expected.iter().find_map(|v| {
+        v.conversations.iter().find(|(id, c)| c.unread > 0 && with_ttl.contains(id)).map(|(id, _)| (v, id))
+    });
+    (marked.expect("a marked conversation"), expiring.expect("unexpired unread with a ttl"))
+}
+
+#[test]
+fn v3_sigkill_mid_flow_then_replay_and_verify_against_is_exact() {
+    let Some(stack) = stack("v3_sigkill_mid_flow_then_replay_and_verify_against_is_exact") else { return };
+    let ns = Ns::new(&stack, "v3kill");
+    let expected = v3_dev_expected();
+    ns.ok(&["produce", &v3_dev_events()]);
+    let initial = ns.total_lag();
+    let svc = ns.start(&["--flush-events", "2000"]);
+    let at_kill = wait_for_progress(&ns, initial);
+    svc.kill();
+    assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
+    let svc = ns.start(&[]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    assert_matches_at(svc.port, &expected, V3_DEV_NOW);
+    let out = ns.ok(&["replay", "--into", "v3r"]);
+    assert!(out.contains("complete"), "{out}");
+    let out = ns.ok(&["verify", "--against", "v3r"]);
+    assert!(out.contains("differing: 0"), "{out}");
+    svc.stop();
+}
+
+/// The midnight push (issue 22): a connected user whose unread expires at midnight UTC gets the new counts at that
+/// instant, with no event. The service's clock is moved (`UNREAD_CLOCK_OFFSET_SECONDS`, a test aid) so that its
+/// midnight comes 40 s after the start.
+#[test]
+fn the_stream_pushes_expiry_at_midnight_with_no_event() {
+    let Some(stack) = stack("the_stream_pushes_expiry_at_midnight_with_no_event") else { return };
+    let ns = Ns::new(&stack, "v3midnight");
+    let midnight = unread::core::expiry::seconds_of("2030-01-03T00:00:00Z").unwrap();
+    let offset = midnight - 40 - chrono::Utc::now().timestamp();
+    let path = std::env::temp_dir().join(format!("{}-events.jsonl", ns.name));
+    let at = r#""occurred_at":"2030-01-01T12:00:00Z","conversation_id":"ttl""#;
+    let events = [
+        format!(
+            r#"{{"type":"conversation.created","event_id":"c",{at},"kind":"group","members":["m","s"],"unread_ttl_days":2}}"#
+        ),
+        format!(r#"{{"type":"message.sent","event_id":"s1",{at},"seq":1,"sender_id":"s","mentions":["m"]}}"#),
+    ];
+    std::fs::write(&path, events.join("\n") + "\n").unwrap();
+    let svc = ns.start_with_env(&[], &[(unread::clock::OFFSET_VAR, &offset.to_string())]);
+    ns.ok(&["produce", path.to_str().unwrap()]);
+    ns.ok(&["lag", "--wait", "1m"]);
+    let before_midnight = chrono::Utc::now().timestamp() + offset < midnight - 2;
+    assert!(before_midnight, "the service took too long to start: the test proves nothing");
+    let follower = crate::push::sse(svc.port, "m");
+    let first = follower.next_message(std::time::Duration::from_secs(10)).expect("the state");
+    assert_eq!(first["state"]["total_unread"], 1, "{first}");
+    assert_eq!(first["state"]["total_mentions"], 1, "{first}");
+    let change = follower.next_message(std::time::Duration::from_secs(60)).expect("a change at midnight");
+    let pushed_at = chrono::Utc::now().timestamp() + offset;
+    assert!(pushed_at >= midnight && pushed_at <= midnight + 5, "pushed at {pushed_at}, midnight is {midnight}");
+    assert_eq!((change["type"].as_str(), &change["totals"]["total_unread"]), (Some("changes"), &0.into()), "{change}");
+    let (_, body) = http_get(svc.port, "/v1/users/m/unread?now=2030-01-02T23:59:59Z").unwrap();
+    assert!(body.contains(r#""total_unread":1"#), "a second before midnight: {body}");
+    svc.stop();
+    std::fs::remove_file(path).ok();
+}
