@@ -32,6 +32,7 @@ pub mod gateway;
 pub mod inbox;
 pub mod limits;
 pub mod openapi;
+pub mod receipts;
 pub mod serve;
 pub mod stream;
 
@@ -195,6 +196,7 @@ pub fn router(state: ApiState) -> Router {
     let v1 = OpenApiRouter::new()
         .routes(routes!(user_unread))
         .routes(routes!(conversation_unread))
+        .routes(routes!(receipts::receipts))
         .routes(routes!(batch_unread))
         .routes(routes!(stream::stream))
         .routes(routes!(gateway::read_conversation))

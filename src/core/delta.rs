@@ -55,6 +55,11 @@ pub enum DeltaOp {
         /// unchanged.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         expiry: Vec<(i64, SeqSet)>,
+        /// v3: every seq the user sent in the run while a member (countable or not): the messages whose
+        /// receipts leave the user out while that membership lasts ([`crate::core::receipts`]). Absent (empty)
+        /// on the wire when none.
+        #[serde(default, skip_serializing_if = "SeqSet::is_empty")]
+        own: SeqSet,
     },
     /// These seqs were recalled: they stop counting. Comes first in a delta and covers every recall of the batch,
     /// also of messages sent in it (which the batch's Messages ops already leave out), so that a delta produced

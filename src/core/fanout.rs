@@ -49,6 +49,9 @@ pub struct ConversationState {
     /// comes with the creation applies to them too (§ v3: the conversation's ttl is its first creation's).
     #[serde(default)]
     pub uncreated_days: BTreeMap<i64, SeqSet>,
+    /// v3: the seqs sent and not recalled (duplicates are not sent): the messages that have read receipts.
+    #[serde(default)]
+    pub sent: SeqSet,
 }
 
 /// The fan-out's state of every conversation and broadcast list it has seen.
@@ -265,7 +268,13 @@ fn switch(
 
 /// The op of a non-member's own messages: only its cursor moves (`CONTRACT.md` § Semantics).
 fn read_to_op(read_to: u64) -> DeltaOp {
-    DeltaOp::Messages { unread: SeqSet::new(), mentions: SeqSet::new(), read_to, expiry: Vec::new() }
+    DeltaOp::Messages {
+        unread: SeqSet::new(),
+        mentions: SeqSet::new(),
+        read_to,
+        expiry: Vec::new(),
+        own: SeqSet::new(),
+    }
 }
 
 /// One delta per current member with the switch's op.
@@ -338,6 +347,7 @@ impl<'e> ConvBatch<'e> {
                     return;
                 }
                 state.head = e.seq;
+                state.sent.insert(e.seq);
                 self.timeline.entry(&e.sender_id).or_default().push(Mark::Own(e.seq));
                 if e.countable {
                     self.countable_sent(state, e, list_ops);
@@ -382,6 +392,7 @@ impl<'e> ConvBatch<'e> {
 
     /// A recall of `seq`, at or below the head.
     fn recalled(&mut self, state: &mut ConversationState, seq: u64, list_ops: &mut Vec<(ListId, ListOp)>) {
+        state.sent.remove(seq);
         if seq > self.start_head {
             // Sent in this batch: this batch's Messages ops never carry it.
             self.countable.remove(seq);
@@ -427,7 +438,7 @@ impl<'e> ConvBatch<'e> {
             .map(|(day, seqs)| (*day, seqs.intersection(&unread)))
             .filter(|(_, seqs)| !seqs.is_empty())
             .collect();
-        Some(DeltaOp::Messages { unread, mentions, read_to, expiry })
+        Some(DeltaOp::Messages { unread, mentions, read_to, expiry, own: own.clone() })
     }
 
     /// Whether `user` was a member at the start of the batch, from its first membership mark in the batch (a

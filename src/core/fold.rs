@@ -76,6 +76,20 @@ pub struct ConvState {
     /// ([`crate::core::expiry`]): at day D, the buckets up to D no longer count. Empty buckets are not kept.
     #[serde(default)]
     pub expiry: BTreeMap<i64, SeqSet>,
+    /// v3: the seqs the user sent during this membership, not recalled (countable or not): the messages whose read
+    /// receipts leave the user out ([`crate::core::receipts`]). Empty for a non-member.
+    #[serde(default)]
+    pub own: SeqSet,
+}
+
+/// What changed in one conversation's [`ConvState::own`] since the projection last heard: the conversation side's
+/// senders (`CONTRACT.md` § v3, receipts) follow it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnChange {
+    /// Seqs the user sent as a member.
+    pub added: SeqSet,
+    /// Seqs no longer the user's as a member (the membership ended, or a recall).
+    pub removed: SeqSet,
 }
 
 /// A conversation marked unread (`CONTRACT.md` § v3): `from_seq` S makes unread count as if the user's cursor were
@@ -176,7 +190,8 @@ impl ConvState {
 
     /// Forgets every seq of this membership (a join or a leave).
     fn clear_seqs(&mut self) {
-        for set in [&mut self.unread, &mut self.mentions, &mut self.named, &mut self.read, &mut self.read_mentions] {
+        let sets = [&mut self.unread, &mut self.mentions, &mut self.named, &mut self.read, &mut self.read_mentions];
+        for set in sets.into_iter().chain([&mut self.own]) {
             set.clear();
         }
         self.expiry.clear();
@@ -302,7 +317,23 @@ pub struct UserState {
     notifications: Summary,
     #[serde(skip)]
     notes: NoteBook,
+    /// Per conversation, what changed in the user's own seqs since [`UserState::take_own_changes`].
+    #[serde(skip)]
+    own_changes: Pending,
 }
+
+/// What the projection has not heard yet of a user's own seqs: transient, so not part of the state's value (two
+/// states equal whatever their pending changes, as a state loaded from its checkpoint has none).
+#[derive(Debug, Clone, Default)]
+struct Pending(BTreeMap<String, OwnChange>);
+
+impl PartialEq for Pending {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Pending {}
 
 impl UserState {
     /// A state from its parts (a v1 checkpoint has no broadcasts and no notifications).
@@ -348,6 +379,17 @@ impl UserState {
     /// The notification counts per category.
     pub fn notification_summary(&self) -> &Summary {
         &self.notifications
+    }
+
+    /// What changed in the user's own seqs per conversation since the last call, taken (the projection writes
+    /// it to the conversations' senders).
+    pub fn take_own_changes(&mut self) -> BTreeMap<String, OwnChange> {
+        std::mem::take(&mut self.own_changes.0)
+    }
+
+    /// The changes [`UserState::take_own_changes`] would take.
+    pub fn own_changes(&self) -> &BTreeMap<String, OwnChange> {
+        &self.own_changes.0
     }
 
     /// The remembered notifications.
@@ -498,8 +540,35 @@ impl UserState {
         }
     }
 
-    /// Applies one op about `conversation_id`; returns how many seqs became unread.
+    /// Applies one op about `conversation_id`; returns how many seqs became unread. Notes what changed in the
+    /// user's own seqs there ([`UserState::take_own_changes`]).
     pub fn apply_op(&mut self, conversation_id: &str, op: &DeltaOp) -> u64 {
+        let touches_own = match op {
+            DeltaOp::Messages { own, .. } => !own.is_empty(),
+            DeltaOp::Joined { .. } | DeltaOp::Left | DeltaOp::Recalled { .. } => true,
+            _ => false,
+        };
+        if !touches_own {
+            return self.apply_op_inner(conversation_id, op);
+        }
+        let own_before = self.conversations.get(conversation_id).map(|c| c.own.clone()).unwrap_or_default();
+        let added = self.apply_op_inner(conversation_id, op);
+        let own_after = self.conversations.get(conversation_id).map(|c| &c.own);
+        if own_after != Some(&own_before) && !(own_before.is_empty() && own_after.is_none()) {
+            let after = own_after.cloned().unwrap_or_default();
+            let change = self.own_changes.0.entry(conversation_id.to_owned()).or_default();
+            let (mut gained, mut lost) = (after.clone(), own_before);
+            gained.remove_all(&lost);
+            lost.remove_all(&after);
+            change.removed.remove_all(&gained);
+            change.added.remove_all(&lost);
+            change.added.union_above(&gained, 0);
+            change.removed.union_above(&lost, 0);
+        }
+        added
+    }
+
+    fn apply_op_inner(&mut self, conversation_id: &str, op: &DeltaOp) -> u64 {
         match op {
             DeltaOp::Joined { head } => self.update(conversation_id, true, |c| {
                 if c.joined_at.is_none() {
@@ -513,12 +582,13 @@ impl UserState {
                 c.clear_seqs();
                 0
             }),
-            DeltaOp::Messages { unread, mentions, read_to, expiry } => {
+            DeltaOp::Messages { unread, mentions, read_to, expiry, own } => {
                 self.update(conversation_id, *read_to > 0, |c| {
                     c.floor = c.floor.max(*read_to);
                     if !c.is_member() {
                         return 0;
                     }
+                    c.own.union_above(own, 0);
                     c.drop_read();
                     if !c.feed {
                         c.add_read_history(unread, mentions, c.cursor());
@@ -529,7 +599,8 @@ impl UserState {
                 })
             }
             DeltaOp::Recalled { seqs } => self.update(conversation_id, false, |c| {
-                for set in [&mut c.unread, &mut c.mentions, &mut c.named, &mut c.read, &mut c.read_mentions] {
+                let sets = [&mut c.unread, &mut c.mentions, &mut c.named, &mut c.read, &mut c.read_mentions];
+                for set in sets.into_iter().chain([&mut c.own]) {
                     set.remove_all(seqs);
                 }
                 c.prune_expiry();

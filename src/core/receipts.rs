@@ -146,7 +146,7 @@ impl Receipts {
     /// recalled).
     pub fn query(&self, conversation_id: &str, seq: u64) -> Option<ReceiptView> {
         let (read, recipients) = self.conversations.get(conversation_id)?.query(seq)?;
-        Some(ReceiptView { conversation_id: conversation_id.to_owned(), seq, read, recipients })
+        Some(ReceiptView { conversation_id: conversation_id.to_owned(), seq, read, recipients, readers: None })
     }
 
     /// Every message's receipts, sorted by conversation id then seq (the order of `reference_fold.py --receipts`).
@@ -159,6 +159,7 @@ impl Receipts {
                 seq,
                 read,
                 recipients,
+                readers: None,
             })
         });
         per_conversation.collect()

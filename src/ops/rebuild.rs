@@ -10,7 +10,7 @@ use crate::checkpoint::Stage;
 use crate::config::Settings;
 use crate::core::broadcast::ListId;
 use crate::kafka;
-use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
+use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
 use crate::state::codec;
 use crate::state::offsets::CheckpointVersions;
 use crate::state::user::Which;
@@ -83,14 +83,17 @@ async fn rebuild_lists(store: &CheckpointStore, projection: &RedisProjection) ->
         let generation = generations.get(&row.partition).copied().unwrap_or(0);
         writes.push(ListWrite { list: ListId::Broadcast(row.id), generation, ops: state.whole_ops(), replace: true });
     }
+    let mut sent = Vec::new();
     for row in store.states(Stage::FanOut, None).await? {
         let state = codec::decode_conversation(&row.state)
             .with_context(|| format!("checkpoint of conversation {:?}", row.id))?;
         let generation = generations.get(&row.partition).copied().unwrap_or(0);
+        sent.push(SentWrite::of(&row.id, &state));
         if let Some(index) = state.index {
             writes.push(ListWrite { list: ListId::Index(row.id), generation, ops: index.whole_ops(), replace: true });
         }
     }
     projection.write_lists(&writes).await?;
+    projection.write_sent(&sent).await?;
     Ok(())
 }

@@ -185,6 +185,44 @@ pub fn index_fields(state: &UserState) -> BTreeMap<String, String> {
     state.read_diffused().map(|(id, c)| (id.clone(), index_value(c))).collect()
 }
 
+/// The Redis keys of a conversation's read receipts (contract v3, [`crate::core::receipts`]), all hash-tagged
+/// `{#id}` so that one query's keys share a cluster slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiptKeys {
+    /// String: the sent, not recalled seqs as ranges, `"lo-hi lo-hi …"` (written by the fan-out).
+    pub sent: String,
+    /// Sorted set: current member → head at their latest join (written by the fold).
+    pub joins: String,
+    /// Sorted set: current member → cursor (written by the fold: a read ack moves one score).
+    pub cursors: String,
+    /// Hash: seq → sender, for the seqs whose sender is still in the membership it sent them in (the fold).
+    pub senders: String,
+}
+
+/// The receipts keys of `conversation_id`: `{prefix}rl:{#id}`, `rj:`, `rc:`, `ro:`.
+pub fn receipt_keys(prefix: &str, conversation_id: &str) -> ReceiptKeys {
+    let key = |kind: &str| format!("{prefix}{kind}:{{#{conversation_id}}}");
+    ReceiptKeys { sent: key("rl"), joins: key("rj"), cursors: key("rc"), senders: key("ro") }
+}
+
+/// A seq set as the receipts' `sent` string: `"lo-hi lo-hi …"`.
+pub fn ranges_value(set: &crate::core::seqset::SeqSet) -> String {
+    let ranges: Vec<String> = set.ranges().iter().map(|(lo, hi)| format!("{lo}-{hi}")).collect();
+    ranges.join(" ")
+}
+
+/// Whether `seq` is in a `sent` string; `None` when the string is malformed.
+pub fn ranges_contain(value: &str, seq: u64) -> Option<bool> {
+    for range in value.split(' ').filter(|r| !r.is_empty()) {
+        let (lo, hi) = range.split_once('-')?;
+        let (lo, hi): (u64, u64) = (lo.parse().ok()?, hi.parse().ok()?);
+        if (lo..=hi).contains(&seq) {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 /// The `e:` field's value of a member conversation, `None` when none of its counts expire.
 pub fn expiry_value(c: &ConvState) -> Option<String> {
     let buckets = c.expiry_counts();

@@ -20,7 +20,7 @@ use crate::core::fold::Fold;
 use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::kafka::{self, partition_for_key};
 use crate::metrics::Metrics;
-use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
+use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
 use crate::service::records;
 use crate::state::commit::{commit, fanout_changes, fold_changes, Commit, FanOutKey, Home, RedisWrites};
 use crate::state::{load, FoldNext, Input, Offsets};
@@ -131,11 +131,18 @@ impl Replay {
             let lists = keys.iter().filter_map(|key| self.whole_list(key, &touched, generation)).collect();
             let offsets = vec![(Input::ConversationEvents, self.next.conversation[p as usize])];
             let changes = fanout_changes(&self.fanout, &keys);
-            let (redis, mark, stage) = (RedisWrites::Lists(lists), true, Stage::FanOut);
+            let sent = keys.iter().filter_map(|key| self.sent_of(key)).collect();
+            let (redis, mark, stage) = (RedisWrites::Lists(lists, sent), true, Stage::FanOut);
             commit(self.home(), &Commit { stage, partition: p, generation, redis, mark, changes, offsets }).await?;
         }
         self.checkpoints += 1;
         Ok(())
+    }
+
+    /// The sent seqs of a changed conversation (`None` for a list).
+    fn sent_of(&self, key: &FanOutKey) -> Option<SentWrite> {
+        let FanOutKey::Conversation(id) = key else { return None };
+        self.fanout.conversation(id).map(|c| SentWrite::of(id, c))
     }
 
     /// The whole write of a changed broadcast list, or of a changed conversation's index; `None` for a
@@ -163,6 +170,10 @@ impl Replay {
             let next = FoldNext { user_events: self.next.user[p as usize], user_deltas: 0 };
             let version = next.version(generation);
             let writes = users.iter().map(|u| UserWrite::of_state(u, self.fold.user(u), version)).collect();
+            for u in &users {
+                // The writes are whole, own seqs included.
+                self.fold.user_mut_existing(u).map(|s| s.take_own_changes());
+            }
             let changes = fold_changes(&mut self.fold, &users);
             let (redis, mark, stage, offsets) = (RedisWrites::Users(writes), true, Stage::Fold, next.pairs().to_vec());
             commit(self.home(), &Commit { stage, partition: p, generation, redis, mark, changes, offsets }).await?;

@@ -30,7 +30,7 @@ use crate::core::delta::DeltaSource;
 use crate::core::fanout::FanOut;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::ListWrite;
+use crate::projection::redis::{ListWrite, SentWrite};
 use crate::state::commit::{fanout_changes, Commit, FanOutKey, RedisWrites};
 use crate::state::retry::retry;
 use crate::state::Input;
@@ -190,19 +190,31 @@ impl FanOutTask {
     }
 
     /// The Redis writes of a commit: the broadcast lists' and read-diffused conversations' indexes' changes since
-    /// the last commit (O(1) per publication or message, whatever the number of readers), or every list and index
-    /// of the partition whole when Redis lost them (no marker); and whether they are whole.
+    /// the last commit (O(1) per publication or message, whatever the number of readers) and the changed
+    /// conversations' sent seqs (receipts), or every list, index and conversation of the partition whole when Redis
+    /// lost them (no marker); and whether they are whole.
     async fn list_writes(&mut self) -> Result<(RedisWrites, bool), TaskError> {
         let (sh, p, generation) = (&*self.shared, self.input.partition, self.generation);
-        if !self.fanout.has_shared() && !self.fanout.has_list_ops() {
-            // A partition without lists or read-diffused conversations keeps nothing in Redis: no round trip, no
-            // dependency on it. (One whose last index was just dropped still writes the drop.)
+        if self.dirty.is_empty() && !self.fanout.has_shared() && !self.fanout.has_list_ops() {
+            // Nothing changed and nothing shared: no round trip. (One whose last index was just dropped still
+            // writes the drop.)
             return Ok((RedisWrites::Nothing, false));
         }
         let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?;
         let ops = self.fanout.take_list_ops();
         let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
-        Ok((if writes.is_empty() && !full { RedisWrites::Nothing } else { RedisWrites::Lists(writes) }, full))
+        let sent = match full {
+            true => self.fanout.conversations().map(|(id, c)| SentWrite::of(id, c)).collect(),
+            false => self.dirty.iter().filter_map(|k| self.sent_of(k)).collect::<Vec<_>>(),
+        };
+        let nothing = writes.is_empty() && sent.is_empty() && !full;
+        Ok((if nothing { RedisWrites::Nothing } else { RedisWrites::Lists(writes, sent) }, full))
+    }
+
+    /// The sent-seqs write of a changed conversation (`None` for a list).
+    fn sent_of(&self, key: &FanOutKey) -> Option<SentWrite> {
+        let FanOutKey::Conversation(id) = key else { return None };
+        self.fanout.conversation(id).map(|c| SentWrite::of(id, c))
     }
 }
 

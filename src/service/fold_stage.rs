@@ -22,7 +22,7 @@ use crate::core::delta::Fence;
 use crate::core::fold::Fold;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::UserWrite;
+use crate::projection::redis::{ReceiptWrite, UserWrite};
 use crate::state::commit::{fold_changes, publish, Commit, RedisWrites};
 use crate::state::retry::retry;
 use crate::state::FoldNext;
@@ -147,8 +147,14 @@ impl StageTask for FoldTask {
 }
 
 impl FoldTask {
-    /// What was unpublished is in Redis: forget it and count its latency.
+    /// What was unpublished is in Redis: forget it (and the own seqs' changes the receipts were written from),
+    /// and count its latency.
     fn published(&mut self) {
+        for user in self.unpublished.keys() {
+            if let Some(state) = self.fold.user_mut_existing(user) {
+                state.take_own_changes();
+            }
+        }
         self.unpublished.clear();
         for (at, n) in self.read.drain(..) {
             self.shared.metrics.live_path(Step::FoldReadToRedis, at.elapsed(), n);
@@ -219,6 +225,7 @@ impl FoldTask {
             if !full || self.fold.user(user).is_none() {
                 let mut write = UserWrite::of_state(user, self.fold.user(user), version);
                 (write.changed, write.replace) = (conversations.iter().cloned().collect(), false);
+                write.receipts = ReceiptWrite::changed(self.fold.user(user), conversations);
                 writes.push(write);
             }
         }

@@ -17,7 +17,7 @@ use crate::checkpoint::Stage;
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::metrics::Metrics;
-use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
+use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
 use crate::projection::ProjectionError;
 use crate::state::codec;
 use crate::topology::Topics;
@@ -44,8 +44,9 @@ pub enum RedisWrites {
     Nothing,
     /// Users' hashes (the fold).
     Users(Vec<UserWrite>),
-    /// Broadcast lists and read-diffused conversations' indexes (the fan-out).
-    Lists(Vec<ListWrite>),
+    /// Broadcast lists and read-diffused conversations' indexes, and conversations' sent seqs (receipts, v3): the
+    /// fan-out's.
+    Lists(Vec<ListWrite>, Vec<SentWrite>),
 }
 
 /// One partition's commit.
@@ -173,7 +174,10 @@ pub async fn publish(home: Home<'_>, stage: Stage, p: i32, redis: &RedisWrites, 
         let r = match redis {
             RedisWrites::Nothing => (0, 0),
             RedisWrites::Users(w) => home.projection.write(w).await?,
-            RedisWrites::Lists(w) => home.projection.write_lists(w).await?,
+            RedisWrites::Lists(w, sent) => {
+                home.projection.write_sent(sent).await?;
+                home.projection.write_lists(w).await?
+            }
         };
         if mark {
             home.projection.set_marker(stage, p).await?;

@@ -64,7 +64,12 @@ fn rows_written_before_the_row_types_decode_and_reencode_byte_for_byte() {
             assert_eq!(codec::encode_conversation(&state), stored, "conversation {id} re-encodes to other bytes");
         }
         assert_eq!(codec::decode_conversation(&codec::encode_conversation(&state)).unwrap(), state, "{id}");
-        assert_eq!(Some(&state), p.fanout().conversation(id), "{id}");
+        // A row from before v3 has no sent seqs (receipts count from the upgrade on); the rest is the fold's.
+        let fresh = p
+            .fanout()
+            .conversation(id)
+            .map(|c| unread::core::fanout::ConversationState { sent: Default::default(), ..c.clone() });
+        assert_eq!(Some(&state), fresh.as_ref(), "{id}");
         indexes += usize::from(state.index.is_some());
     }
     for (id, hex) in &rows.lists {

@@ -685,7 +685,7 @@ fn a_batch_of_many_messages_is_one_delta_per_member_with_ranges() {
     // a joined at 0, sent 450: every other message in two ranges (those below 450 are the fold's read history,
     // v3), cursor moved to 450.
     let json = serde_json::to_string(&for_a[0].ops).unwrap();
-    let expected = r#"[{"Joined":{"head":0}},{"Messages":{"unread":[[1,449],[451,900]],"mentions":[],"read_to":450}}]"#;
+    let expected = r#"[{"Joined":{"head":0}},{"Messages":{"unread":[[1,449],[451,900]],"mentions":[],"read_to":450,"own":[[450,450]]}}]"#;
     assert_eq!(json, expected);
     let z = deltas.iter().find(|d| d.user_id == "z").expect("the non-member sender gets its cursor move");
     assert_eq!(serde_json::to_string(&z.ops).unwrap(), r#"[{"Messages":{"unread":[],"mentions":[],"read_to":900}}]"#);

@@ -31,9 +31,74 @@ fn v3_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_is_exact() {
     let (code, body) = http_get(svc.port, "/v1/users/x/unread?now=yesterday").unwrap();
     assert!(code == 400 && body.contains("invalid_query"), "{code} {body}");
     assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    let receipts = v3_dev_receipts();
+    assert_receipts(svc.port, &receipts, 1);
+    receipts_authorization_and_errors(svc.port, &receipts);
     svc.stop();
     let sample: Vec<&UserView> = expected.iter().step_by(97).collect();
     lose_redis_then_rebuild_at(&ns, &expected, &sample, V3_DEV_NOW);
+    // The receipts come back with the rebuild too (the fold's memberships and own seqs, the fan-out's sent seqs).
+    let api = ns.start(&["--roles", "api"]);
+    assert_receipts(api.port, &receipts, 13);
+    api.stop();
+}
+
+/// The bundled v3 dev set's receipts (14,056 messages), as JSON values.
+fn v3_dev_receipts() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v3-dev-receipts.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Every `step`-th receipt over HTTP (service token) equals the file's.
+fn assert_receipts(port: u16, receipts: &[serde_json::Value], step: usize) {
+    let mut bad = Vec::new();
+    for r in receipts.iter().step_by(step) {
+        let (cid, seq) = (r["conversation_id"].as_str().unwrap(), r["seq"].as_u64().unwrap());
+        let (code, body) =
+            http_get(port, &format!("/v1/conversations/{}/messages/{seq}/receipts", encode(cid))).unwrap();
+        let got: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if code != 200 || &got != r {
+            bad.push(format!("{cid} {seq}: HTTP {code} {body}, expected {r}"));
+        }
+    }
+    assert!(bad.is_empty(), "{} receipts differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(3)]);
+}
+
+/// A member's token reads, a non-member's is refused (403), no token is 401, a seq never sent or recalled is
+/// 404, `?list=true` names as many readers as `read` says.
+fn receipts_authorization_and_errors(port: u16, receipts: &[serde_json::Value]) {
+    let r = receipts.iter().find(|r| r["read"].as_u64() > Some(1)).expect("a receipt with readers");
+    let (cid, seq) = (r["conversation_id"].as_str().unwrap(), r["seq"].as_u64().unwrap());
+    let path = |seq: u64| format!("/v1/conversations/{}/messages/{seq}/receipts", encode(cid));
+    let (code, body) = http_get(port, &format!("{}?list=true", path(seq))).unwrap();
+    let got: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (code, got["readers"].as_array().map(Vec::len)),
+        (200, r["read"].as_u64().map(|n| n as usize)),
+        "{body}"
+    );
+    let reader = got["readers"][0].as_str().unwrap();
+    let (code, body) = http_get_as(port, &path(seq), Some(&token(reader, false))).unwrap();
+    assert_eq!((code, serde_json::from_str::<serde_json::Value>(&body).unwrap()), (200, r.clone()));
+    let (code, body) = http_get_as(port, &path(seq), Some(&token("not-a-member-anywhere", false))).unwrap();
+    assert!(code == 403 && body.contains("forbidden"), "{code} {body}");
+    assert_eq!(http_get_as(port, &path(seq), None).unwrap().0, 401);
+    let (code, body) = http_get(port, &path(1 << 40)).unwrap();
+    assert!(code == 404 && body.contains("not_found"), "never sent: {code} {body}");
+    let (recalled_in, recalled) = recalled_seq();
+    let recalled_path = format!("/v1/conversations/{}/messages/{recalled}/receipts", encode(&recalled_in));
+    let (code, body) = http_get(port, &recalled_path).unwrap();
+    assert!(code == 404 && body.contains("not_found"), "recalled {recalled_in} {recalled}: {code} {body}");
+    let (code, _) = http_get(port, &path(0)).unwrap();
+    assert_eq!(code, 400, "seq 0");
+}
+
+/// A (conversation, seq) the v3 dev set sends and then recalls.
+fn recalled_seq() -> (String, u64) {
+    let events = std::fs::read_to_string(v3_dev_events()).unwrap();
+    let recall = events.lines().find(|l| l.contains(r#""type":"message.recalled""#)).expect("a recall");
+    let recall: serde_json::Value = serde_json::from_str(recall).unwrap();
+    (recall["conversation_id"].as_str().unwrap().to_owned(), recall["seq"].as_u64().unwrap())
 }
 
 /// A user with a conversation marked unread, and a user with unread in a conversation with a ttl at the set's

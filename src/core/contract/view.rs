@@ -83,4 +83,7 @@ pub struct ReceiptView {
     pub read: u64,
     /// Current members other than the sender whose latest join came before the message.
     pub recipients: u64,
+    /// With `?list=true`: the readers' ids, sorted (conversations of at most 256 members).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readers: Option<Vec<String>>,
 }

@@ -147,6 +147,7 @@ pub(super) struct ConvRowV4 {
     read: Ranges,
     read_mentions: Ranges,
     expiry: Vec<(i64, Ranges)>,
+    own: Ranges,
 }
 
 impl From<&ConvState> for ConvRowV4 {
@@ -157,6 +158,7 @@ impl From<&ConvState> for ConvRowV4 {
             read: ranges(&c.read),
             read_mentions: ranges(&c.read_mentions),
             expiry: c.expiry.iter().map(|(day, seqs)| (*day, ranges(seqs))).collect(),
+            own: ranges(&c.own),
         }
     }
 }
@@ -170,6 +172,7 @@ impl ConvRowV4 {
             read: set(self.read)?,
             read_mentions: set(self.read_mentions)?,
             expiry,
+            own: set(self.own)?,
             ..self.v3.into_state()?
         })
     }
@@ -274,7 +277,8 @@ pub(super) struct ConversationRowV2 {
 impl ConversationRowV2 {
     pub(super) fn into_state(self) -> ConversationState {
         let (kind, head, members) = (self.kind.map(Into::into), self.head, self.members);
-        ConversationState { kind, head, members, index: None, ttl_days: None, uncreated_days: BTreeMap::new() }
+        let (ttl_days, uncreated_days, sent) = (None, BTreeMap::new(), SeqSet::new());
+        ConversationState { kind, head, members, index: None, ttl_days, uncreated_days, sent }
     }
 }
 
@@ -286,19 +290,20 @@ pub(super) struct IndexRow {
     mention_all: Ranges,
 }
 
-/// A conversation row of version 4 (contract v3): version 3's fields, then `unread_ttl_days` and the days of
-/// messages sent before the first creation.
+/// A conversation row of version 4 (contract v3): version 3's fields, then `unread_ttl_days`, the days of
+/// messages sent before the first creation, and the sent seqs (those with receipts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct ConversationRowV4 {
     v3: ConversationRowV3,
     ttl_days: Option<u64>,
     uncreated_days: Vec<(i64, Ranges)>,
+    sent: Ranges,
 }
 
 impl From<&ConversationState> for ConversationRowV4 {
     fn from(c: &ConversationState) -> Self {
         let uncreated_days = c.uncreated_days.iter().map(|(day, seqs)| (*day, ranges(seqs))).collect();
-        ConversationRowV4 { v3: c.into(), ttl_days: c.ttl_days, uncreated_days }
+        ConversationRowV4 { v3: c.into(), ttl_days: c.ttl_days, uncreated_days, sent: ranges(&c.sent) }
     }
 }
 
@@ -306,7 +311,8 @@ impl ConversationRowV4 {
     pub(super) fn into_state(self) -> Result<ConversationState, CheckpointError> {
         let days = self.uncreated_days.into_iter().map(|(day, r)| Ok((day, set(r)?)));
         let uncreated_days = days.collect::<Result<_, CheckpointError>>()?;
-        Ok(ConversationState { ttl_days: self.ttl_days, uncreated_days, ..self.v3.into_state()? })
+        let sent = set(self.sent)?;
+        Ok(ConversationState { ttl_days: self.ttl_days, uncreated_days, sent, ..self.v3.into_state()? })
     }
 }
 

@@ -88,6 +88,7 @@ fn version_2_user_and_conversation_rows_still_load() {
         read_mentions: SeqSet::new(),
         expiry: BTreeMap::new(),
         mark: None,
+        own: SeqSet::new(),
         ..c.clone()
     };
     let expected: BTreeMap<String, ConvState> =
@@ -97,7 +98,7 @@ fn version_2_user_and_conversation_rows_still_load() {
     let (id, conv) = fanout.conversations().next().unwrap();
     let mut bytes = vec![2u8];
     bytes.extend(postcard::to_allocvec(&(conv.kind, conv.head, &conv.members)).unwrap());
-    let expected = ConversationState { uncreated_days: BTreeMap::new(), ..conv.clone() };
+    let expected = ConversationState { uncreated_days: BTreeMap::new(), sent: SeqSet::new(), ..conv.clone() };
     assert_eq!(decode_conversation(&bytes).unwrap(), expected, "{id}");
 }
 
