@@ -242,10 +242,15 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Resul
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    // JSON `null` is the absent body too, as the document's optional (nullable) body says.
-    let body: Option<T> = serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
-    Ok(body.unwrap_or_default())
+    let invalid = |e: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e);
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| invalid(e.to_string()))?;
+    match value {
+        // JSON `null` is the absent body too, as the document's optional (nullable) body says.
+        serde_json::Value::Null => Ok(T::default()),
+        // Only an object: serde would also take a struct from an array of its fields (Schemathesis found it).
+        serde_json::Value::Object(_) => serde_json::from_value(value).map_err(|e| invalid(e.to_string())),
+        other => Err(invalid(format!("the body must be a JSON object, not {other}"))),
+    }
 }
 
 type Ids2 = Result<Path<(String, String)>, PathRejection>;

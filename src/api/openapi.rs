@@ -103,6 +103,7 @@ pub const ID_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$";
 ///   cannot say, so the description does;
 /// - `Idempotency-Key`: 1 to 256 visible ASCII characters, spaces inside only (what an HTTP header value carries);
 /// - the batch's `user_ids`: at most [`super::MAX_BATCH_IDS`];
+/// - a mark-unread body: no `from_seq` with `"marked": false`;
 /// - every gateway write's 202 links to the read of the same user (`ReadUser`), for clients and for Schemathesis'
 ///   stateful phase.
 ///
@@ -136,6 +137,12 @@ pub fn constrain_parameters(doc: String) -> String {
     }
     if let Some(category) = value.pointer_mut("/components/schemas/CategoryBody/properties/category") {
         id_rule(category);
+    }
+    if let Some(mark) = value.pointer_mut("/components/schemas/MarkUnreadBody").and_then(|m| m.as_object_mut()) {
+        // `from_seq` only with `marked` true or absent (CONTRACT.md § v3), which the struct cannot say.
+        let properties = serde_json::json!({"marked": {"const": false}, "from_seq": {"type": "integer"}});
+        let rule = serde_json::json!({"required": ["marked", "from_seq"], "properties": properties});
+        mark.insert("not".to_owned(), rule);
     }
     serde_json::to_string(&value).unwrap_or(doc)
 }

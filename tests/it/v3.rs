@@ -44,13 +44,13 @@ fn v3_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_is_exact() {
 }
 
 /// The bundled v3 dev set's receipts (14,056 messages), as JSON values.
-fn v3_dev_receipts() -> Vec<serde_json::Value> {
+pub(crate) fn v3_dev_receipts() -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v3-dev-receipts.jsonl")).unwrap();
     text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// Every `step`-th receipt over HTTP (service token) equals the file's.
-fn assert_receipts(port: u16, receipts: &[serde_json::Value], step: usize) {
+pub(crate) fn assert_receipts(port: u16, receipts: &[serde_json::Value], step: usize) {
     let mut bad = Vec::new();
     for r in receipts.iter().step_by(step) {
         let (cid, seq) = (r["conversation_id"].as_str().unwrap(), r["seq"].as_u64().unwrap());
