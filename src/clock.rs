@@ -29,11 +29,12 @@ pub fn now_seconds() -> i64 {
     chrono::Utc::now().timestamp() + offset()
 }
 
-/// How long until the next midnight UTC of this clock.
+/// How long until the next midnight UTC of this clock, to the millisecond.
 pub fn until_next_midnight() -> std::time::Duration {
-    let now = now_seconds();
-    let next = (crate::core::expiry::day_of(now) + 1) * crate::core::expiry::DAY_SECONDS;
-    std::time::Duration::from_secs(u64::try_from(next - now).unwrap_or(0))
+    let now_ms = chrono::Utc::now().timestamp_millis() + offset() * 1000;
+    let day_ms = crate::core::expiry::DAY_SECONDS * 1000;
+    let next_ms = (now_ms.div_euclid(day_ms) + 1) * day_ms;
+    std::time::Duration::from_millis(u64::try_from(next_ms - now_ms).unwrap_or(0))
 }
 
 /// The push version of the start of UTC day `day` (counts change then with no write): the microseconds of the

@@ -37,6 +37,9 @@ use crate::projection::redis::Versioned;
 pub const QUEUE: usize = 64;
 /// Users read from Redis in one round trip.
 const BATCH: usize = 500;
+/// How long before a midnight UTC the hub reads every watched user's counts of the coming day (contract v3:
+/// expiry), so that at the midnight it only sends: 60 s.
+pub const READ_AHEAD: Duration = Duration::from_secs(60);
 
 /// One message, serialized once and shared by every socket of its user, with its version.
 #[derive(Debug, Clone)]
@@ -71,6 +74,16 @@ struct Watchers {
     /// For each list, the newest version published for it: a read of a user older than that missed the change
     /// (the user was not yet known to read the list when it was published) and is read again.
     list_versions: HashMap<ListId, u64>,
+}
+
+/// A user's counts of the coming day, read ahead of the midnight.
+struct Prepared {
+    /// The version of the view the changes were made against: still the user's at the midnight, or not sent.
+    seen_at: u64,
+    /// The counts, at the midnight's version.
+    read: Versioned,
+    /// The changes message (`None`: nothing changes for the user).
+    message: Option<Text>,
 }
 
 /// The push hub of one API instance.
@@ -223,21 +236,75 @@ impl Hub {
         }
     }
 
-    /// At every midnight UTC of the service's clock ([`crate::clock`]), reads every watched user again: unread that
-    /// expires (contract v3) changes counts with no event, and the sockets get the change at that instant.
+    /// At every midnight UTC of the service's clock ([`crate::clock`]), gives every socket its user's counts of the
+    /// new day: unread that expires (contract v3) changes counts with no event. The hub reads every watched user at
+    /// the coming day [`READ_AHEAD`] before the midnight and sends at the instant what is still current; a user who
+    /// changed meanwhile, or was not watched yet, is read again right after the midnight.
     async fn midnights(self: Arc<Self>) {
         let mut stop = self.stop.clone();
         loop {
-            // A few milliseconds past midnight, so that the clock read by `refresh` is in the new day.
-            let wait = crate::clock::until_next_midnight() + Duration::from_millis(5);
+            let midnight = tokio::time::Instant::now() + crate::clock::until_next_midnight();
+            let day = crate::clock::today() + 1;
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep_until(midnight.checked_sub(READ_AHEAD).unwrap_or(midnight)) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            let watched: Vec<String> = self.watchers.lock().expect("not poisoned").users.keys().cloned().collect();
-            tracing::info!(users = watched.len(), "push: midnight UTC, reading every watched user again");
-            self.mark(watched);
+            let prepared = self.read_ahead(day).await;
+            // A few milliseconds past midnight, so that the clock read by `refresh` is in the new day.
+            tokio::select! {
+                () = tokio::time::sleep_until(midnight + Duration::from_millis(5)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            self.send_midnight(prepared);
         }
+    }
+
+    /// Every watched user's counts at UTC `day`, with the version of the view they are compared with (as
+    /// `refresh` stores it) and the changes message of that midnight, made now.
+    async fn read_ahead(&self, day: i64) -> Vec<Prepared> {
+        let users: Vec<String> = self.watchers.lock().expect("not poisoned").users.keys().cloned().collect();
+        let (projection, floor, version) =
+            (self.live.current().1, crate::clock::day_version(day - 1), crate::clock::day_version(day));
+        let mut prepared = Vec::with_capacity(users.len());
+        for batch in users.chunks(BATCH) {
+            let reads = match projection.read_many_versioned(batch, day).await {
+                Ok(reads) => reads,
+                Err(e) => {
+                    tracing::warn!(error = %e, "push: reading ahead of midnight; read after it instead");
+                    continue;
+                }
+            };
+            let w = self.watchers.lock().expect("not poisoned");
+            for mut read in reads {
+                let seen_at = read.version.max(floor);
+                let Some(watched) = w.users.get(&read.view.user_id).filter(|u| u.version == seen_at) else { continue };
+                read.version = read.version.max(version);
+                let (v, diff) = (read.version, changes(&watched.view, &read.view));
+                let message = (!diff.is_empty()).then(|| text(v, &Message::Changes { version: v, changes: &diff }));
+                prepared.push(Prepared { seen_at, read, message });
+            }
+        }
+        prepared
+    }
+
+    /// Sends the counts read ahead for `day` to the users who did not change since, as of that midnight's version;
+    /// marks everyone else watched to be read again.
+    fn send_midnight(&self, prepared: Vec<Prepared>) {
+        let again: Vec<String> = {
+            let mut w = self.watchers.lock().expect("not poisoned");
+            let mut sent = HashSet::new();
+            for Prepared { seen_at, read, message } in prepared {
+                let user = read.view.user_id.clone();
+                if w.users.get(&user).is_some_and(|watched| watched.version == seen_at)
+                    && deliver_prepared(&mut w, read, Some(message)).is_none()
+                {
+                    sent.insert(user);
+                }
+            }
+            w.users.keys().filter(|u| !sent.contains(*u)).cloned().collect()
+        };
+        tracing::info!(again = again.len(), "push: midnight UTC, counts of the new day sent");
+        self.mark(again);
     }
 
     /// Follows the change channel for as long as the service runs, resubscribing after a failure.
@@ -314,16 +381,22 @@ impl Hub {
 /// is newer), the first message to new sockets. A socket whose queue is full or closed is dropped. Returns the
 /// user when the read missed a change of one of its lists (a newer list version was published): read it again.
 fn deliver(w: &mut Watchers, read: Versioned) -> Option<String> {
+    deliver_prepared(w, read, None)
+}
+
+/// [`deliver`] with the changes message already made (`Some(None)`: nothing changed) against the view the user
+/// still has.
+fn deliver_prepared(w: &mut Watchers, read: Versioned, prepared: Option<Option<Text>>) -> Option<String> {
     let Versioned { view, version, follows } = read;
     let user_id = view.user_id.clone();
     let stale = follows.iter().any(|l| w.list_versions.get(l).is_some_and(|v| *v > version));
     let watched = w.users.get_mut(&user_id)?;
     let mut update = None;
     if version > watched.version {
-        let diff = changes(&watched.view, &view);
-        if !diff.is_empty() {
-            update = Some(text(version, &Message::Changes { version, changes: &diff }));
-        }
+        update = prepared.unwrap_or_else(|| {
+            let diff = changes(&watched.view, &view);
+            (!diff.is_empty()).then(|| text(version, &Message::Changes { version, changes: &diff }))
+        });
         watched.view = view;
         watched.version = version;
         let old = std::mem::replace(&mut watched.follows, follows);
