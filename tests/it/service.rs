@@ -374,6 +374,13 @@ fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
         (c, Some(user), Some(format!(r#"{{"type":"broadcast.read",{meta},"user_id":"{user}","broadcast_id":"system","read_seq":9}}"#).into_bytes()), "wrong_topic"),
         (u, Some(user), Some(format!(r#"{{"type":"notification.created",{meta},"user_id":"{user}","notification_id":"n1"}}"#).into_bytes()), "missing_field"),
         (u, Some(user), Some(format!(r#"{{"type":"notifications.read",{meta},"user_id":"{user}","category":""}}"#).into_bytes()), "invalid_id"),
+        // Contract v3's bad values (issue 22): a ttl of 0, above 3650 or not an integer; from_seq with marked false, or 0.
+        (c, Some(conv), Some(format!(r#"{{"type":"conversation.created",{meta},"conversation_id":"{conv}","kind":"group","unread_ttl_days":0}}"#).into_bytes()), "out_of_range"),
+        (c, Some(conv), Some(format!(r#"{{"type":"conversation.created",{meta},"conversation_id":"{conv}","kind":"group","unread_ttl_days":3651}}"#).into_bytes()), "out_of_range"),
+        (c, Some(conv), Some(format!(r#"{{"type":"conversation.created",{meta},"conversation_id":"{conv}","kind":"group","unread_ttl_days":7.5}}"#).into_bytes()), "wrong_type"),
+        (u, Some(user), Some(format!(r#"{{"type":"conversation.marked_unread",{meta},"user_id":"{user}","conversation_id":"{conv}","marked":false,"from_seq":3}}"#).into_bytes()), "invalid_value"),
+        (u, Some(user), Some(format!(r#"{{"type":"conversation.marked_unread",{meta},"user_id":"{user}","conversation_id":"{conv}","marked":true,"from_seq":0}}"#).into_bytes()), "out_of_range"),
+        (u, Some(user), Some(format!(r#"{{"type":"conversation.marked_unread",{meta},"user_id":"{user}","conversation_id":"{conv}"}}"#).into_bytes()), "missing_field"),
     ];
     assert!(cases.len() >= 30);
     let rt = tokio::runtime::Runtime::new().unwrap();

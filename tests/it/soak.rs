@@ -2,7 +2,8 @@
 //! `scripts/soak --minutes N` for longer) on a private broker, Redis and PostgreSQL, while a fault schedule runs in
 //! a loop: an instance SIGKILLed (and started again), Redis restarted empty, PostgreSQL restarted, the broker
 //! restarted, an instance added then removed. Then every user is checked exactly against the in-process pipeline
-//! (itself exact against the reference) over the same events.
+//! (itself exact against the reference) over the same events, at the v3 dev set's instant (contract v3: expiry,
+//! marks).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use unread::core::contract::UserView;
 
 use crate::support::*;
 
-/// The v2 dev set's copy `k`: its conversations, broadcast lists and notifications renamed (`~k`), the users
+/// The v3 dev set's copy `k`: its conversations, broadcast lists and notifications renamed (`~k`), the users
 /// kept, so each copy adds new counts to the same users.
 fn copy_of(text: &str, k: usize) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
@@ -121,9 +122,9 @@ fn soak_under_a_fault_schedule_is_exact() {
     let ns = Ns::new(&private, "soak");
     let steady = ns.start(&["--session-timeout", "3s"]);
     let killable = ns.start(&["--session-timeout", "3s"]);
-    let text = std::fs::read_to_string(v2_dev_events()).unwrap();
+    let text = std::fs::read_to_string(v3_dev_events()).unwrap();
     let mut pipeline = unread::pipeline::Pipeline::new();
-    let users: Vec<String> = v2_dev_expected().into_iter().map(|v| v.user_id).collect();
+    let users: Vec<String> = v3_dev_expected().into_iter().map(|v| v.user_id).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let reads = reader(steady.port, users, stop.clone());
     let events = AtomicU64::new(0);
@@ -146,8 +147,9 @@ fn soak_under_a_fault_schedule_is_exact() {
     ns.ok(&["lag", "--wait", "5m"]);
     stop.store(true, Ordering::Relaxed);
     let (n_reads, read_errors, max_read) = reads.join().unwrap();
-    let expected: Vec<UserView> = pipeline.views();
-    let (checked, bad) = mismatches(steady.port, &expected);
+    let instant = unread::core::expiry::seconds_of(&V3_DEV_NOW["?now=".len()..]).expect("RFC 3339");
+    let expected: Vec<UserView> = pipeline.views_at(instant);
+    let (checked, bad) = mismatches_at(steady.port, &expected, V3_DEV_NOW);
     println!(
         "soak {minutes} min: {} faults survived ({}), {} events in {copy} copies, {checked} users checked, {} \
          mismatches; {n_reads} reads during the soak, {read_errors} not 200, max read latency {:.0} ms",
