@@ -91,8 +91,9 @@ fn map_differences<V: PartialEq + fmt::Debug>(
 }
 
 /// `unread verify`: compares the Redis projection with the PostgreSQL checkpoint for every checkpointed user, or
-/// for `sample` of them chosen at random; with `repair`, rewrites each differing user from the checkpoint (the
-/// trusted side) at the checkpoint's version, so the guard still refuses it wherever Redis is newer.
+/// for `sample` of them chosen at random, as stored and at the service's clock (so the expiry fields are compared
+/// too, contract v3); with `repair`, rewrites each differing user from the checkpoint (the trusted side) at the
+/// checkpoint's version, so the guard still refuses it wherever Redis is newer.
 ///
 /// Errors: a store is unreachable or a checkpoint row is corrupt.
 pub async fn verify(
@@ -106,18 +107,27 @@ pub async fn verify(
     let which = sample.map_or(Which::All, Which::Sample);
     let mut report = VerifyReport::default();
     let mut repairs = Vec::new();
+    let today = crate::clock::today();
     for user in users(store, topics, which).await? {
-        let expected = user.view(&lists);
-        let got = projection.read(&user.user_id).await?;
+        let (expected, got) = (user.view(&lists), projection.read(&user.user_id).await?);
+        let expected_now = user.state.view_at(&user.user_id, &lists, today);
+        let got_now = projection
+            .read_existing(&user.user_id, today)
+            .await?
+            .unwrap_or_else(|| crate::core::contract::UserView { user_id: user.user_id.clone(), ..Default::default() });
         report.checked += 1;
-        if got == expected {
+        if got == expected && got_now == expected_now {
             continue;
         }
         if projection.version(&user.user_id).await?.is_some_and(|redis| redis.is_newer_than(&user.version)) {
             report.ahead += 1;
             continue;
         }
-        report.differing.push((user.user_id.clone(), view_differences(&expected, &got, ("checkpoint", "redis"))));
+        let differences = match got == expected {
+            false => view_differences(&expected, &got, ("checkpoint", "redis")),
+            true => view_differences(&expected_now, &got_now, ("checkpoint now", "redis now")),
+        };
+        report.differing.push((user.user_id.clone(), differences));
         if repair {
             repairs.push(user.write());
         }

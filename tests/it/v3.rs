@@ -31,6 +31,20 @@ fn v3_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_is_exact() {
     let (code, body) = http_get(svc.port, "/v1/users/x/unread?now=yesterday").unwrap();
     assert!(code == 400 && body.contains("invalid_query"), "{code} {body}");
     assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    // verify compares at the service's clock too: an expiry field changed behind its back (its messages would never
+    // expire) is found, and repaired.
+    let key = format!("{}:u:{}", ns.name, expiring.user_id);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut conn =
+            redis::Client::open(ns.redis_url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let field = format!("e:{ttl_cid}");
+        let _: i64 =
+            redis::cmd("HSET").arg(&key).arg(field).arg("0 0 0 99999999:1:0").query_async(&mut conn).await.unwrap();
+    });
+    let out = ns.ok(&["verify", "--repair"]);
+    assert!(out.contains("differing: 1") && out.contains("redis now"), "{out}");
+    assert!(ns.ok(&["verify"]).contains("differing: 0"));
     let receipts = v3_dev_receipts();
     assert_receipts(svc.port, &receipts, 1);
     receipts_authorization_and_errors(svc.port, &receipts);
