@@ -143,16 +143,7 @@ impl IndexShare {
         let (muted, feed, marked) = (self.muted, self.feed, entry.is_some_and(|c| c.marked_unread));
         let before = Totals::of_member(unread, mentions, muted, feed, marked);
         let after = Totals::of_member(unread + self.unread, mentions + self.mentions, muted, feed, marked);
-        let mut totals = Totals {
-            total_unread: view.total_unread,
-            total_mentions: view.total_mentions,
-            unread_conversations: view.unread_conversations,
-            memberships: 0,
-            feed_unread: view.feed_unread,
-        };
-        totals.replace(before, after);
-        (view.total_unread, view.total_mentions) = (totals.total_unread, totals.total_mentions);
-        (view.unread_conversations, view.feed_unread) = (totals.unread_conversations, totals.feed_unread);
+        Totals::replace_in(view, before, after);
         if let Some(c) = view.conversations.get_mut(conversation_id) {
             (c.unread, c.mentions) = (unread + self.unread, mentions + self.mentions);
         }

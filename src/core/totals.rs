@@ -38,6 +38,21 @@ impl Totals {
         }
     }
 
+    /// Replaces, in the totals `view` shows, one member conversation's part `before` with `after` (a share added
+    /// at read time, or what expired by then).
+    pub fn replace_in(view: &mut crate::core::contract::UserView, before: Totals, after: Totals) {
+        let mut totals = Totals {
+            total_unread: view.total_unread,
+            total_mentions: view.total_mentions,
+            unread_conversations: view.unread_conversations,
+            memberships: 0,
+            feed_unread: view.feed_unread,
+        };
+        totals.replace(before, after);
+        (view.total_unread, view.total_mentions) = (totals.total_unread, totals.total_mentions);
+        (view.unread_conversations, view.feed_unread) = (totals.unread_conversations, totals.feed_unread);
+    }
+
     /// Replaces a conversation's part `before` with `after`.
     pub(crate) fn replace(&mut self, before: Totals, after: Totals) {
         self.total_unread = self.total_unread + after.total_unread - before.total_unread;

@@ -257,16 +257,7 @@ fn apply_expiry(view: &mut UserView, expiring: &[(String, ExpiryFields)], today:
         let (u, m) = (unread.saturating_sub(x_unread), mentions.saturating_sub(x_mentions));
         let before = Totals::of_member(unread, mentions, e.muted, e.feed, e.marked);
         let after = Totals::of_member(u, m, e.muted, e.feed, e.marked);
-        let mut totals = Totals {
-            total_unread: view.total_unread,
-            total_mentions: view.total_mentions,
-            unread_conversations: view.unread_conversations,
-            memberships: 0,
-            feed_unread: view.feed_unread,
-        };
-        totals.replace(before, after);
-        (view.total_unread, view.total_mentions) = (totals.total_unread, totals.total_mentions);
-        (view.unread_conversations, view.feed_unread) = (totals.unread_conversations, totals.feed_unread);
+        Totals::replace_in(view, before, after);
         if let Some(c) = view.conversations.get_mut(id).filter(|_| !e.feed) {
             (c.unread, c.mentions) = (u, m);
         }

@@ -36,23 +36,7 @@ fn v2_dev_set_end_to_end_then_redis_lost_and_rebuilt_is_exact() {
 #[test]
 fn v2_sigkill_mid_flow_then_replay_and_verify_against_is_exact() {
     let Some(stack) = stack("v2_sigkill_mid_flow_then_replay_and_verify_against_is_exact") else { return };
-    let ns = Ns::new(&stack, "v2kill");
-    let expected = v2_dev_expected();
-    ns.ok(&["produce", &v2_dev_events()]);
-    let initial = ns.total_lag();
-    let svc = ns.start(&["--flush-events", "2000"]);
-    let at_kill = wait_for_progress(&ns, initial);
-    svc.kill();
-    assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
-    let svc = ns.start(&[]);
-    ns.ok(&["lag", "--wait", "2m"]);
-    assert_matches(svc.port, &expected);
-    let out = ns.ok(&["replay", "--into", "v2r"]);
-    assert!(out.contains("complete"), "{out}");
-    let out = ns.ok(&["verify", "--against", "v2r"]);
-    assert!(out.contains("differing: 0"), "{out}");
-    assert!(ns.ok(&["verify", "--namespace", "v2r"]).contains("differing: 0"));
-    svc.stop();
+    sigkill_mid_flow_then_replay(&Ns::new(&stack, "v2kill"), &v2_dev_events(), &v2_dev_expected(), "");
 }
 
 /// One JSON line per event.

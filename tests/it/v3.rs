@@ -134,22 +134,7 @@ fn pick_marked_and_expiring(expected: &[UserView]) -> (&UserView, (&UserView, &S
 #[test]
 fn v3_sigkill_mid_flow_then_replay_and_verify_against_is_exact() {
     let Some(stack) = stack("v3_sigkill_mid_flow_then_replay_and_verify_against_is_exact") else { return };
-    let ns = Ns::new(&stack, "v3kill");
-    let expected = v3_dev_expected();
-    ns.ok(&["produce", &v3_dev_events()]);
-    let initial = ns.total_lag();
-    let svc = ns.start(&["--flush-events", "2000"]);
-    let at_kill = wait_for_progress(&ns, initial);
-    svc.kill();
-    assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
-    let svc = ns.start(&[]);
-    ns.ok(&["lag", "--wait", "2m"]);
-    assert_matches_at(svc.port, &expected, V3_DEV_NOW);
-    let out = ns.ok(&["replay", "--into", "v3r"]);
-    assert!(out.contains("complete"), "{out}");
-    let out = ns.ok(&["verify", "--against", "v3r"]);
-    assert!(out.contains("differing: 0"), "{out}");
-    svc.stop();
+    sigkill_mid_flow_then_replay(&Ns::new(&stack, "v3kill"), &v3_dev_events(), &v3_dev_expected(), V3_DEV_NOW);
 }
 
 /// The midnight push (issue 22): a connected user whose unread expires at midnight UTC gets the new counts at that

@@ -144,6 +144,28 @@ fn segments_escape_all_but_unreserved_characters() {
     assert_eq!(encode("a/b %c{d}~x-y_z.é"), "a%2Fb%20%25c%7Bd%7D~x-y_z.%C3%A9");
 }
 
+/// `events` produced, the service SIGKILLed while it folds them and started again: every user of `expected` exact
+/// (read with `query`, `"?now=…"` or `""`); then `replay --into replayed` is complete, and `verify --against` it and
+/// `verify` inside it find nothing differing.
+pub fn sigkill_mid_flow_then_replay(ns: &Ns, events: &str, expected: &[UserView], query: &str) {
+    ns.ok(&["produce", events]);
+    let initial = ns.total_lag();
+    let svc = ns.start(&["--flush-events", "2000"]);
+    let at_kill = super::wait_for_progress(ns, initial);
+    svc.kill();
+    assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
+    let svc = ns.start(&[]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    assert_matches_at(svc.port, expected, query);
+    let replayed = "replayed";
+    let out = ns.ok(&["replay", "--into", replayed]);
+    assert!(out.contains("complete"), "{out}");
+    let out = ns.ok(&["verify", "--against", replayed]);
+    assert!(out.contains("differing: 0"), "{out}");
+    assert!(ns.ok(&["verify", "--namespace", replayed]).contains("differing: 0"));
+    svc.stop();
+}
+
 /// Redis loses every key of `ns`: an API-only instance answers each user of `sample` from the checkpoint
 /// (`x-unread-source: checkpoint`, exact, never zeros), then `unread projection rebuild` makes every user of
 /// `expected` exact again in Redis.
