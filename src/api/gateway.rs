@@ -323,14 +323,23 @@ pub async fn read_all(
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    ack_newest(&s, &access, path, &headers, |_, c| !c.feed && !c.muted).await
+}
+
+/// A `read.ack` of each conversation `pick` selects that has unread messages (or a mark), at the newest the user
+/// has: the body of `read-all` and `feed/read`.
+async fn ack_newest(
+    s: &ApiState,
+    access: &Access,
+    path: Result<Path<String>, PathRejection>,
+    headers: &HeaderMap,
+    pick: impl Fn(&str, &crate::core::fold::ConvState) -> bool,
+) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
-    authorized(&access, &[("user_id", &user_id)])?;
-    let events: Vec<UserEvent> = newest_unread(&s, &user_id, |_, c| !c.feed && !c.muted)
-        .await?
-        .into_iter()
-        .map(|(id, newest)| read_ack(&user_id, id, newest))
-        .collect();
-    publish(&s, &user_id, &headers, events).await
+    authorized(access, &[("user_id", &user_id)])?;
+    let newest = newest_unread(s, &user_id, pick).await?;
+    let events = newest.into_iter().map(|(id, seq)| read_ack(&user_id, id, seq)).collect();
+    publish(s, &user_id, headers, events).await
 }
 
 /// A `read.ack` of `conversation_id` up to `read_seq`, not yet stamped.
@@ -487,12 +496,5 @@ pub async fn read_feed(
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Path(user_id) = path?;
-    authorized(&access, &[("user_id", &user_id)])?;
-    let events: Vec<UserEvent> = newest_unread(&s, &user_id, |_, c| c.feed)
-        .await?
-        .into_iter()
-        .map(|(id, head)| read_ack(&user_id, id, head))
-        .collect();
-    publish(&s, &user_id, &headers, events).await
+    ack_newest(&s, &access, path, &headers, |_, c| c.feed).await
 }
