@@ -139,40 +139,40 @@ impl ConvState {
 
     /// Of [`ConvState::counts`], the (unread, mentions) that have expired at UTC day `today`.
     pub fn expired(&self, today: i64) -> (u64, u64) {
-        let from = self.count_from();
-        let (mut unread, mut mentions) = (0, 0);
-        for (_, bucket) in self.expiry.range(..=today) {
-            unread += bucket.count_above(from);
-            mentions +=
-                bucket.intersection(&self.mentions).len() + bucket.intersection(&self.read_mentions).count_above(from);
-        }
-        (unread, mentions)
+        let buckets = self.bucket_counts(self.expiry.range(..=today));
+        buckets.fold((0, 0), |(u, m), (_, bu, bm)| (u + bu, m + bm))
     }
 
     /// Per expiry bucket, ascending by day: (day, unread, mentions) of [`ConvState::counts`] that expire that day
     /// (what the projection stores, `e:` fields).
     pub fn expiry_counts(&self) -> Vec<(i64, u64, u64)> {
+        self.bucket_counts(self.expiry.iter()).filter(|(_, u, _)| *u > 0).collect()
+    }
+
+    /// Each of `buckets` as (day, unread, mentions): its seqs that [`ConvState::counts`] counts.
+    fn bucket_counts<'a>(
+        &'a self,
+        buckets: impl Iterator<Item = (&'a i64, &'a SeqSet)> + 'a,
+    ) -> impl Iterator<Item = (i64, u64, u64)> + 'a {
         let from = self.count_from();
-        let counts = self.expiry.iter().map(|(day, bucket)| {
+        buckets.map(move |(day, bucket)| {
             let mentions =
                 bucket.intersection(&self.mentions).len() + bucket.intersection(&self.read_mentions).count_above(from);
             (*day, bucket.count_above(from), mentions)
-        });
-        counts.filter(|(_, u, _)| *u > 0).collect()
+        })
     }
 
-    /// What the conversation adds to the totals at UTC day `today` ([`crate::core::expiry::NEVER`]: nothing
-    /// expired, the incremental totals' rule).
-    pub fn contribution_at(&self, today: i64) -> Totals {
-        if !self.is_member() {
-            return Totals::default();
+    /// What the conversation adds to the totals with these (unread, mentions): nothing for a non-member.
+    fn contribution_of(&self, (unread, mentions): (u64, u64)) -> Totals {
+        match self.is_member() {
+            true => Totals::of_member(unread, mentions, self.muted, self.feed, self.is_marked()),
+            false => Totals::default(),
         }
-        let ((unread, mentions), (x_unread, x_mentions)) = (self.counts(), self.expired(today));
-        Totals::of_member(unread - x_unread, mentions - x_mentions, self.muted, self.feed, self.is_marked())
     }
 
+    /// What the conversation adds to the incremental totals (nothing expired).
     fn contribution(&self) -> Totals {
-        self.contribution_at(crate::core::expiry::NEVER)
+        self.contribution_of(self.counts())
     }
 
     /// The cursor rose: unread at or below it becomes read history (a feed keeps none).
@@ -434,13 +434,13 @@ impl UserState {
         let mut totals = self.totals;
         let mut conversations = BTreeMap::new();
         for (id, c) in self.conversations.iter().filter(|(_, c)| c.is_member()) {
-            let expired = c.expired(today);
+            let (counts, expired) = (c.counts(), c.expired(today));
+            let (unread, mentions) = (counts.0 - expired.0, counts.1 - expired.1);
             if expired != (0, 0) {
-                totals.replace(c.contribution(), c.contribution_at(today));
+                totals.replace(c.contribution_of(counts), c.contribution_of((unread, mentions)));
             }
             if !c.feed {
-                let ((unread, mentions), muted, marked_unread) = (c.counts(), c.muted, c.is_marked());
-                let (unread, mentions) = (unread - expired.0, mentions - expired.1);
+                let (muted, marked_unread) = (c.muted, c.is_marked());
                 conversations.insert(id.clone(), ConversationView { unread, mentions, muted, marked_unread });
             }
         }
@@ -543,9 +543,12 @@ impl UserState {
     /// Applies one op about `conversation_id`; returns how many seqs became unread. Notes what changed in the
     /// user's own seqs there ([`UserState::take_own_changes`]).
     pub fn apply_op(&mut self, conversation_id: &str, op: &DeltaOp) -> u64 {
+        // Only a member's own messages add to its own seqs, and a non-member has none to lose (a join finds them
+        // empty): most ops need no before-and-after copy.
+        let has_own = || self.conversations.get(conversation_id).is_some_and(|c| !c.own.is_empty());
         let touches_own = match op {
             DeltaOp::Messages { own, .. } => !own.is_empty(),
-            DeltaOp::Joined { .. } | DeltaOp::Left | DeltaOp::Recalled { .. } => true,
+            DeltaOp::Left | DeltaOp::Recalled { .. } => has_own(),
             _ => false,
         };
         if !touches_own {

@@ -100,6 +100,9 @@ pub enum ProjectionError {
     /// A stored hash does not decode: a bug or a foreign writer, not an outage.
     #[error(transparent)]
     Malformed(#[from] MalformedHash),
+    /// A conversation's sent seqs (receipts, v3) do not decode: a bug or a foreign writer, not an outage.
+    #[error(transparent)]
+    MalformedSent(#[from] redis::MalformedRanges),
 }
 
 impl ProjectionError {

@@ -23,7 +23,7 @@ use super::{
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp, NoLists};
 use crate::core::contract::{ConversationView, UserView};
-use crate::core::fold::{ConvState, UserState};
+use crate::core::fold::{ConvState, OwnChange, UserState};
 use crate::core::seqset::SeqSet;
 
 /// The `map_err` of every command: the client's error with what the projection was doing.
@@ -250,7 +250,11 @@ impl ReceiptWrite {
     pub fn changed<'a>(state: Option<&UserState>, changed: impl IntoIterator<Item = &'a String>) -> Vec<Self> {
         let change = |id: &str| state.and_then(|s| s.own_changes().get(id)).cloned().unwrap_or_default();
         let conv = |id: &str| state.and_then(|s| s.conversations().get(id));
-        changed.into_iter().map(|id| Self::of(id, conv(id), change(id).added, change(id).removed)).collect()
+        let write = |id: &String| {
+            let OwnChange { added, removed } = change(id);
+            Self::of(id, conv(id), added, removed)
+        };
+        changed.into_iter().map(write).collect()
     }
 }
 
@@ -346,8 +350,30 @@ impl UserWrite {
         Self { user_id, version, view, cursors, indexed, expiring, changed, replace: true, receipts }
     }
 
-    /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`).
+    /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`), receipts
+    /// whole.
     pub fn of_state(user_id: &str, state: Option<&UserState>, version: ProjectionVersion) -> Self {
+        let mut write = Self::hash_of_state(user_id, state, version);
+        write.receipts = state.map(ReceiptWrite::whole).unwrap_or_default();
+        write
+    }
+
+    /// A write of the conversations named in `changed` (with the totals, categories and cursors, always whole),
+    /// their receipts from the own seqs changed since the last write: the fold's publish.
+    pub fn patch_of_state(
+        user_id: &str,
+        state: Option<&UserState>,
+        version: ProjectionVersion,
+        changed: &std::collections::BTreeSet<String>,
+    ) -> Self {
+        let mut write = Self::hash_of_state(user_id, state, version);
+        (write.changed, write.replace) = (changed.iter().cloned().collect(), false);
+        write.receipts = ReceiptWrite::changed(state, changed);
+        write
+    }
+
+    /// The hash part of [`UserWrite::of_state`]: every field, no receipts.
+    fn hash_of_state(user_id: &str, state: Option<&UserState>, version: ProjectionVersion) -> Self {
         let view = match state {
             Some(s) => s.view(user_id, &NoLists),
             None => UserView { user_id: user_id.to_owned(), ..UserView::default() },
@@ -355,7 +381,6 @@ impl UserWrite {
         let cursors = state.map(|s| s.broadcasts().clone()).unwrap_or_default();
         let mut write = Self::replace(view, cursors, state.map(super::index_fields).unwrap_or_default(), version);
         write.expiring = state.map(super::expiry_fields).unwrap_or_default();
-        write.receipts = state.map(ReceiptWrite::whole).unwrap_or_default();
         write.changed.extend(write.expiring.keys().cloned());
         write.changed.sort_unstable();
         write.changed.dedup();
@@ -609,8 +634,8 @@ impl RedisProjection {
     /// lookup, in one round trip; with `list`, the readers' ids too (conversations of at most [`MAX_LISTED`]
     /// members). `requester`: a user who must be a current member (`None`: a service).
     ///
-    /// Errors: [`ProjectionError::Redis`] when Redis fails or a sent-seqs value is not ranges
-    /// ([`MalformedRanges`]).
+    /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::MalformedSent`] when a sent-seqs
+    /// value is not ranges (a bug or a foreign writer, not an outage).
     pub async fn read_receipts(
         &self,
         conversation_id: &str,
@@ -636,10 +661,6 @@ impl RedisProjection {
         }
         let sent: Option<String> = parsed(parse(1))?;
         let malformed = || MalformedRanges { conversation_id: conversation_id.to_owned() };
-        let malformed = || ProjectionError::Redis {
-            doing: "reading receipts",
-            source: RedisError::from(redis::ParsingError::from(malformed().to_string())),
-        };
         if !super::ranges_contain(sent.as_deref().unwrap_or_default(), seq).ok_or_else(malformed)? {
             return Ok(Receipts::NotSent);
         }

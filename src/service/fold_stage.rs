@@ -22,7 +22,7 @@ use crate::core::delta::Fence;
 use crate::core::fold::Fold;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::{ReceiptWrite, UserWrite};
+use crate::projection::redis::UserWrite;
 use crate::state::commit::{fold_changes, publish, Commit, RedisWrites};
 use crate::state::retry::retry;
 use crate::state::FoldNext;
@@ -223,10 +223,7 @@ impl FoldTask {
         }
         for (user, conversations) in &self.unpublished {
             if !full || self.fold.user(user).is_none() {
-                let mut write = UserWrite::of_state(user, self.fold.user(user), version);
-                (write.changed, write.replace) = (conversations.iter().cloned().collect(), false);
-                write.receipts = ReceiptWrite::changed(self.fold.user(user), conversations);
-                writes.push(write);
+                writes.push(UserWrite::patch_of_state(user, self.fold.user(user), version, conversations));
             }
         }
         writes
