@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::core::contract::ConversationEvent;
-use crate::core::hybrid::ConvIndex;
+use crate::core::hybrid::{ConvIndex, ShareQuery};
 pub use crate::core::lists::{ListId, ListOp};
 use crate::core::seqset::SeqSet;
 
@@ -53,9 +53,9 @@ pub trait Lists {
     /// `unread(U, B)` for a reader at `cursor` in list `broadcast_id` (0 for a list never published).
     fn unread_above(&self, broadcast_id: &str, cursor: u64) -> u64;
 
-    /// A member's share of a read-diffused conversation's index: (unread, mentions) above `lo`, with the member's
-    /// `named` mentions ([`crate::core::hybrid::ConvIndex::counts`]); (0, 0) for a conversation without an index.
-    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64);
+    /// A member's share of a read-diffused conversation's index: (unread, mentions) for the query
+    /// ([`crate::core::hybrid::ConvIndex::counts`]); (0, 0) for a conversation without an index.
+    fn index_counts(&self, conversation_id: &str, query: &ShareQuery) -> (u64, u64);
 }
 
 /// The broadcast lists and read-diffused conversations' indexes, loaded from the checkpoint (for `unread verify`
@@ -73,8 +73,8 @@ impl Lists for SharedLists {
         self.lists.get(broadcast_id).map_or(0, |l| l.unread_above(cursor))
     }
 
-    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64) {
-        self.indexes.get(conversation_id).map_or((0, 0), |i| i.counts(lo, named))
+    fn index_counts(&self, conversation_id: &str, query: &ShareQuery) -> (u64, u64) {
+        self.indexes.get(conversation_id).map_or((0, 0), |i| i.counts(query))
     }
 }
 
@@ -86,7 +86,7 @@ impl Lists for NoLists {
         0
     }
 
-    fn index_counts(&self, _: &str, _: u64, _: &SeqSet) -> (u64, u64) {
+    fn index_counts(&self, _: &str, _: &ShareQuery) -> (u64, u64) {
         (0, 0)
     }
 }

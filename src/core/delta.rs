@@ -89,6 +89,9 @@ pub enum DeltaOp {
         unread: SeqSet,
         /// The index's seqs that mention everyone (the user's named mentions are already in the user's state).
         mentions: SeqSet,
+        /// v3: the index's seqs by the UTC day they expire, ascending by day (absent on the wire when none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        expiry: Vec<(i64, SeqSet)>,
     },
 }
 

@@ -25,7 +25,7 @@ use crate::core::broadcast::{ListId, ListOp, ListState, Lists};
 use crate::core::contract::{ConversationEvent, ConversationKind, MessageSent, Target};
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::expiry::expiry_day;
-use crate::core::hybrid::{ConvIndex, Diffusion};
+use crate::core::hybrid::{ConvIndex, Diffusion, ShareQuery};
 use crate::core::seqset::SeqSet;
 use crate::core::Map;
 
@@ -178,7 +178,7 @@ impl FanOut {
 
     /// The list and index changes since the last call, in order (what the projection applies to its copy).
     pub fn take_list_ops(&mut self) -> Vec<(ListId, ListOp)> {
-        std::mem::take(&mut self.list_ops)
+        crate::core::lists::last_buckets_only(std::mem::take(&mut self.list_ops))
     }
 
     /// Applies a batch of conversation events (each conversation's in partition order) and returns the
@@ -232,9 +232,9 @@ impl Lists for FanOut {
         self.lists.get(broadcast_id).map_or(0, |l| l.unread_above(cursor))
     }
 
-    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64) {
+    fn index_counts(&self, conversation_id: &str, query: &ShareQuery) -> (u64, u64) {
         let index = self.conversations.get(conversation_id).and_then(|c| c.index.as_ref());
-        index.map_or((0, 0), |i| i.counts(lo, named))
+        index.map_or((0, 0), |i| i.counts(query))
     }
 }
 
@@ -260,7 +260,8 @@ fn switch(
         Some(_) if diffusion.to_write(state.members.len()) => {
             let index = state.index.take().expect("matched Some");
             list_ops.push(clear);
-            Some(DeltaOp::WriteDiffusion { unread: index.live, mentions: index.mention_all })
+            let expiry = index.expiry.into_iter().collect();
+            Some(DeltaOp::WriteDiffusion { unread: index.live, mentions: index.mention_all, expiry })
         }
         _ => None,
     }
@@ -327,7 +328,13 @@ impl<'e> ConvBatch<'e> {
                     let days = std::mem::take(&mut state.uncreated_days);
                     if let Some(ttl) = e.unread_ttl_days {
                         // ttl is at most 3,650 (the decoder's bound).
-                        self.retro_expiry.extend(days.into_iter().map(|(day, seqs)| (day + ttl as i64, seqs)));
+                        let retro: Vec<(i64, SeqSet)> =
+                            days.into_iter().map(|(day, seqs)| (day + ttl as i64, seqs)).collect();
+                        if let Some(index) = &mut state.index {
+                            let id = ListId::Index(self.conversation_id.to_owned());
+                            list_ops.extend(index.retag(&retro).into_iter().map(|op| (id.clone(), op)));
+                        }
+                        self.retro_expiry.extend(retro);
                     }
                     self.became_feed = e.kind == ConversationKind::Feed;
                 }
@@ -369,18 +376,21 @@ impl<'e> ConvBatch<'e> {
         e: &'e MessageSent,
         list_ops: &mut Vec<(ListId, ListOp)>,
     ) {
+        // The decoder refused an occurred_at that does not parse, so None cannot happen here.
+        let expires = state.ttl_days.and_then(|ttl| expiry_day(&e.occurred_at, ttl));
+        if let Some(day) = state.kind.is_none().then(|| expiry_day(&e.occurred_at, 0)).flatten() {
+            state.uncreated_days.entry(day).or_default().insert(e.seq);
+        }
         if let Some(index) = &mut state.index {
-            list_ops.push((ListId::Index(self.conversation_id.to_owned()), index.add(e.seq, e.mention_all)));
+            let id = ListId::Index(self.conversation_id.to_owned());
+            list_ops.extend(index.add(e.seq, e.mention_all, expires).into_iter().map(|op| (id.clone(), op)));
         } else {
             self.countable.insert(e.seq);
             if e.mention_all {
                 self.mention_all.insert(e.seq);
             }
-            // The decoder refused an occurred_at that does not parse, so None cannot happen here.
-            if let Some(day) = state.ttl_days.and_then(|ttl| expiry_day(&e.occurred_at, ttl)) {
+            if let Some(day) = expires {
                 self.expiry.entry(day).or_default().insert(e.seq);
-            } else if let Some(day) = state.kind.is_none().then(|| expiry_day(&e.occurred_at, 0)).flatten() {
-                state.uncreated_days.entry(day).or_default().insert(e.seq);
             }
         }
         if !e.mention_all {
@@ -407,7 +417,8 @@ impl<'e> ConvBatch<'e> {
         match &mut state.index {
             // Read-diffused since before it was sent: only the index ever held it.
             Some(index) if seq > index.since => {
-                list_ops.push((ListId::Index(self.conversation_id.to_owned()), index.remove(seq)));
+                let id = ListId::Index(self.conversation_id.to_owned());
+                list_ops.extend(index.remove(seq).into_iter().map(|op| (id.clone(), op)));
             }
             // Emitted even when sent in this batch: a fan-out that crashed after producing an earlier batching of
             // these events may already have delivered the message.

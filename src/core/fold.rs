@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::broadcast::Lists;
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserEvent, UserView};
 use crate::core::delta::{Delta, DeltaOp};
-use crate::core::hybrid::IndexShare;
+use crate::core::hybrid::{IndexShare, ShareQuery};
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::seqset::SeqSet;
 pub use crate::core::totals::Totals;
@@ -185,7 +185,9 @@ impl ConvState {
             self.read.union_above(&read, 0);
             self.read_mentions.union_above(&read_mentions, 0);
         }
-        self.named.remove_through(cursor);
+        if self.feed {
+            self.named.remove_through(cursor);
+        }
     }
 
     /// Forgets every seq of this membership (a join or a leave).
@@ -222,23 +224,34 @@ impl ConvState {
         }
     }
 
-    /// Read-diffused and a member: where the index's share starts, `max(cursor, read_from)`.
+    /// Read-diffused and a member: where the index's share starts, `max(read_from, count_from)` (the cursor, or
+    /// lower with a mark "unread from here", [`ConvState::count_from`]).
     pub fn index_from(&self) -> Option<u64> {
-        self.read_from.filter(|_| self.is_member()).map(|since| since.max(self.cursor()))
+        self.read_from.filter(|_| self.is_member()).map(|since| since.max(self.count_from()))
     }
 
-    /// Adds `unread` seqs and the `mentions` among them (or, above `read_from`, to `named`) above the cursor; returns
-    /// how many seqs became unread. Read-diffused, seqs above `read_from` are the index's and are not added.
+    /// Read-diffused and a member: what its share of the index depends on, at UTC day `today`.
+    pub fn share_query(&self, today: i64) -> Option<ShareQuery<'_>> {
+        let lo = self.index_from()?;
+        Some(ShareQuery { lo, named: &self.named, own: &self.own, today })
+    }
+
+    /// Adds `unread` seqs and the `mentions` among them above the cursor; returns how many seqs became unread.
+    /// Read-diffused, seqs above `read_from` are the index's and are not added; their `mentions` go to `named`,
+    /// those at or below the cursor too (the read history "unread from here" counts again), but in a feed.
     fn add_messages(&mut self, unread: &SeqSet, mentions: &SeqSet) -> u64 {
         let cursor = self.cursor();
         let added = match self.read_from {
             Some(since) => self.unread.union_above(&unread.slice(0, since), cursor),
             None => self.unread.union_above(unread, cursor),
         };
-        for seq in mentions.iter().filter(|s| *s > cursor) {
+        let kept_from = if self.feed { cursor } else { self.joined_at.unwrap_or(0) };
+        for seq in mentions.iter() {
             if self.read_from.is_some_and(|since| seq > since) {
-                self.named.insert(seq);
-            } else if self.unread.contains(seq) {
+                if seq > kept_from {
+                    self.named.insert(seq);
+                }
+            } else if seq > cursor && self.unread.contains(seq) {
                 self.mentions.insert(seq);
             }
         }
@@ -247,6 +260,26 @@ impl ConvState {
 }
 
 impl ConvState {
+    /// The conversation went back to write diffusion with these index seqs: those of others become unread above
+    /// the cursor or read history below it, with their expiry. Returns how many seqs became unread.
+    fn back_to_write_diffusion(&mut self, unread: &SeqSet, mentions: &SeqSet, expiry: &[(i64, SeqSet)]) -> u64 {
+        if !self.is_member() {
+            return 0;
+        }
+        let mut all_mentions = std::mem::take(&mut self.named);
+        all_mentions.union_above(mentions, 0);
+        let mut others = unread.clone();
+        others.remove_all(&self.own);
+        self.read_from = None;
+        self.drop_read();
+        if !self.feed {
+            self.add_read_history(&others, &all_mentions, self.cursor());
+        }
+        let added = self.add_messages(&others, &all_mentions);
+        self.add_expiry(expiry);
+        added
+    }
+
     /// Adds the seqs of `unread` (and `mentions` among them) above the join head and at or below `cursor` to the
     /// read history.
     fn add_read_history(&mut self, unread: &SeqSet, mentions: &SeqSet, cursor: u64) {
@@ -297,8 +330,11 @@ fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
     if c.unread.max().is_some_and(|m| m > since) {
         return Err(format!("conversation {id:?}: unread above the switch at {since}"));
     }
-    if c.named.ranges().first().is_some_and(|r| r.0 <= since.max(c.cursor())) {
-        return Err(format!("conversation {id:?}: a named mention at or below the switch or the cursor"));
+    let kept_from = if c.feed { c.cursor() } else { c.joined_at.unwrap_or(0) };
+    if c.named.ranges().first().is_some_and(|r| r.0 <= since.max(kept_from)) {
+        return Err(format!(
+            "conversation {id:?}: a named mention at or below the switch, the join or (feed) the cursor"
+        ));
     }
     Ok(())
 }
@@ -456,7 +492,8 @@ impl UserState {
         };
         self.add_notifications(&mut view);
         for (id, c) in self.read_diffused() {
-            let (unread, mentions) = lists.index_counts(id, c.index_from().unwrap_or_default(), &c.named);
+            let Some(query) = c.share_query(today) else { continue };
+            let (unread, mentions) = lists.index_counts(id, &query);
             IndexShare { muted: c.muted, feed: c.feed, unread, mentions }.add_to(&mut view, id);
         }
         view
@@ -624,16 +661,9 @@ impl UserState {
                 }
                 0
             }),
-            DeltaOp::WriteDiffusion { unread, mentions } => self.update(conversation_id, false, |c| {
-                if !c.is_member() {
-                    return 0;
-                }
-                let mut all_mentions = std::mem::take(&mut c.named);
-                all_mentions.union_above(mentions, 0);
-                c.read_from = None;
-                c.drop_read();
-                c.add_messages(unread, &all_mentions)
-            }),
+            DeltaOp::WriteDiffusion { unread, mentions, expiry } => {
+                self.update(conversation_id, false, |c| c.back_to_write_diffusion(unread, mentions, expiry))
+            }
         }
     }
 
@@ -643,6 +673,7 @@ impl UserState {
             self.update(conversation_id, false, |c| {
                 c.feed = true;
                 (c.read, c.read_mentions) = (SeqSet::new(), SeqSet::new());
+                c.named.remove_through(c.cursor());
                 c.prune_expiry();
                 0
             });

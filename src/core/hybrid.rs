@@ -12,6 +12,8 @@
 //! of the conversation's log, so a fan-out replaying from its checkpoint switches at the same place, whatever its
 //! batching: the switch is exact both ways and survives a crash in the middle.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::core::contract::UserView;
@@ -67,7 +69,8 @@ impl Diffusion {
 }
 
 /// A read-diffused conversation's index: what every member's count is combined with at read time. Kept by the
-/// fan-out (checkpointed with the conversation) and copied into Redis (two sorted sets).
+/// fan-out (checkpointed with the conversation) and copied into Redis (two sorted sets and, with a ttl, a hash of
+/// expiry buckets).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConvIndex {
     /// The conversation's head when it switched: the index holds only seqs above it.
@@ -76,6 +79,24 @@ pub struct ConvIndex {
     pub live: SeqSet,
     /// The seqs of `live` that mention everyone (`mention_all`).
     pub mention_all: SeqSet,
+    /// v3, a conversation with `unread_ttl_days`: the seqs of `live` by the UTC day they expire
+    /// ([`crate::core::expiry`]; `CONTRACT.md` § v3, "Expiry"). No empty bucket is kept.
+    #[serde(default)]
+    pub expiry: BTreeMap<i64, SeqSet>,
+}
+
+/// What a member's share of an index depends on besides the index ([`ConvIndex::counts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ShareQuery<'a> {
+    /// Counting starts above this seq: `max(since, where the member's count starts)` ([`crate::core::fold::
+    /// ConvState::index_from`]: the cursor, or lower with a mark "unread from here").
+    pub lo: u64,
+    /// The member's named mentions above `since` (counted while live).
+    pub named: &'a SeqSet,
+    /// The member's own seqs of this membership: never unread for their sender (§ v3, "unread from here").
+    pub own: &'a SeqSet,
+    /// The UTC day of the read ([`crate::core::expiry::NEVER`]: nothing expired).
+    pub today: i64,
 }
 
 impl ConvIndex {
@@ -84,36 +105,86 @@ impl ConvIndex {
         Self { since, ..Self::default() }
     }
 
-    /// Adds a countable message above `since` (`mention_all`: it mentions everyone); returns the projection's op.
-    pub fn add(&mut self, seq: u64, mention_all: bool) -> ListOp {
-        self.live.insert(seq);
-        if mention_all {
-            self.mention_all.insert(seq);
-            return ListOp::AddMention(seq);
-        }
-        ListOp::Add(seq)
+    /// An index of these seqs without expiry buckets (a row from before contract v3).
+    pub fn from_sets(since: u64, live: SeqSet, mention_all: SeqSet) -> Self {
+        Self { since, live, mention_all, expiry: BTreeMap::new() }
     }
 
-    /// Removes a recalled message above `since`; returns the projection's op.
-    pub fn remove(&mut self, seq: u64) -> ListOp {
+    /// Adds a countable message above `since` (`mention_all`: it mentions everyone; `expires`: the day it expires,
+    /// with a ttl); returns the projection's ops.
+    pub fn add(&mut self, seq: u64, mention_all: bool, expires: Option<i64>) -> Vec<ListOp> {
+        self.live.insert(seq);
+        let mut ops = vec![ListOp::Add(seq)];
+        if mention_all {
+            self.mention_all.insert(seq);
+            ops = vec![ListOp::AddMention(seq)];
+        }
+        if let Some(day) = expires {
+            let bucket = self.expiry.entry(day).or_default();
+            bucket.insert(seq);
+            ops.push(ListOp::Expiring { day, seqs: bucket.clone() });
+        }
+        ops
+    }
+
+    /// Removes a recalled message above `since`; returns the projection's ops.
+    pub fn remove(&mut self, seq: u64) -> Vec<ListOp> {
         self.live.remove(seq);
         self.mention_all.remove(seq);
-        ListOp::Remove(seq)
+        let mut ops = vec![ListOp::Remove(seq)];
+        if let Some((&day, bucket)) = self.expiry.iter_mut().find(|(_, b)| b.contains(seq)) {
+            bucket.remove(seq);
+            ops.push(ListOp::Expiring { day, seqs: bucket.clone() });
+            self.expiry.retain(|_, b| !b.is_empty());
+        }
+        ops
+    }
+
+    /// A ttl given by a creation that came after some messages: these seqs (those still live) expire on these
+    /// days. Returns the projection's ops.
+    pub fn retag(&mut self, expiry: &[(i64, SeqSet)]) -> Vec<ListOp> {
+        let mut ops = Vec::new();
+        for (day, seqs) in expiry {
+            let held = seqs.intersection(&self.live);
+            if !held.is_empty() {
+                let bucket = self.expiry.entry(*day).or_default();
+                bucket.union_above(&held, 0);
+                ops.push(ListOp::Expiring { day: *day, seqs: bucket.clone() });
+            }
+        }
+        ops
     }
 
     /// The ops that rebuild the index from empty (for a projection that lost it).
     pub fn whole_ops(&self) -> Vec<ListOp> {
         let op = |s: u64| if self.mention_all.contains(s) { ListOp::AddMention(s) } else { ListOp::Add(s) };
-        self.live.iter().map(op).collect()
+        let buckets = self.expiry.iter().map(|(day, seqs)| ListOp::Expiring { day: *day, seqs: seqs.clone() });
+        self.live.iter().map(op).chain(buckets).collect()
     }
 
-    /// A member's share of the index: (unread, mentions) above `lo` = max(the member's cursor, `since`), the
-    /// mentions being the `mention_all` seqs plus the member's `named` mentions still live (a recalled one no
-    /// longer counts).
-    pub fn counts(&self, lo: u64, named: &SeqSet) -> (u64, u64) {
-        let above = named.slice(lo, u64::MAX);
-        let named = above.iter().filter(|s| self.live.contains(*s) && !self.mention_all.contains(*s)).count();
-        (self.live.count_above(lo), self.mention_all.count_above(lo) + named as u64)
+    /// The live seqs above `lo` expired at UTC day `today`.
+    pub fn expired_above(&self, lo: u64, today: i64) -> SeqSet {
+        let mut gone = SeqSet::new();
+        for bucket in self.expiry.range(..=today).map(|(_, b)| b) {
+            gone.union_above(bucket, lo);
+        }
+        gone
+    }
+
+    /// A member's share of the index: (unread, mentions) of the live seqs above `q.lo` that have not expired at
+    /// `q.today` and are not the member's own; the mentions being the `mention_all` ones plus the member's `named`
+    /// mentions among them.
+    pub fn counts(&self, q: &ShareQuery) -> (u64, u64) {
+        let gone = self.expired_above(q.lo, q.today);
+        let live = |s: u64| self.live.contains(s) && !gone.contains(s);
+        let counted = |s: u64| live(s) && !q.own.contains(s);
+        let own: Vec<u64> = q.own.slice(q.lo, u64::MAX).iter().filter(|s| live(*s)).collect();
+        let own_all = own.iter().filter(|s| self.mention_all.contains(**s)).count() as u64;
+        let unread = self.live.count_above(q.lo) - gone.len() - own.len() as u64;
+        let all = self.mention_all.count_above(q.lo) - gone.intersection(&self.mention_all).len() - own_all;
+        let named = q.named.slice(q.lo, u64::MAX);
+        let named = named.iter().filter(|s| counted(*s) && !self.mention_all.contains(*s)).count() as u64;
+        (unread, all + named)
     }
 }
 
@@ -169,10 +240,30 @@ mod tests {
             since: 10,
             live: [11, 12, 13, 15].into_iter().collect(),
             mention_all: [12].into_iter().collect(),
+            expiry: BTreeMap::new(),
         };
         let named: SeqSet = [12, 13, 14, 15].into_iter().collect(); // 12 is also mention_all, 14 was recalled
-        assert_eq!(index.counts(10, &named), (4, 3));
-        assert_eq!(index.counts(13, &named), (1, 1));
-        assert_eq!(index.counts(15, &SeqSet::new()), (0, 0));
+        let none = SeqSet::new();
+        let q = |lo, named| ShareQuery { lo, named, own: &none, today: crate::core::expiry::NEVER };
+        assert_eq!(index.counts(&q(10, &named)), (4, 3));
+        assert_eq!(index.counts(&q(13, &named)), (1, 1));
+        assert_eq!(index.counts(&q(15, &none)), (0, 0));
+    }
+
+    #[test]
+    fn counts_leave_out_expired_and_own_seqs() {
+        let mut index = ConvIndex::new(10);
+        index.add(11, false, Some(100));
+        index.add(12, true, Some(100));
+        index.add(13, false, Some(101));
+        index.add(14, true, Some(101));
+        let (named, own): (SeqSet, SeqSet) = ([11, 13].into_iter().collect(), [14].into_iter().collect());
+        let q = |today| ShareQuery { lo: 10, named: &named, own: &own, today };
+        assert_eq!(index.counts(&q(99)), (3, 3)); // 14 is the member's own
+        assert_eq!(index.counts(&q(100)), (1, 1)); // 11 and 12 expired
+        assert_eq!(index.counts(&q(101)), (0, 0));
+        let ops = index.remove(13);
+        assert_eq!(ops, vec![ListOp::Remove(13), ListOp::Expiring { day: 101, seqs: [14].into_iter().collect() }]);
+        assert_eq!(index.counts(&q(99)), (2, 2));
     }
 }

@@ -138,6 +138,9 @@ pub struct SharedKeys {
     pub guard: String,
     /// The push version (`lv:` / `xv:`).
     pub version: String,
+    /// v3: the index's expiry buckets, a hash UTC day → the bucket's seqs as ranges (`xe:`; `le:`, never written,
+    /// for a list).
+    pub expiry: String,
 }
 
 /// The keys of a list or an index.
@@ -146,19 +149,21 @@ pub fn shared_keys(prefix: &str, id: &ListId) -> SharedKeys {
         ListId::Broadcast(id) => ('l', id),
         ListId::Index(id) => ('x', id),
     };
-    let [live, mention_all, guard, version] = shared_key_prefixes(prefix, kind);
+    let [live, mention_all, guard, version, expiry] = shared_key_prefixes(prefix, kind);
     SharedKeys {
         live: format!("{live}{id}}}"),
         mention_all: format!("{mention_all}{id}}}"),
         guard: format!("{guard}{id}}}"),
         version: format!("{version}{id}}}"),
+        expiry: format!("{expiry}{id}}}"),
     }
 }
 
 /// What a shared key is made of before the id and the closing `}`: for kind `l` (list) or `x` (index), the
-/// prefixes of its live, mention-all, guard and version keys (`{prefix}l:{#`, …), which the read script completes.
-pub fn shared_key_prefixes(prefix: &str, kind: char) -> [String; 4] {
-    ["", "a", "g", "v"].map(|role| format!("{prefix}{kind}{role}:{{#"))
+/// prefixes of its live, mention-all, guard, version and expiry keys (`{prefix}l:{#`, …), which the read script
+/// completes.
+pub fn shared_key_prefixes(prefix: &str, kind: char) -> [String; 5] {
+    ["", "a", "g", "v", "e"].map(|role| format!("{prefix}{kind}{role}:{{#"))
 }
 
 /// The list or index whose live seqs `key` holds (a key published on the change channel), if it is one.
@@ -173,12 +178,19 @@ pub fn shared_of_key(prefix: &str, key: &str) -> Option<ListId> {
     }
 }
 
-/// The `r:` field's value of a read-diffused conversation the user is a member of.
+/// The `r:` field's value of a read-diffused conversation the user is a member of: `"{lo} {muted} {feed}
+/// {named…}"` and, when the user sent seqs above `lo` (only with a mark "unread from here"), `" o {own…}"`
+/// ([`crate::core::hybrid::ShareQuery`]; the read script computes the share from it).
 pub fn index_value(c: &ConvState) -> String {
     let lo = c.index_from().unwrap_or_default();
     let mut value = format!("{lo} {} {}", u8::from(c.muted), u8::from(c.feed));
-    for seq in c.named.iter() {
+    for seq in c.named.slice(lo, u64::MAX).iter() {
         value.push_str(&format!(" {seq}"));
+    }
+    let own = c.own.slice(lo, u64::MAX);
+    if !own.is_empty() {
+        value.push_str(" o");
+        own.iter().for_each(|seq| value.push_str(&format!(" {seq}")));
     }
     value
 }

@@ -57,17 +57,60 @@ macro_rules! next_push_version {
     };
 }
 
-/// Lua function `share(live, all, version, lo, named)`: a list's or index's share above a cursor `lo` — the live
-/// seqs above it; the mention-all seqs above it plus the `named` seqs still live and not mention-all; and its push
-/// version. Seqs are at most 2^53, exact as scores.
+/// Lua function `share(live, all, exp, version, lo, named, own, today)`: a list's or index's share above a cursor
+/// `lo` ([`crate::core::hybrid::ConvIndex::counts`]) — the live seqs above it, less those expired at UTC day
+/// `today` (a number, or nil: nothing expires; `exp` is the index's expiry buckets, day → `"a-b,c-d"`) and the
+/// reader's `own`; the mention-all seqs above it plus the `named` seqs still counted and not mention-all, less
+/// the same; and its push version. Seqs are at most 2^53, exact as scores and as Lua numbers. `split(t, i)`
+/// reads tokens from `t[i]` on: the named seqs, then after a token `o` the own seqs.
 macro_rules! share_fn {
     () => {
         r#"
-local function share(live, all, version, lo, named)
+local function split(t, i)
+  local named, own = {}, {}
+  local into = named
+  for j = i, #t do
+    if t[j] == 'o' then into = own else into[#into + 1] = t[j] end
+  end
+  return named, own
+end
+local function share(live, all, exp, version, lo, named, own, today)
   local unread = redis.call('ZCOUNT', live, '(' .. lo, '+inf')
   local mentions = redis.call('ZCOUNT', all, '(' .. lo, '+inf')
+  local low, gone = tonumber(lo), {}
+  if today then
+    local e = redis.call('HGETALL', exp)
+    for i = 1, #e, 2 do
+      if tonumber(e[i]) <= today then
+        for a, b in string.gmatch(e[i + 1], '(%d+)-(%d+)') do
+          local from, upto = math.max(tonumber(a), low + 1), tonumber(b)
+          if from <= upto then
+            local za = tonumber(a) > low and a or ('(' .. lo)
+            unread = unread - redis.call('ZCOUNT', live, za, b)
+            mentions = mentions - redis.call('ZCOUNT', all, za, b)
+            gone[#gone + 1] = {from, upto}
+          end
+        end
+      end
+    end
+  end
+  local function counted(s)
+    local x = tonumber(s)
+    if x <= low or not redis.call('ZSCORE', live, s) then return false end
+    for _, r in ipairs(gone) do if x >= r[1] and x <= r[2] then return false end end
+    return true
+  end
+  local mine = {}
+  for j = 1, #own do
+    if counted(own[j]) then
+      mine[own[j]] = true
+      unread = unread - 1
+      if redis.call('ZSCORE', all, own[j]) then mentions = mentions - 1 end
+    end
+  end
   for j = 1, #named do
-    if redis.call('ZSCORE', live, named[j]) and not redis.call('ZSCORE', all, named[j]) then mentions = mentions + 1 end
+    local s = named[j]
+    if not mine[s] and counted(s) and not redis.call('ZSCORE', all, s) then mentions = mentions + 1 end
   end
   return tostring(unread), tostring(mentions), redis.call('GET', version) or '0'
 end
@@ -120,14 +163,15 @@ return 1
 "#
 );
 
-/// The read script, on a single server. KEYS[1]: the user's hash; ARGV[1..3]: what the keys of a broadcast list
-/// are made of before its id ([`super::shared_key_prefixes`]: live, mention-all, version), ARGV[4..6]: the same
-/// for an index; the script appends `{id}}`. Returns the hash's fields and values flattened, and:
+/// The read script, on a single server. KEYS[1]: the user's hash; ARGV[1..4]: what the keys of a broadcast list
+/// are made of before its id ([`super::shared_key_prefixes`]: live, mention-all, expiry, version), ARGV[5..8]: the
+/// same for an index (the script appends `{id}}`); ARGV[9]: the UTC day of the read, or empty (nothing expires).
+/// Returns the hash's fields and values flattened, and:
 /// - for every broadcast cursor `b:{id}` = c, a computed `B:{id}` = the number of the list's seqs above c and
 ///   `V:{id}` = the list's push version;
-/// - for every read-diffused conversation `r:{id}` = `"{lo} {muted} {feed} {named…}"`, a computed `R:{id}` =
-///   `"{unread} {mentions}"`: the index's live seqs above lo, and its mention-all seqs above lo plus the named seqs
-///   still live and not mention-all; and `X:{id}` = the index's push version.
+/// - for every read-diffused conversation `r:{id}` = `"{lo} {muted} {feed} {named…} [o {own…}]"`
+///   ([`super::index_value`]), a computed `R:{id}` = `"{unread} {mentions}"` (the share function above) and
+///   `X:{id}` = the index's push version.
 ///
 /// One round trip, atomic. It reads keys it was not given, which only a single server allows; on Redis Cluster the
 /// hash is read alone and each list's or index's share with [`SHARE_TEMPLATE`] ([`RedisProjection::read_many`]).
@@ -141,16 +185,16 @@ for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
   local p, id = string.sub(f, 1, 2), string.sub(f, 3)
   put(f, v)
+  local k = function(i) return ARGV[i] .. id .. '}' end
   if p == '${B}' then
-    local unread, _, version = share(ARGV[1] .. id .. '}', ARGV[2] .. id .. '}', ARGV[3] .. id .. '}', v, {})
+    local unread, _, version = share(k(1), k(2), k(3), k(4), v, {}, {}, nil)
     put('${COUNT}' .. id, unread)
     put('${LISTV}' .. id, version)
   elseif p == '${R}' then
     local n = {}
-    for x in string.gmatch(v, '%d+') do n[#n + 1] = x end
-    local lo = table.remove(n, 1)
-    table.remove(n, 1); table.remove(n, 1)
-    local unread, mentions, version = share(ARGV[4] .. id .. '}', ARGV[5] .. id .. '}', ARGV[6] .. id .. '}', lo, n)
+    for x in string.gmatch(v, '%S+') do n[#n + 1] = x end
+    local named, own = split(n, 4)
+    local unread, mentions, version = share(k(5), k(6), k(7), k(8), n[1], named, own, tonumber(ARGV[9]))
     put('${ICOUNT}' .. id, unread .. ' ' .. mentions)
     put('${IVERSION}' .. id, version)
   end
@@ -159,25 +203,26 @@ return out
 "#
 );
 
-/// One list's or index's share above a cursor (Redis Cluster reads, [`READ_TEMPLATE`] elsewhere). KEYS[1..3]: its
-/// live, mention-all and version keys (one slot: [`super::SharedKeys`]); ARGV[1]: the cursor (`lo`); ARGV[2..]: the
-/// reader's named mention seqs. Returns `[unread, mentions, version]`, strings.
+/// One list's or index's share above a cursor (Redis Cluster reads, [`READ_TEMPLATE`] elsewhere). KEYS[1..4]: its
+/// live, mention-all, expiry and version keys (one slot: [`super::SharedKeys`]); ARGV[1]: the UTC day of the read,
+/// or empty; ARGV[2]: the cursor (`lo`); ARGV[3..]: the reader's named mention seqs, then `o` and its own seqs.
+/// Returns `[unread, mentions, version]`, strings.
 pub const SHARE_TEMPLATE: &str = concat!(
     share_fn!(),
     r#"
-local named = {}
-for i = 2, #ARGV do named[#named + 1] = ARGV[i] end
-local unread, mentions, version = share(KEYS[1], KEYS[2], KEYS[3], ARGV[1], named)
+local named, own = split(ARGV, 3)
+local unread, mentions, version = share(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], named, own, tonumber(ARGV[1]))
 return {unread, mentions, version}
 "#
 );
 
 /// The list script, for a broadcast list or a read-diffused conversation's index ([`super::shared_keys`]: its
 /// keys share a slot). KEYS[1]: the live seqs' sorted set; KEYS[2]: its guard (the generation of the fan-out task
-/// that last wrote it); KEYS[3]: its push version; KEYS[4]: the mention-all seqs' sorted set; KEYS[5], on a single
-/// server only: the namespace's version counter. ARGV[1]: the change channel; ARGV[2]: the writer's generation;
-/// ARGV[3]: `patch` or `replace` (first empty both sets); then the ops in order, `+{seq}` (add), `*{seq}` (add to
-/// both), `-{seq}` (remove from both) or `!` (empty both). Refused (0) when the guard holds a newer generation: a
+/// that last wrote it); KEYS[3]: its push version; KEYS[4]: the mention-all seqs' sorted set; KEYS[5]: the expiry
+/// buckets' hash (UTC day → `"a-b,c-d"`); KEYS[6], on a single server only: the namespace's version counter.
+/// ARGV[1]: the change channel; ARGV[2]: the writer's generation; ARGV[3]: `patch` or `replace` (first empty the
+/// sets and the buckets); then the ops in order, `+{seq}` (add), `*{seq}` (add to both), `-{seq}` (remove from
+/// both), `e{day}:{ranges}` (a bucket's seqs; empty ranges delete it) or `!` (empty all). Refused (0) when the guard holds a newer generation: a
 /// paused fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log
 /// order, every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also
 /// sets the list's push version and publishes `"{version} {key}"` on the change channel.
@@ -187,16 +232,19 @@ local g = tonumber(redis.call('GET', KEYS[2]) or '0')
 local ng = tonumber(ARGV[2])
 if ng < g then return 0 end
 if ng > g then redis.call('SET', KEYS[2], ARGV[2]) end
-if ARGV[3] == 'replace' then redis.call('DEL', KEYS[1], KEYS[4]) end
+if ARGV[3] == 'replace' then redis.call('DEL', KEYS[1], KEYS[4], KEYS[5]) end
 for i = 4, #ARGV do
   local op, seq = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
   if op == '+' then redis.call('ZADD', KEYS[1], seq, seq)
   elseif op == '*' then redis.call('ZADD', KEYS[1], seq, seq); redis.call('ZADD', KEYS[4], seq, seq)
   elseif op == '-' then redis.call('ZREM', KEYS[1], seq); redis.call('ZREM', KEYS[4], seq)
-  else redis.call('DEL', KEYS[1], KEYS[4]) end
+  elseif op == 'e' then
+    local day, r = string.match(seq, '^(-?%d+):(.*)$')
+    if r == '' then redis.call('HDEL', KEYS[5], day) else redis.call('HSET', KEYS[5], day, r) end
+  else redis.call('DEL', KEYS[1], KEYS[4], KEYS[5]) end
 end
 "#,
-    next_push_version!("5", "redis.call('GET', KEYS[3])"),
+    next_push_version!("6", "redis.call('GET', KEYS[3])"),
     r#"
 redis.call('SET', KEYS[3], v)
 redis.call('PUBLISH', ARGV[1], v .. ' ' .. KEYS[1])
@@ -410,17 +458,27 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
     (set, delete)
 }
 
-/// The share a hash field asks for, with the share script's ARGV, when it is a broadcast cursor (`b:{id}` = c:
-/// the list, `[c]`) or a read-diffused conversation's (`r:{id}` = `"{lo} {muted} {feed} {named…}"`: the index,
-/// `[lo, named…]`).
+/// The share a hash field asks for, with the share script's ARGV after the day, when it is a broadcast cursor
+/// (`b:{id}` = c: the list, `[c]`) or a read-diffused conversation's (`r:{id}` = `"{lo} {muted} {feed} {named…}
+/// [o {own…}]"`: the index, `[lo, named…, o, own…]`).
 fn share_wanted(field: &str, value: &str) -> Option<(ListId, Vec<String>)> {
     if let Some(id) = field.strip_prefix(super::CURSOR_PREFIX) {
         return Some((ListId::Broadcast(id.to_owned()), vec![value.to_owned()]));
     }
     let id = field.strip_prefix(INDEX_PREFIX)?;
-    let mut numbers = value.split(' ').map(str::to_owned);
-    let lo = numbers.next()?;
-    Some((ListId::Index(id.to_owned()), std::iter::once(lo).chain(numbers.skip(2)).collect()))
+    let mut tokens = value.split(' ').map(str::to_owned);
+    let lo = tokens.next()?;
+    Some((ListId::Index(id.to_owned()), std::iter::once(lo).chain(tokens.skip(2)).collect()))
+}
+
+/// The read scripts' ARGV for UTC day `today`: its number, or empty for [`crate::core::expiry::NEVER`] (nothing
+/// expires).
+fn day_arg(today: i64) -> String {
+    if today == crate::core::expiry::NEVER {
+        String::new()
+    } else {
+        today.to_string()
+    }
 }
 
 /// A user's counts as the push stream reads them.
@@ -733,7 +791,7 @@ impl RedisProjection {
     /// One list's call of [`LIST_TEMPLATE`].
     fn list_cmd(&self, w: &ListWrite) -> Cmd {
         let (keys, counter) = (shared_keys(&self.prefix, &w.list), self.counter());
-        let all = [&keys.live, &keys.guard, &keys.version, &keys.mention_all].map(String::as_str);
+        let all = [&keys.live, &keys.guard, &keys.version, &keys.mention_all, &keys.expiry].map(String::as_str);
         let mut cmd = evalsha(LIST, &all.into_iter().chain(counter.as_deref()).collect::<Vec<_>>());
         cmd.arg(changes_key(&self.prefix)).arg(w.generation).arg(if w.replace { "replace" } else { "patch" });
         for op in &w.ops {
@@ -742,6 +800,7 @@ impl RedisProjection {
                 ListOp::AddMention(seq) => format!("*{seq}"),
                 ListOp::Remove(seq) => format!("-{seq}"),
                 ListOp::Clear => "!".to_owned(),
+                ListOp::Expiring { day, seqs } => format!("e{day}:{}", super::ranges_value(seqs)),
             });
         }
         cmd
@@ -768,7 +827,7 @@ impl RedisProjection {
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_many_versioned(&self, user_ids: &[String], today: i64) -> ProjectionResult<Vec<Versioned>> {
-        let results = self.read_fields(user_ids).await?;
+        let results = self.read_fields(user_ids, today).await?;
         let mut views = Vec::with_capacity(results.len());
         for (user_id, fields) in user_ids.iter().zip(results) {
             let version = push_version(&fields);
@@ -783,16 +842,16 @@ impl RedisProjection {
     }
 
     /// What [`READ_TEMPLATE`] returns for each user: its hash's fields with the computed ones, in pairs.
-    async fn read_fields(&self, user_ids: &[String]) -> ProjectionResult<Vec<Vec<(String, String)>>> {
+    async fn read_fields(&self, user_ids: &[String], today: i64) -> ProjectionResult<Vec<Vec<(String, String)>>> {
         if user_ids.is_empty() {
             return Ok(Vec::new()); // an empty pipeline is an error to Redis ("empty command")
         }
         if self.is_cluster() {
-            return self.read_fields_cluster(user_ids).await.map_err(redis_err("reading users"));
+            return self.read_fields_cluster(user_ids, today).await.map_err(redis_err("reading users"));
         }
-        let ([l, la, _, lv], [x, xa, _, xv]) =
+        let ([l, la, _, lv, le], [x, xa, _, xv, xe]) =
             (shared_key_prefixes(&self.prefix, 'l'), shared_key_prefixes(&self.prefix, 'x'));
-        let args = [l, la, lv, x, xa, xv];
+        let args = [l, la, le, lv, x, xa, xe, xv, day_arg(today)];
         let cmds = || {
             let keys = user_ids.iter().map(|id| user_key(&self.prefix, id));
             keys.map(|key| evalsha(READ, &[&key]).arg(&args).to_owned()).collect()
@@ -805,7 +864,11 @@ impl RedisProjection {
     /// one round trip, then the share ([`SHARE_TEMPLATE`]) of each list or index they hold a cursor in, added as the
     /// read script would (`B:`/`V:`, `R:`/`X:`). Not atomic across keys, as reading a list just after a change is
     /// not: a change between the two is pushed like any other.
-    async fn read_fields_cluster(&self, user_ids: &[String]) -> Result<Vec<Vec<(String, String)>>, RedisError> {
+    async fn read_fields_cluster(
+        &self,
+        user_ids: &[String],
+        today: i64,
+    ) -> Result<Vec<Vec<(String, String)>>, RedisError> {
         let hgetall = |id: &String| redis::cmd("HGETALL").arg(user_key(&self.prefix, id)).to_owned();
         let flat: Vec<Vec<String>> = self.conn.run_all(user_ids.iter().map(hgetall).collect()).await?;
         let mut users: Vec<Vec<(String, String)>> = flat.into_iter().map(pairs).collect();
@@ -814,7 +877,8 @@ impl RedisProjection {
             .enumerate()
             .flat_map(|(u, fields)| fields.iter().filter_map(move |(f, v)| share_wanted(f, v).map(|(l, a)| (u, l, a))))
             .collect();
-        let cmds = || wanted.iter().map(|(_, list, args)| self.share_cmd(list, args)).collect();
+        let day = day_arg(today);
+        let cmds = || wanted.iter().map(|(_, list, args)| self.share_cmd(list, &day, args)).collect();
         let shares: Vec<Vec<String>> = self.run_scripts(cmds).await?;
         for ((u, list, _), share) in wanted.into_iter().zip(shares) {
             let [unread, mentions, version] = <[String; 3]>::try_from(share).map_err(|_| {
@@ -834,10 +898,11 @@ impl RedisProjection {
         Ok(users)
     }
 
-    /// The [`SHARE_TEMPLATE`] call for one list's or index's share, with its ARGV ([`share_wanted`]).
-    fn share_cmd(&self, list: &ListId, args: &[String]) -> Cmd {
+    /// The [`SHARE_TEMPLATE`] call for one list's or index's share at a day ([`day_arg`]), with its ARGV
+    /// ([`share_wanted`]).
+    fn share_cmd(&self, list: &ListId, day: &str, args: &[String]) -> Cmd {
         let keys = shared_keys(&self.prefix, list);
-        evalsha(SHARE, &[&keys.live, &keys.mention_all, &keys.version]).arg(args).to_owned()
+        evalsha(SHARE, &[&keys.live, &keys.mention_all, &keys.expiry, &keys.version]).arg(day).arg(args).to_owned()
     }
 
     /// A user's counts, or `None` when the user has no hash (never written, or lost by Redis).
@@ -858,7 +923,7 @@ impl RedisProjection {
 
     /// Everything the read script says of a user.
     async fn read_all(&self, user_id: &str, today: i64) -> ProjectionResult<UserRead> {
-        let fields = self.read_fields(&[user_id.to_owned()]).await?.pop().unwrap_or_default();
+        let fields = self.read_fields(&[user_id.to_owned()], today).await?.pop().unwrap_or_default();
         let cursors = fields
             .iter()
             .filter_map(|(f, v)| Some((f.strip_prefix(super::CURSOR_PREFIX)?.to_owned(), v.parse().ok()?)))

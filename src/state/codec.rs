@@ -35,7 +35,7 @@ use crate::core::seqset::SeqSet;
 /// The version byte of a user row written now.
 pub const USER_ROW: u8 = 4;
 /// The version byte of a conversation row written now.
-pub const CONVERSATION_ROW: u8 = 4;
+pub const CONVERSATION_ROW: u8 = 5;
 /// The version byte of a broadcast list row written now.
 pub const LIST_ROW: u8 = 3;
 /// The version byte of a remembered notification's row written now.
@@ -111,7 +111,7 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
 
 /// Encodes one conversation's fan-out state.
 pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
-    encode(CONVERSATION_ROW, &ConversationRowV4::from(state))
+    encode(CONVERSATION_ROW, &ConversationRowV5::from(state))
 }
 
 /// Decodes one conversation's fan-out state.
@@ -121,10 +121,15 @@ pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, Checkpoint
     let state = match split(bytes, CONVERSATION_ROW)? {
         (1 | 2, payload) => postcard::from_bytes::<ConversationRowV2>(payload)?.into_state(),
         (3, payload) => postcard::from_bytes::<ConversationRowV3>(payload)?.into_state()?,
-        (_, payload) => postcard::from_bytes::<ConversationRowV4>(payload)?.into_state()?,
+        (4, payload) => postcard::from_bytes::<ConversationRowV4>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<ConversationRowV5>(payload)?.into_state()?,
     };
     if state.index.as_ref().is_some_and(|i| i.live.max().is_some_and(|m| m > state.head) || i.since > state.head) {
         return Err(CheckpointError::Inconsistent(format!("an index above head {}", state.head)));
+    }
+    let buckets = state.index.iter().flat_map(|i| i.expiry.values().map(move |b| (i, b)));
+    if buckets.into_iter().any(|(i, b)| b.is_empty() || b.intersection(&i.live).len() != b.len()) {
+        return Err(CheckpointError::Inconsistent("an index expiry bucket empty or not within its live seqs".into()));
     }
     if let Some((user, at)) = state.members.iter().find(|(_, at)| **at > state.head) {
         return Err(CheckpointError::Inconsistent(format!(

@@ -34,7 +34,7 @@ fn v2_dev_set_with_read_diffusion_on_a_redis_cluster_is_exact_pushed_verified_an
     for (f, e) in followers.iter().zip(&sample) {
         converge(f, e);
     }
-    assert_spread(&cluster, &ns.name);
+    assert_spread(&cluster, &ns.name, false);
     assert!(ns.ok(&["verify"]).contains("differing: 0"));
     svc.stop();
     // Every master loses the namespace's keys: answered from the checkpoint, then rebuilt, exact again.
@@ -43,20 +43,21 @@ fn v2_dev_set_with_read_diffusion_on_a_redis_cluster_is_exact_pushed_verified_an
     lose_redis_then_rebuild(&ns, &expected, &sample);
 }
 
-/// Contract v3 on the cluster: counts at an instant (`e:` fields in users' hashes), marks, and every receipt, whose
-/// keys (hash-tagged per conversation) spread over the masters; lost, rebuilt, exact again. (Write diffusion: v3
-/// does not cover read-diffused conversations yet.)
+/// Contract v3 on the cluster: counts at an instant (`e:` fields in users' hashes, and the expiry buckets of
+/// read-diffused conversations' indexes, from 20 members), marks, and every receipt, whose keys (hash-tagged per
+/// conversation) spread over the masters; lost, answered from the checkpoint, rebuilt, exact again.
 #[test]
 fn v3_dev_set_on_a_redis_cluster_is_exact_with_its_receipts_and_rebuilt() {
     let Some(stack) = stack("v3_dev_set_on_a_redis_cluster_is_exact_with_its_receipts_and_rebuilt") else { return };
     let cluster = PrivateRedisCluster::start();
     let ns = Ns::with(&stack, "clu3", &cluster.url(), &stack.database_url);
     let (expected, receipts) = (v3_dev_expected(), crate::v3::v3_dev_receipts());
-    let svc = ns.start(&[]);
+    let svc = ns.start(&["--read-diffusion-threshold", "20"]);
     ns.ok(&["produce", &v3_dev_events()]);
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches_at(svc.port, &expected, V3_DEV_NOW);
     crate::v3::assert_receipts(svc.port, &receipts, 1);
+    assert_spread(&cluster, &ns.name, true);
     svc.stop();
     let sample: Vec<&UserView> = expected.iter().step_by(97).collect();
     lose_redis_then_rebuild_at(&ns, &expected, &sample, V3_DEV_NOW);
@@ -65,8 +66,9 @@ fn v3_dev_set_on_a_redis_cluster_is_exact_with_its_receipts_and_rebuilt() {
     api.stop();
 }
 
-/// Every master holds users' hashes, and read-diffused conversations' indexes live on more than one master.
-fn assert_spread(cluster: &PrivateRedisCluster, name: &str) {
+/// Every master holds users' hashes, and read-diffused conversations' indexes live on more than one master (with
+/// `buckets`: some hold expiry buckets).
+fn assert_spread(cluster: &PrivateRedisCluster, name: &str, buckets: bool) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let count = |node: usize, pattern: String| {
         rt.block_on(async {
@@ -80,4 +82,6 @@ fn assert_spread(cluster: &PrivateRedisCluster, name: &str) {
     let indexes: Vec<usize> = (0..3).map(|i| count(i, format!("{name}:x:{{#*"))).collect();
     assert!(users.iter().all(|n| *n > 100), "users' hashes per master: {users:?}");
     assert!(indexes.iter().filter(|n| **n > 0).count() >= 2, "indexes per master: {indexes:?}");
+    let expiring: Vec<usize> = (0..3).map(|i| count(i, format!("{name}:xe:{{#*"))).collect();
+    assert!(!buckets || expiring.iter().sum::<usize>() > 0, "expiry buckets per master: {expiring:?}");
 }

@@ -14,8 +14,7 @@ use unread::core::contract::*;
 use unread::core::delta::Delta;
 use unread::core::fanout::FanOut;
 use unread::core::fold::Fold;
-use unread::core::hybrid::Diffusion;
-use unread::core::seqset::SeqSet;
+use unread::core::hybrid::{Diffusion, ShareQuery};
 
 const USERS: [&str; 5] = ["alice", "bob", "c {x}", "d/e%f", "ü ü"];
 const CONVS: [&str; 3] = ["team", "a:{b}", "z/1"];
@@ -431,8 +430,8 @@ impl Lists for Partitions {
         self.0.iter().map(|f| f.unread_above(broadcast_id, cursor)).sum()
     }
 
-    fn index_counts(&self, conversation_id: &str, lo: u64, named: &SeqSet) -> (u64, u64) {
-        let counts = self.0.iter().map(|f| f.index_counts(conversation_id, lo, named));
+    fn index_counts(&self, conversation_id: &str, query: &ShareQuery) -> (u64, u64) {
+        let counts = self.0.iter().map(|f| f.index_counts(conversation_id, query));
         counts.fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 }
@@ -564,8 +563,8 @@ proptest! {
     }
 
     /// Contract v3 (issue 22): ttls, marks "from here", unmarks and acks clearing marks, at a random instant of the
-    /// scenario's days, and the receipts of every message. Write diffusion only: read-diffused conversations do
-    /// not carry v3 yet (`docs/semantics.md` § v3).
+    /// scenario's days, and the receipts of every message; conversations switch to read diffusion and back at
+    /// random thresholds (0: never), so the index's expiry buckets and shares are checked too.
     #[test]
     fn v3_fold_equals_model_at_any_instant_and_receipts_too(
         convs in proptest::collection::vec(proptest::collection::vec(conv_op(true), 0..40), 1..=CONVS.len()),
@@ -573,8 +572,11 @@ proptest! {
         partitions in 1usize..=2,
         seed in 1u64..u64::MAX,
         today in (DAY0 - 1)..=(DAY0 + 8),
+        threshold in 0u64..=5,
+        band in 0u64..=2,
     ) {
-        let (got, expected) = run_scenario(&convs, &users, partitions, seed, Diffusion::OFF, today);
+        let diffusion = Diffusion::with_band(threshold, threshold.saturating_sub(band));
+        let (got, expected) = run_scenario(&convs, &users, partitions, seed, diffusion, today);
         prop_assert_eq!(got, expected);
         let [got, expected] = receipts_scenario(&convs, &users, seed);
         prop_assert_eq!(got, expected);

@@ -36,7 +36,7 @@ fn v2_dev_set_end_to_end_then_redis_lost_and_rebuilt_is_exact() {
 #[test]
 fn v2_sigkill_mid_flow_then_replay_and_verify_against_is_exact() {
     let Some(stack) = stack("v2_sigkill_mid_flow_then_replay_and_verify_against_is_exact") else { return };
-    sigkill_mid_flow_then_replay(&Ns::new(&stack, "v2kill"), &v2_dev_events(), &v2_dev_expected(), "");
+    sigkill_mid_flow_then_replay(&Ns::new(&stack, "v2kill"), &v2_dev_events(), &v2_dev_expected(), "", &[]);
 }
 
 /// One JSON line per event.

@@ -316,6 +316,35 @@ impl ConversationRowV4 {
     }
 }
 
+/// A conversation row of version 5: version 4's fields, then a read-diffused conversation's index's expiry
+/// buckets (contract v3 on read diffusion; empty without an index or a ttl).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConversationRowV5 {
+    v4: ConversationRowV4,
+    index_expiry: Vec<(i64, Ranges)>,
+}
+
+impl From<&ConversationState> for ConversationRowV5 {
+    fn from(c: &ConversationState) -> Self {
+        let buckets = c.index.iter().flat_map(|i| i.expiry.iter());
+        ConversationRowV5 { v4: c.into(), index_expiry: buckets.map(|(day, seqs)| (*day, ranges(seqs))).collect() }
+    }
+}
+
+impl ConversationRowV5 {
+    pub(super) fn into_state(self) -> Result<ConversationState, CheckpointError> {
+        let mut state = self.v4.into_state()?;
+        let days = self.index_expiry.into_iter().map(|(day, r)| Ok((day, set(r)?)));
+        let expiry = days.collect::<Result<std::collections::BTreeMap<i64, SeqSet>, CheckpointError>>()?;
+        match &mut state.index {
+            Some(index) => index.expiry = expiry,
+            None if expiry.is_empty() => {}
+            None => return Err(CheckpointError::Inconsistent("expiry buckets without an index".into())),
+        }
+        Ok(state)
+    }
+}
+
 /// A conversation row of version 3: version 2's fields, then the index.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct ConversationRowV3 {
@@ -338,7 +367,7 @@ impl From<&ConversationState> for ConversationRowV3 {
 impl ConversationRowV3 {
     pub(super) fn into_state(self) -> Result<ConversationState, CheckpointError> {
         let index = match self.index {
-            Some(i) => Some(ConvIndex { since: i.since, live: set(i.live)?, mention_all: set(i.mention_all)? }),
+            Some(i) => Some(ConvIndex::from_sets(i.since, set(i.live)?, set(i.mention_all)?)),
             None => None,
         };
         Ok(ConversationState { index, ..self.v2.into_state() })

@@ -144,17 +144,17 @@ fn segments_escape_all_but_unreserved_characters() {
     assert_eq!(encode("a/b %c{d}~x-y_z.é"), "a%2Fb%20%25c%7Bd%7D~x-y_z.%C3%A9");
 }
 
-/// `events` produced, the service SIGKILLed while it folds them and started again: every user of `expected` exact
-/// (read with `query`, `"?now=…"` or `""`); then `replay --into replayed` is complete, and `verify --against` it and
+/// `events` produced, the service (started with `flags`) SIGKILLed while it folds them and started again: every user
+/// of `expected` exact (read with `query`, `"?now=…"` or `""`); then `replay --into replayed` is complete, and `verify --against` it and
 /// `verify` inside it find nothing differing.
-pub fn sigkill_mid_flow_then_replay(ns: &Ns, events: &str, expected: &[UserView], query: &str) {
+pub fn sigkill_mid_flow_then_replay(ns: &Ns, events: &str, expected: &[UserView], query: &str, flags: &[&str]) {
     ns.ok(&["produce", events]);
     let initial = ns.total_lag();
-    let svc = ns.start(&["--flush-events", "2000"]);
+    let svc = ns.start(&[&["--flush-events", "2000"], flags].concat());
     let at_kill = super::wait_for_progress(ns, initial);
     svc.kill();
     assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
-    let svc = ns.start(&[]);
+    let svc = ns.start(flags);
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches_at(svc.port, expected, query);
     let replayed = "replayed";
