@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
@@ -39,10 +39,16 @@ pub mod headers {
     pub const DELTA_SOURCE: &str = "unread.delta.source";
 }
 
-/// The settings every client shares: the bootstrap servers (comma-separated `host:port`).
+/// The settings every client shares: the bootstrap servers (comma-separated `host:port`), then the properties
+/// passed through ([`crate::clients`]: `--kafka-config`, `--kafka-config-file`; security, SASL, TLS files). The
+/// callers' own settings come after, so a property unread's correctness depends on (isolation level, idempotence,
+/// transactions, offsets) cannot be changed from outside.
 pub fn base(brokers: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers);
+    for p in &crate::clients::get().kafka {
+        c.set(&p.key, &p.value);
+    }
     c
 }
 
@@ -244,12 +250,52 @@ pub fn admin_options() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))
 }
 
-/// Every topic's partition count, from the broker's metadata.
+/// A client context that keeps librdkafka's last error (a refused SASL authentication, a TLS handshake that
+/// failed, …), so that a query that fails can say why rather than "broker transport failure".
+#[derive(Debug, Default)]
+pub struct LastError(std::sync::Mutex<Option<String>>);
+
+impl LastError {
+    /// The last error librdkafka reported, if any.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+impl ClientContext for LastError {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(format!("{error}: {reason}"));
+        }
+    }
+}
+
+impl ConsumerContext for LastError {}
+
+/// Every topic's partition count, from the broker's metadata: the first query of most commands, so the one whose
+/// error says why Kafka refused (wrong credentials, plaintext against a TLS listener: [`LastError`]).
 ///
-/// Errors: the broker does not answer within [`QUERY_TIMEOUT`].
+/// Errors: the broker does not answer within [`QUERY_TIMEOUT`], with librdkafka's last error.
 pub fn partition_counts(brokers: &str) -> anyhow::Result<HashMap<String, i32>> {
-    let client = metadata_client(brokers)?;
-    let md = client.fetch_metadata(None, QUERY_TIMEOUT).with_context(|| format!("Kafka at {brokers}"))?;
+    let client: BaseConsumer<LastError> =
+        base(brokers).create_with_context(LastError::default()).context("creating a Kafka metadata client")?;
+    let deadline = std::time::Instant::now() + QUERY_TIMEOUT;
+    // Tries every second: a refusal that waiting cannot mend (authentication, TLS) ends it at once.
+    let md = loop {
+        match client.fetch_metadata(None, Duration::from_secs(1)) {
+            Ok(md) => break md,
+            Err(e) => {
+                // The error events wait in the client's queue until it is polled.
+                let _ = client.poll(Duration::from_millis(100));
+                let why = client.context().get();
+                let final_ = why.as_deref().is_some_and(|w| w.contains("Authentication") || w.contains("SSL"));
+                if final_ || std::time::Instant::now() >= deadline {
+                    let why = why.map(|w| format!(" (librdkafka: {w})")).unwrap_or_default();
+                    anyhow::bail!("Kafka at {brokers}: {e}{why}");
+                }
+            }
+        }
+    };
     Ok(md.topics().iter().map(|t| (t.name().to_owned(), t.partitions().len() as i32)).collect())
 }
 

@@ -30,6 +30,7 @@ pub mod app;
 pub mod auth;
 pub mod checkpoint;
 pub mod cli;
+pub mod clients;
 pub mod clock;
 pub mod config;
 pub mod core;

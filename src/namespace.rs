@@ -300,7 +300,7 @@ pub async fn drop(settings: &Settings, name: &str) -> anyhow::Result<DropReport>
 pub async fn delete_matching(projection: &RedisProjection, pattern: &str) -> anyhow::Result<usize> {
     let mut n = 0;
     for master in projection.masters().await? {
-        let client = redis::Client::open(master.as_str()).context("a master's URL")?;
+        let client = crate::projection::conn::client(master.as_str()).context("a master's URL")?;
         let mut conn = client.get_multiplexed_async_connection().await.context("connecting to a master")?;
         n += delete_on_node(&mut conn, pattern).await?;
     }

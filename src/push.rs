@@ -327,7 +327,7 @@ impl Hub {
         // failure the next one is tried.
         let attempt = self.subscriptions.fetch_add(1, Ordering::Relaxed) as usize;
         let url = crate::projection::conn::pubsub_url(&self.redis_url, attempt);
-        let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
+        let mut pubsub = crate::projection::conn::client(url)?.get_async_pubsub().await?;
         pubsub.subscribe(changes_key(&prefix)).await?;
         let watched: Vec<String> = {
             let mut w = self.watchers.lock().expect("not poisoned");

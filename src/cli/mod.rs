@@ -25,6 +25,9 @@ pub struct Cli {
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
+    /// How the clients reach managed services (TLS, SASL), for every subcommand.
+    #[command(flatten)]
+    pub clients: crate::clients::ClientSettings,
 }
 
 /// The subcommands.
@@ -99,6 +102,7 @@ pub enum Command {
 ///
 /// Errors: whatever the subcommand reports (unreadable input, a service unreachable, …), with context.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    crate::clients::init(&cli.clients)?;
     match cli.command {
         Command::Fold(args) => args.run(),
         Command::Run(opts) => block_on(crate::service::run(*opts)).map(|()| ExitCode::SUCCESS),

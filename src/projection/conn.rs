@@ -37,6 +37,17 @@ pub fn pubsub_url(url: &str, attempt: usize) -> &str {
     nodes.get(attempt % nodes.len().max(1)).copied().unwrap_or(url)
 }
 
+/// A client of one server (`redis://` or `rediss://`), with the process's TLS files if any were named
+/// ([`crate::clients`]: a private CA, a client certificate).
+///
+/// Errors: a malformed URL, or certificates that do not parse.
+pub fn client(url: &str) -> RedisResult<redis::Client> {
+    match &crate::clients::get().redis_tls {
+        Some(certs) if url.starts_with("rediss://") => redis::Client::build_with_tls(url, certs.clone()),
+        _ => redis::Client::open(url),
+    }
+}
+
 impl Conn {
     /// Connects to the server, or to the cluster through its seed nodes ([`seeds`]).
     ///
@@ -44,10 +55,13 @@ impl Conn {
     pub async fn open(url: &str) -> RedisResult<Self> {
         let nodes = seeds(url);
         if nodes.len() > 1 {
-            let client = redis::cluster::ClusterClient::new(nodes)?;
-            Ok(Conn::Cluster(client.get_async_connection().await?))
+            let mut builder = redis::cluster::ClusterClientBuilder::new(nodes);
+            if let Some(certs) = &crate::clients::get().redis_tls {
+                builder = builder.certs(certs.clone());
+            }
+            Ok(Conn::Cluster(builder.build()?.get_async_connection().await?))
         } else {
-            let client = redis::Client::open(nodes.first().copied().unwrap_or(url))?;
+            let client = client(nodes.first().copied().unwrap_or(url))?;
             Ok(Conn::Single(ConnectionManager::new(client).await?))
         }
     }

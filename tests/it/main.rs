@@ -16,5 +16,6 @@ mod schemas;
 mod service;
 mod soak;
 mod support;
+mod tls;
 mod v2;
 mod v3;

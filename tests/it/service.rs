@@ -564,6 +564,7 @@ fn kafka_broker_restarted_mid_flow_is_exact() {
         brokers: format!("127.0.0.1:{}", kafka.port),
         redis_url: stack.redis_url.clone(),
         database_url: stack.database_url.clone(),
+        client_env: Vec::new(),
     };
     let ns = Ns::new(&private, "kafkarestart");
     let svc = ns.start(&["--flush-events", "1000"]);

@@ -117,6 +117,7 @@ fn soak_under_a_fault_schedule_is_exact() {
         brokers: format!("127.0.0.1:{}", kafka.port),
         redis_url: format!("redis://127.0.0.1:{redis_port}"),
         database_url: pg.url(),
+        client_env: Vec::new(),
     };
     let _ = &stack;
     let ns = Ns::new(&private, "soak");

@@ -58,7 +58,8 @@ impl<'s> Ns<'s> {
             .env("UNREAD_GROUP_ID", &self.name)
             .env("UNREAD_REDIS_PREFIX", format!("{}:", self.name))
             .env("UNREAD_AUTH_HS256_SECRET", super::http::TEST_SECRET)
-            .env("UNREAD_LOG", "info,rdkafka=warn,sqlx=warn");
+            .env("UNREAD_LOG", "info,rdkafka=warn,sqlx=warn")
+            .envs(self.stack.client_env.iter().map(|(k, v)| (k, v)));
         c
     }
 
@@ -142,6 +143,9 @@ impl<'s> Ns<'s> {
 
 impl Drop for Ns<'_> {
     fn drop(&mut self) {
+        if !self.stack.client_env.is_empty() {
+            return; // the TLS stack: the test process's clients cannot reach it (see `Stack::client_env`)
+        }
         if let Err(e) = self.remove_all() {
             eprintln!("cleaning up namespace {}: {e:#}", self.name);
         }

@@ -14,7 +14,7 @@ use super::fixtures::repo_path;
 use super::namespace::{free_port, signal};
 
 /// The services' addresses.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Stack {
     /// Kafka bootstrap servers.
     pub brokers: String,
@@ -22,6 +22,10 @@ pub struct Stack {
     pub redis_url: String,
     /// PostgreSQL URL.
     pub database_url: String,
+    /// More environment for the `unread` processes (the TLS stack's client settings: `UNREAD_KAFKA_CONFIG_FILE`,
+    /// `UNREAD_REDIS_CA_FILE`, …); empty for a plaintext stack. The test process's own clients have none, so a
+    /// namespace on a stack with some is not cleaned up in-process.
+    pub client_env: Vec<(String, String)>,
 }
 
 /// The stack for `test`, or `None` (with a printed reason) when there is none and none is required.
@@ -32,7 +36,9 @@ pub fn stack(test: &str) -> Option<Stack> {
     }
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     match (get("UNREAD_BROKERS"), get("UNREAD_REDIS_URL"), get("UNREAD_DATABASE_URL")) {
-        (Some(brokers), Some(redis_url), Some(database_url)) => Some(Stack { brokers, redis_url, database_url }),
+        (Some(brokers), Some(redis_url), Some(database_url)) => {
+            Some(Stack { brokers, redis_url, database_url, client_env: Vec::new() })
+        }
         _ if std::env::var("UNREAD_REQUIRE_STACK").as_deref() == Ok("1") => {
             panic!("{test}: UNREAD_BROKERS/UNREAD_REDIS_URL/UNREAD_DATABASE_URL are not set: run scripts/test")
         }
@@ -86,6 +92,7 @@ mod containers {
                 "postgres://postgres:postgres@127.0.0.1:{}/postgres",
                 port(postgres.get_host_port_ipv4(5432))
             ),
+            client_env: Vec::new(),
         };
         Running { stack, _kafka: kafka, _redis: redis, _postgres: postgres }
     }
