@@ -62,8 +62,9 @@ fn header(m: &OwnedMessage, name: &str) -> String {
 ///
 /// Errors: Kafka unreachable or the topic missing.
 pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
-    let consumer: BaseConsumer =
-        kafka::eof_reader(brokers, "unread-dead-letter-reader").create().context("creating the dead-letter reader")?;
+    let consumer: BaseConsumer<kafka::EofContext> = kafka::eof_reader(brokers, "unread-dead-letter-reader")
+        .create_with_context(kafka::EofContext)
+        .context("creating the dead-letter reader")?;
     let n = kafka::partition_count(&consumer, topic)?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = std::collections::HashMap::new();

@@ -10,7 +10,7 @@ use anyhow::Context;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
@@ -201,7 +201,8 @@ pub fn first_visible(
     from: &[(i32, i64)],
     timeout: Duration,
 ) -> anyhow::Result<HashMap<i32, Option<i64>>> {
-    let consumer: BaseConsumer = eof_reader(brokers, "unread-visibility-probe").create()?;
+    let consumer: BaseConsumer<EofContext> =
+        eof_reader(brokers, "unread-visibility-probe").create_with_context(EofContext)?;
     let mut tpl = rdkafka::TopicPartitionList::new();
     for (p, offset) in from {
         tpl.add_partition_offset(topic, *p, rdkafka::Offset::Offset(*offset))?;
@@ -249,6 +250,22 @@ pub fn admin(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>>
 pub fn admin_options() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))
 }
+
+/// The context of the readers that ask for each partition's end ([`eof_reader`]): librdkafka's errors are logged
+/// as by default, but for the ends of partitions, which such a reader asks for and which are not errors.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EofContext;
+
+impl ClientContext for EofContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let end = matches!(error, KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF));
+        if !end {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for EofContext {}
 
 /// A client context that keeps librdkafka's last error (a refused SASL authentication, a TLS handshake that
 /// failed, …), so that a query that fails can say why rather than "broker transport failure".

@@ -241,8 +241,8 @@ async fn seed(
             let snap = src.snapshot().await.context("reading the source's checkpoint")?;
             // Its own reader, told each partition's end: the delta topic is transactional, so its last offsets
             // can be commit markers no reader ever gets.
-            let deltas: StreamConsumer = kafka::eof_reader(&source.brokers, "unread-replay")
-                .create()
+            let deltas: StreamConsumer<crate::kafka::EofContext> = kafka::eof_reader(&source.brokers, "unread-replay")
+                .create_with_context(crate::kafka::EofContext)
                 .context("creating the replay's delta reader")?;
             in_flight = r.seed_from(snap, &source.topics(), &deltas).await?;
         }

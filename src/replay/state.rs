@@ -210,7 +210,12 @@ impl Replay {
     /// `read_committed` reader sees it, past the commit markers that may end it.
     ///
     /// Errors: PostgreSQL or Kafka failing, or a corrupt row.
-    pub async fn seed_from(&mut self, snap: Snapshot, source: &Topics, c: &StreamConsumer) -> anyhow::Result<u64> {
+    pub async fn seed_from(
+        &mut self,
+        snap: Snapshot,
+        source: &Topics,
+        c: &StreamConsumer<crate::kafka::EofContext>,
+    ) -> anyhow::Result<u64> {
         // Every entity of the snapshot is written by the first checkpoint.
         self.dirty_convs.extend(snap.conversations.iter().map(|r| FanOutKey::Conversation(r.id.clone())));
         self.dirty_convs.extend(snap.lists.iter().map(|r| FanOutKey::List(r.id.clone())));
@@ -239,7 +244,7 @@ impl Replay {
         offsets: &Offsets,
         fences: &[(i32, i32, i64)],
         topic: &str,
-        c: &StreamConsumer,
+        c: &StreamConsumer<crate::kafka::EofContext>,
     ) -> anyhow::Result<u64> {
         let marks = kafka::watermarks(c, topic, self.partitions.user)?;
         let mut tpl = TopicPartitionList::new();
