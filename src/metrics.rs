@@ -58,6 +58,11 @@ struct KindLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StoreLabel {
     store: &'static str,
 }
@@ -146,6 +151,16 @@ pub struct Metrics {
     verify_differing: Gauge,
     verify_ahead: Gauge,
     verify_last_run: Gauge,
+    /// The read API's answers by source (`redis`, `checkpoint`, `stale`).
+    reads: Family<SourceLabel, Counter>,
+    /// 1 while the breaker around Redis reads is open.
+    breaker_open: Gauge,
+    /// Requests refused over a rate limit, by token kind (`user`, `service`).
+    rate_limited: Family<KindLabel, Counter>,
+    /// Stream sockets open on this instance.
+    push_sockets: Gauge,
+    /// Stream sockets the hub dropped (queue full: a slow client, which reconnects with `since`).
+    push_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -180,8 +195,14 @@ impl Default for Metrics {
             verify_differing: Gauge::default(),
             verify_ahead: Gauge::default(),
             verify_last_run: Gauge::default(),
+            reads: Family::default(),
+            breaker_open: Gauge::default(),
+            rate_limited: Family::default(),
+            push_sockets: Gauge::default(),
+            push_dropped: Counter::default(),
         };
         m.register();
+        m.zero_series();
         m
     }
 }
@@ -263,6 +284,62 @@ impl Metrics {
         );
         let last = self.verify_last_run.clone();
         r.register("verify_last_run_timestamp_seconds", "Unix time of the last background verify", last);
+        self.register_api();
+    }
+
+    /// Creates at 0 the series whose labels are known in advance, so that `/metrics` shows them before their first
+    /// event and a rate over them is 0, not absent (alerts and dashboards see "no errors", not "no data").
+    fn zero_series(&self) {
+        for store in ["redis", "postgres"] {
+            let _ = self.errors.get_or_create(&StoreLabel { store });
+        }
+        for source in ["redis", "checkpoint", "stale"] {
+            let _ = self.reads.get_or_create(&SourceLabel { source });
+        }
+        for kind in ["user", "service"] {
+            let _ = self.rate_limited.get_or_create(&KindLabel { kind });
+        }
+        for kind in ["duplicate_message", "early_recall", "to_read", "to_write"] {
+            let _ = self.fanout_batch.get_or_create(&KindLabel { kind });
+        }
+    }
+
+    /// The read API's and the push hub's families.
+    fn register_api(&mut self) {
+        let r = &mut self.registry;
+        let reads = self.reads.clone();
+        r.register("reads", "User reads answered, by source: redis, checkpoint (refilled), stale (Redis down)", reads);
+        r.register("read_breaker_open", "1 while the breaker around Redis reads is open", self.breaker_open.clone());
+        let limited = self.rate_limited.clone();
+        r.register("rate_limited", "Requests refused over a rate limit, by token kind (user, service)", limited);
+        r.register(
+            "push_sockets",
+            "Stream sockets (WebSocket and SSE) open on this instance",
+            self.push_sockets.clone(),
+        );
+        let dropped = self.push_dropped.clone();
+        r.register("push_dropped_sockets", "Stream sockets dropped because their queue was full", dropped);
+    }
+
+    /// One user read answered from `source` (`redis`, `checkpoint` or `stale`).
+    pub fn read(&self, source: &'static str) {
+        self.reads.get_or_create(&SourceLabel { source }).inc();
+    }
+
+    /// One request refused over the rate limit of a `kind` token (`user` or `service`).
+    pub fn rate_limited(&self, kind: &'static str) {
+        self.rate_limited.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    /// The read API's state when scraped: whether the Redis breaker is open, how many stream sockets are open, and
+    /// how many the hub has dropped since it started (the counter catches up).
+    pub fn api_state(&self, breaker_open: bool, sockets: usize, dropped: u64) {
+        self.breaker_open.set(i64::from(breaker_open));
+        self.push_sockets.set(sockets as i64);
+        let counted = self.push_dropped.get();
+        if dropped > counted {
+            self.push_dropped.inc_by(dropped - counted);
+        }
     }
 
     /// `n` records of `topic` processed.

@@ -74,6 +74,8 @@ struct Watchers {
     /// For each list, the newest version published for it: a read of a user older than that missed the change
     /// (the user was not yet known to read the list when it was published) and is read again.
     list_versions: HashMap<ListId, u64>,
+    /// Sockets dropped since the hub started (queue full or closed).
+    dropped: u64,
 }
 
 /// A user's counts of the coming day, read ahead of the midnight.
@@ -164,6 +166,12 @@ impl Hub {
             self.mark([user_id.to_owned()]);
         }
         Subscription { hub: self.clone(), user_id: user_id.to_owned(), id, messages, stop: self.stop.clone() }
+    }
+
+    /// The sockets open now, and how many the hub has dropped since it started (for `/metrics`).
+    pub fn socket_counts(&self) -> (usize, u64) {
+        let w = self.watchers.lock().expect("not poisoned");
+        (w.users.values().map(|u| u.sockets.len()).sum(), w.dropped)
     }
 
     fn leave(&self, user_id: &str, id: u64) {
@@ -405,6 +413,7 @@ fn deliver_prepared(w: &mut Watchers, read: Versioned, prepared: Option<Option<T
     }
     let watched = w.users.get_mut(&user_id).expect("present");
     let (version, empty, view) = (watched.version, Changes::default(), &watched.view);
+    let mut dropped = 0;
     watched.sockets.retain_mut(|s| {
         let message = match s.fresh.take() {
             Some(since) if since == Some(version) => text(version, &Message::Changes { version, changes: &empty }),
@@ -417,9 +426,11 @@ fn deliver_prepared(w: &mut Watchers, read: Versioned, prepared: Option<Option<T
         let sent = s.tx.try_send(message).is_ok();
         if !sent {
             tracing::info!("push: a socket's queue is full or closed: dropping it");
+            dropped += 1;
         }
         sent
     });
+    w.dropped += dropped;
     stale.then_some(user_id)
 }
 

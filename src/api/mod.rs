@@ -260,6 +260,7 @@ async fn authenticate(State(s): State<Arc<ApiState>>, mut req: Request, next: Ne
         Err(e) => return ApiError::from(e).into_response(),
     };
     if let Err(wait) = s.rates.check(&access) {
+        s.metrics.rate_limited(if matches!(access, Access::Service(_)) { "service" } else { "user" });
         let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         let message = format!("over this token's rate limit: retry in {seconds} s");
         let error = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
@@ -313,8 +314,24 @@ fn sourced(namespace: String, view: UserView, source: Source, query: &ReadQuery)
 }
 
 /// A user's counts: from Redis; from the checkpoint when Redis has no hash for the user (then refilled); from the
-/// checkpoint, stale, while Redis is down ([`fallback`]).
+/// checkpoint, stale, while Redis is down ([`fallback`]). Counted by source in the metrics (`unread_reads_total`).
 async fn read_user(s: &ApiState, namespace: &str, user_id: &str, today: i64) -> Result<(UserView, Source), ApiError> {
+    let read = read_user_from(s, namespace, user_id, today).await?;
+    s.metrics.read(match read.1 {
+        Source::Redis => "redis",
+        Source::Checkpoint => "checkpoint",
+        Source::Stale => "stale",
+    });
+    Ok(read)
+}
+
+/// [`read_user`], uncounted.
+async fn read_user_from(
+    s: &ApiState,
+    namespace: &str,
+    user_id: &str,
+    today: i64,
+) -> Result<(UserView, Source), ApiError> {
     let projection = s.live.current().1;
     let zero = || UserView { user_id: user_id.to_owned(), ..UserView::default() };
     let Some(fb) = &s.fallback else {
@@ -478,6 +495,8 @@ async fn openapi_json(Extension(doc): Extension<Arc<String>>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
 async fn metrics(State(s): State<Arc<ApiState>>) -> Response {
+    let (sockets, dropped) = s.hub.socket_counts();
+    s.metrics.api_state(s.fallback.as_ref().is_some_and(|f| f.breaker.is_open()), sockets, dropped);
     ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
 }
 

@@ -8,6 +8,7 @@ mod dataset;
 mod decoder;
 mod hybrid;
 mod inbox;
+mod monitoring;
 mod properties;
 mod properties_v2;
 mod push;
