@@ -52,20 +52,34 @@ pub fn base(brokers: &str) -> ClientConfig {
     c
 }
 
+/// How a stage's consumer belongs to its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// A member that stops heart-beating is out after this long (`unread run --session-timeout`).
+    pub session_timeout: Duration,
+    /// Static membership (`unread run --group-instance-id`): the member's `group.instance.id`, stable across
+    /// restarts (a StatefulSet pod's name). A member that stops and comes back within the session timeout gets
+    /// its partitions back with no rebalance; `None`: dynamic membership.
+    pub instance_id: Option<String>,
+}
+
 /// A consumer-group member of `group` for the service's stages: offsets are stored only after a checkpoint
 /// (`enable.auto.offset.store=false`, committed in the background as a progress hint), the **range** assignor
-/// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after
-/// `session_timeout` (`unread run --session-timeout`, default 10 s; heartbeats every second, or a third of a
-/// shorter timeout). The broker bounds it (`group.min.session.timeout.ms`: 1 s on `scripts/stack`'s broker, 6 s
-/// on Kafka's defaults).
-pub fn group_member(brokers: &str, group: &str, session_timeout: Duration) -> ClientConfig {
+/// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after the
+/// session timeout (default 10 s; heartbeats every second, or a third of a shorter timeout). The broker bounds it
+/// (`group.min.session.timeout.ms`: 1 s on `scripts/stack`'s broker, 6 s on Kafka's defaults). With an instance
+/// id the member is static ([`Membership`]).
+pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig {
     let mut c = consumer(brokers, group);
-    let session = session_timeout.as_millis().max(1);
+    let session = m.session_timeout.as_millis().max(1);
     c.set("enable.auto.commit", "true")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "range")
         .set("session.timeout.ms", session.to_string())
         .set("heartbeat.interval.ms", (session / 3).clamp(1, 1000).to_string());
+    if let Some(id) = &m.instance_id {
+        c.set("group.instance.id", id);
+    }
     c
 }
 

@@ -280,10 +280,10 @@ pub fn consumer(
     brokers: &str,
     group: &str,
     topics: &[&str],
-    session_timeout: std::time::Duration,
+    membership: &crate::kafka::Membership,
 ) -> anyhow::Result<Dispatcher> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let consumer: GroupConsumer = crate::kafka::group_member(brokers, group, session_timeout)
+    let consumer: GroupConsumer = crate::kafka::group_member(brokers, group, membership)
         .create_with_context(GroupContext { events: tx })
         .with_context(|| format!("creating consumer of group {group}"))?;
     consumer.subscribe(topics).with_context(|| format!("subscribing to {topics:?}"))?;

@@ -84,6 +84,11 @@ pub struct RunOptions {
     /// the broker's `group.min.session.timeout.ms`.
     #[arg(long, env = "UNREAD_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub session_timeout: Duration,
+    /// Static group membership: this instance's stable id (e.g. a StatefulSet pod's name), its Kafka
+    /// `group.instance.id` in both stages' groups. A restart within --session-timeout gets the same partitions
+    /// back without a rebalance; an instance gone for good keeps its partitions idle until the timeout.
+    #[arg(long, env = "UNREAD_GROUP_INSTANCE_ID")]
+    pub group_instance_id: Option<String>,
     /// Run a sampled `unread verify` (Redis against the checkpoint) this often, e.g. `30s`, `5m`; results go to
     /// `/metrics` as `unread_verify_*`. Off when not given.
     #[arg(long, env = "UNREAD_VERIFY_EVERY", value_parser = parse_duration)]
@@ -323,7 +328,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
 /// The running parts of `unread run`, each a task of `tasks` that ends when `stop` turns true.
 struct Parts {
     tasks: tokio::task::JoinSet<anyhow::Result<()>>,
-    session_timeout: Duration,
+    membership: crate::kafka::Membership,
     assignments: Vec<(Stage, Arc<Assignment>)>,
     stop: watch::Receiver<bool>,
 }
@@ -337,7 +342,7 @@ impl Parts {
         topics: &[&str],
         spawn: group::SpawnTask,
     ) -> anyhow::Result<()> {
-        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics, self.session_timeout)?;
+        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics, &self.membership)?;
         self.assignments.push((stage, dispatcher.assignment.clone()));
         self.tasks.spawn(dispatcher.run(stage, spawn, self.stop.clone()));
         Ok(())
@@ -389,7 +394,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut parts = Parts {
         tasks: tokio::task::JoinSet::new(),
-        session_timeout: opts.session_timeout,
+        membership: crate::kafka::Membership {
+            session_timeout: opts.session_timeout,
+            instance_id: opts.group_instance_id.clone(),
+        },
         assignments: Vec::new(),
         stop: stop_rx,
     };

@@ -13,6 +13,7 @@ mod properties;
 mod properties_v2;
 mod push;
 mod replay;
+mod restart;
 mod schemas;
 mod service;
 mod soak;
