@@ -161,6 +161,8 @@ pub struct Metrics {
     push_sockets: Gauge,
     /// Stream sockets the hub dropped (queue full: a slow client, which reconnects with `since`).
     push_dropped: Counter,
+    /// Users the scheduled repair rewrote from the checkpoint.
+    verify_repaired: Counter,
 }
 
 impl Default for Metrics {
@@ -200,6 +202,7 @@ impl Default for Metrics {
             rate_limited: Family::default(),
             push_sockets: Gauge::default(),
             push_dropped: Counter::default(),
+            verify_repaired: Counter::default(),
         };
         m.register();
         m.zero_series();
@@ -269,21 +272,7 @@ impl Metrics {
         );
         r.register("assigned_partitions", "Partitions assigned to this instance, by stage", self.assigned.clone());
         r.register("rebalances", "Rebalance events seen, by stage", self.rebalances.clone());
-        r.register("verify_runs", "Background verifies completed", self.verify_runs.clone());
-        r.register("verify_failures", "Background verifies that could not run", self.verify_failures.clone());
-        r.register("verify_checked_users", "Users the last background verify compared", self.verify_checked.clone());
-        r.register(
-            "verify_differing_users",
-            "Users that differed in the last background verify",
-            self.verify_differing.clone(),
-        );
-        r.register(
-            "verify_ahead_users",
-            "Users newer in Redis in the last background verify",
-            self.verify_ahead.clone(),
-        );
-        let last = self.verify_last_run.clone();
-        r.register("verify_last_run_timestamp_seconds", "Unix time of the last background verify", last);
+        self.register_verify();
         self.register_api();
     }
 
@@ -302,6 +291,32 @@ impl Metrics {
         for kind in ["duplicate_message", "early_recall", "to_read", "to_write"] {
             let _ = self.fanout_batch.get_or_create(&KindLabel { kind });
         }
+    }
+
+    /// The background verify's families (`--verify-every`, `--repair`).
+    fn register_verify(&mut self) {
+        let r = &mut self.registry;
+        r.register("verify_runs", "Background verifies completed", self.verify_runs.clone());
+        r.register("verify_failures", "Background verifies that could not run", self.verify_failures.clone());
+        r.register("verify_checked_users", "Users the last background verify compared", self.verify_checked.clone());
+        r.register(
+            "verify_differing_users",
+            "Users that differed in the last background verify",
+            self.verify_differing.clone(),
+        );
+        r.register(
+            "verify_ahead_users",
+            "Users newer in Redis in the last background verify",
+            self.verify_ahead.clone(),
+        );
+        let last = self.verify_last_run.clone();
+        r.register("verify_last_run_timestamp_seconds", "Unix time of the last background verify", last);
+        let repaired = self.verify_repaired.clone();
+        r.register(
+            "verify_repaired_users",
+            "Users the scheduled repair (--repair) rewrote from the checkpoint",
+            repaired,
+        );
     }
 
     /// The read API's and the push hub's families.
@@ -467,6 +482,11 @@ impl Metrics {
         self.verify_ahead.set(ahead as i64);
         self.verify_last_run.set(now as i64);
         self.verify_runs.inc();
+    }
+
+    /// The scheduled repair rewrote `n` users.
+    pub fn repaired(&self, n: usize) {
+        self.verify_repaired.inc_by(n as u64);
     }
 
     /// A background verify could not run (a store unreachable).

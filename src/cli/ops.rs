@@ -69,6 +69,7 @@ impl VerifyArgs {
                 }
                 None => {
                     let (store, projection) = (store(&settings).await?, projection(&settings).await?);
+                    let repair = repair.then_some(usize::MAX);
                     crate::ops::verify::verify(&settings.topics(), &store, &projection, sample, repair).await?
                 }
             };

@@ -96,6 +96,14 @@ pub struct RunOptions {
     /// Users each background verify samples.
     #[arg(long, env = "UNREAD_VERIFY_SAMPLE", default_value_t = 1000)]
     pub verify_sample: usize,
+    /// Scheduled repair: each background verify rewrites the users that differ from the checkpoint (at the
+    /// checkpoint's version: never over newer state), at most --repair-limit a run; counted in
+    /// `unread_verify_repaired_users_total`.
+    #[arg(long, env = "UNREAD_VERIFY_REPAIR", requires = "verify_every")]
+    pub repair: bool,
+    /// Users one background verify may rewrite (the repair's rate: this many per --verify-every).
+    #[arg(long, env = "UNREAD_REPAIR_LIMIT", default_value_t = 100)]
+    pub repair_limit: usize,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub auth: crate::auth::AuthOptions,
@@ -128,14 +136,15 @@ impl RunOptions {
 }
 
 /// Runs a sampled verify of the namespace every `every` for as long as the process runs, into the metrics.
-fn spawn_verifier(settings: Settings, shared: &Shared, every: Duration, sample: usize) {
+fn spawn_verifier(settings: Settings, shared: &Shared, every: Duration, sample: usize, repair: Option<usize>) {
     let (store, projection, metrics) = (shared.store.clone(), shared.projection.clone(), shared.metrics.clone());
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
-            match crate::state::verify::verify(&settings.topics(), &store, &projection, Some(sample), false).await {
+            match crate::state::verify::verify(&settings.topics(), &store, &projection, Some(sample), repair).await {
                 Ok(r) => {
                     metrics.verified(r.checked, r.differing.len(), r.ahead);
+                    metrics.repaired(r.repaired);
                     if !r.differing.is_empty() {
                         tracing::warn!(differing = r.differing.len(), checked = r.checked, first = ?r.differing.first(), "background verify: Redis differs from the checkpoint");
                     }
@@ -389,7 +398,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     };
     let shared = connect(&opts).await?;
     if let Some(every) = opts.verify_every {
-        spawn_verifier(s.clone(), &shared, every, opts.verify_sample);
+        let repair = opts.repair.then_some(opts.repair_limit);
+        spawn_verifier(s.clone(), &shared, every, opts.verify_sample, repair);
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut parts = Parts {

@@ -92,8 +92,9 @@ fn map_differences<V: PartialEq + fmt::Debug>(
 
 /// `unread verify`: compares the Redis projection with the PostgreSQL checkpoint for every checkpointed user, or
 /// for `sample` of them chosen at random, as stored and at the service's clock (so the expiry fields are compared
-/// too, contract v3); with `repair`, rewrites each differing user from the checkpoint (the trusted side) at the
-/// checkpoint's version, so the guard still refuses it wherever Redis is newer.
+/// too, contract v3); with `repair` = `Some(n)`, rewrites the first `n` differing users from the checkpoint (the
+/// trusted side) at the checkpoint's version, so the guard still refuses it wherever Redis is newer (`unread run
+/// --verify-every … --repair` bounds `n` per run; `unread verify --repair` has no bound).
 ///
 /// Errors: a store is unreachable or a checkpoint row is corrupt.
 pub async fn verify(
@@ -101,7 +102,7 @@ pub async fn verify(
     store: &CheckpointStore,
     projection: &RedisProjection,
     sample: Option<usize>,
-    repair: bool,
+    repair: Option<usize>,
 ) -> StateResult<VerifyReport> {
     let lists = shared_lists(store, None).await?;
     let which = sample.map_or(Which::All, Which::Sample);
@@ -128,7 +129,7 @@ pub async fn verify(
             true => view_differences(&expected_now, &got_now, ("checkpoint now", "redis now")),
         };
         report.differing.push((user.user_id.clone(), differences));
-        if repair {
+        if repair.is_some_and(|n| repairs.len() < n) {
             repairs.push(user.write());
         }
     }

@@ -12,6 +12,7 @@ mod monitoring;
 mod properties;
 mod properties_v2;
 mod push;
+mod repair;
 mod replay;
 mod restart;
 mod schemas;
