@@ -12,7 +12,8 @@
 //! SERVER_PIDS comma-separated, their CPU and RSS summed).
 //!
 //! Scale-out events (optional, environment): `SUSTAINED_JOIN_AT=S` with `SUSTAINED_JOIN_CMD` (a shell command that
-//! starts one more instance in the background) runs it S seconds into the load; `SUSTAINED_KILL_AT=S` with
+//! starts one more instance in the background; `SUSTAINED_JOIN_NAME` names it in the report) runs it S seconds into
+//! the load; `SUSTAINED_KILL_AT=S` with
 //! `SUSTAINED_KILL_PID` SIGKILLs that instance then. For each, the report gives the latency of the messages
 //! produced after it (until the next event, at most 15 s) and when its partitions were served again: the last
 //! moment a message produced in that window with a latency over 1 s became visible, counted from the event.
@@ -181,7 +182,8 @@ fn scale_out_events(started: Instant) -> tokio::task::JoinHandle<Vec<(String, In
     let var = |name: &str| std::env::var(name).ok();
     let mut plan: Vec<(f64, String, Vec<String>)> = Vec::new();
     if let (Some(at), Some(cmd)) = (var("SUSTAINED_JOIN_AT"), var("SUSTAINED_JOIN_CMD")) {
-        plan.push((at.parse().unwrap(), "an instance joined".into(), vec!["sh".into(), "-c".into(), cmd]));
+        let name = var("SUSTAINED_JOIN_NAME").unwrap_or_else(|| "an instance joined".into());
+        plan.push((at.parse().unwrap(), name, vec!["sh".into(), "-c".into(), cmd]));
     }
     if let (Some(at), Some(pid)) = (var("SUSTAINED_KILL_AT"), var("SUSTAINED_KILL_PID")) {
         plan.push((at.parse().unwrap(), "an instance SIGKILLed".into(), vec!["kill".into(), "-9".into(), pid]));
