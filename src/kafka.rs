@@ -284,11 +284,11 @@ impl ConsumerContext for EofContext {}
 /// A client context that keeps librdkafka's last error (a refused SASL authentication, a TLS handshake that
 /// failed, …), so that a query that fails can say why rather than "broker transport failure".
 #[derive(Debug, Default)]
-pub struct LastError(std::sync::Mutex<Option<String>>);
+pub struct LastError(std::sync::Mutex<Option<(KafkaError, String)>>);
 
 impl LastError {
-    /// The last error librdkafka reported, if any.
-    pub fn get(&self) -> Option<String> {
+    /// The last error librdkafka reported, with its reason, if any.
+    pub fn get(&self) -> Option<(KafkaError, String)> {
         self.0.lock().map(|e| e.clone()).unwrap_or_default()
     }
 }
@@ -296,7 +296,7 @@ impl LastError {
 impl ClientContext for LastError {
     fn error(&self, error: KafkaError, reason: &str) {
         if let Ok(mut last) = self.0.lock() {
-            *last = Some(format!("{error}: {reason}"));
+            *last = Some((error, reason.to_owned()));
         }
     }
 }
@@ -319,9 +319,11 @@ pub fn partition_counts(brokers: &str) -> anyhow::Result<HashMap<String, i32>> {
                 // The error events wait in the client's queue until it is polled.
                 let _ = client.poll(Duration::from_millis(100));
                 let why = client.context().get();
-                let final_ = why.as_deref().is_some_and(|w| w.contains("Authentication") || w.contains("SSL"));
-                if final_ || std::time::Instant::now() >= deadline {
-                    let why = why.map(|w| format!(" (librdkafka: {w})")).unwrap_or_default();
+                let code = why.as_ref().and_then(|(error, _)| error.rdkafka_error_code());
+                let refused = matches!(code, Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SSL));
+                if refused || std::time::Instant::now() >= deadline {
+                    let why =
+                        why.map(|(error, reason)| format!(" (librdkafka: {error}: {reason})")).unwrap_or_default();
                     anyhow::bail!("Kafka at {brokers}: {e}{why}");
                 }
             }

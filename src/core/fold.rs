@@ -230,6 +230,16 @@ impl ConvState {
         self.read_from.filter(|_| self.is_member()).map(|since| since.max(self.count_from()))
     }
 
+    /// Read-diffused: the seq above which the member keeps its named mentions of the index, the join head (the read
+    /// history "unread from here" counts again), or the cursor in a feed (which keeps no read history).
+    fn named_kept_above(&self) -> u64 {
+        if self.feed {
+            self.cursor()
+        } else {
+            self.joined_at.unwrap_or(0)
+        }
+    }
+
     /// Read-diffused and a member: what its share of the index depends on, at UTC day `today`.
     pub fn share_query(&self, today: i64) -> Option<ShareQuery<'_>> {
         let lo = self.index_from()?;
@@ -245,7 +255,7 @@ impl ConvState {
             Some(since) => self.unread.union_above(&unread.slice(0, since), cursor),
             None => self.unread.union_above(unread, cursor),
         };
-        let kept_from = if self.feed { cursor } else { self.joined_at.unwrap_or(0) };
+        let kept_from = self.named_kept_above();
         for seq in mentions.iter() {
             if self.read_from.is_some_and(|since| seq > since) {
                 if seq > kept_from {
@@ -330,8 +340,7 @@ fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
     if c.unread.max().is_some_and(|m| m > since) {
         return Err(format!("conversation {id:?}: unread above the switch at {since}"));
     }
-    let kept_from = if c.feed { c.cursor() } else { c.joined_at.unwrap_or(0) };
-    if c.named.ranges().first().is_some_and(|r| r.0 <= since.max(kept_from)) {
+    if c.named.ranges().first().is_some_and(|r| r.0 <= since.max(c.named_kept_above())) {
         return Err(format!(
             "conversation {id:?}: a named mention at or below the switch, the join or (feed) the cursor"
         ));

@@ -114,11 +114,13 @@ impl ConvIndex {
     /// with a ttl); returns the projection's ops.
     pub fn add(&mut self, seq: u64, mention_all: bool, expires: Option<i64>) -> Vec<ListOp> {
         self.live.insert(seq);
-        let mut ops = vec![ListOp::Add(seq)];
-        if mention_all {
-            self.mention_all.insert(seq);
-            ops = vec![ListOp::AddMention(seq)];
-        }
+        let mut ops = match mention_all {
+            true => {
+                self.mention_all.insert(seq);
+                vec![ListOp::AddMention(seq)]
+            }
+            false => vec![ListOp::Add(seq)],
+        };
         if let Some(day) = expires {
             let bucket = self.expiry.entry(day).or_default();
             bucket.insert(seq);

@@ -59,7 +59,7 @@ macro_rules! next_push_version {
 
 /// Lua function `share(live, all, exp, version, lo, named, own, today)`: a list's or index's share above a cursor
 /// `lo` ([`crate::core::hybrid::ConvIndex::counts`]) — the live seqs above it, less those expired at UTC day
-/// `today` (a number, or nil: nothing expires; `exp` is the index's expiry buckets, day → `"a-b,c-d"`) and the
+/// `today` (a number, or nil: nothing expires; `exp` is the index's expiry buckets, day → `"a-b c-d"`) and the
 /// reader's `own`; the mention-all seqs above it plus the `named` seqs still counted and not mention-all, less
 /// the same; and its push version. Seqs are at most 2^53, exact as scores and as Lua numbers. `split(t, i)`
 /// reads tokens from `t[i]` on: the named seqs, then after a token `o` the own seqs.
@@ -219,13 +219,14 @@ return {unread, mentions, version}
 /// The list script, for a broadcast list or a read-diffused conversation's index ([`super::shared_keys`]: its
 /// keys share a slot). KEYS[1]: the live seqs' sorted set; KEYS[2]: its guard (the generation of the fan-out task
 /// that last wrote it); KEYS[3]: its push version; KEYS[4]: the mention-all seqs' sorted set; KEYS[5]: the expiry
-/// buckets' hash (UTC day → `"a-b,c-d"`); KEYS[6], on a single server only: the namespace's version counter.
+/// buckets' hash (UTC day → `"a-b c-d"`); KEYS[6], on a single server only: the namespace's version counter.
 /// ARGV[1]: the change channel; ARGV[2]: the writer's generation; ARGV[3]: `patch` or `replace` (first empty the
 /// sets and the buckets); then the ops in order, `+{seq}` (add), `*{seq}` (add to both), `-{seq}` (remove from
-/// both), `e{day}:{ranges}` (a bucket's seqs; empty ranges delete it) or `!` (empty all). Refused (0) when the guard holds a newer generation: a
-/// paused fan-out task whose partition moved cannot undo its successor's writes; a successor re-applies, in log
-/// order, every op since the checkpoint, so the set converges to the log's. Returns 1 when written; a write also
-/// sets the list's push version and publishes `"{version} {key}"` on the change channel.
+/// both), `e{day}:{ranges}` (a bucket's seqs; empty ranges delete it) or `!` (empty all). Refused (0) when the
+/// guard holds a newer generation: a paused fan-out task whose partition moved cannot undo its successor's writes;
+/// a successor re-applies, in log order, every op since the checkpoint, so the set converges to the log's. Returns
+/// 1 when written; a write also sets the list's push version and publishes `"{version} {key}"` on the change
+/// channel.
 pub const LIST_TEMPLATE: &str = concat!(
     r#"
 local g = tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -7,13 +7,6 @@ use unread::core::contract::UserView;
 
 use crate::support::*;
 
-/// The value of one sample of `/metrics` (0 when absent).
-fn metric(port: u16, sample: &str) -> f64 {
-    let (_, text) = http_get(port, "/metrics").expect("/metrics answers");
-    let line = text.lines().find(|l| l.starts_with(sample) && l[sample.len()..].starts_with(' '));
-    line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
-}
-
 /// One user's counts over HTTP.
 fn read(port: u16, user: &str) -> UserView {
     let (_, body) = http_get(port, &format!("/v1/users/{}/unread", encode(user))).unwrap();

@@ -139,6 +139,13 @@ pub fn metric(port: u16, name: &str) -> f64 {
         .unwrap()
 }
 
+/// The sum of every sample of metric `name` (each label set's) at the API on `port`; 0 when it has none yet.
+pub fn metric_sum(port: u16, name: &str) -> f64 {
+    let text = http_get(port, "/metrics").expect("API answers").1;
+    let samples = text.lines().filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])));
+    samples.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
 #[test]
 fn segments_escape_all_but_unreserved_characters() {
     assert_eq!(encode("a/b %c{d}~x-y_z.é"), "a%2Fb%20%25c%7Bd%7D~x-y_z.%C3%A9");
