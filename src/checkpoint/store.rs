@@ -69,11 +69,18 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// A change to one remembered notification: (user, notification id) and its encoded state (`None`: delete).
 pub type NoteChange = ((String, String), Option<Vec<u8>>);
 
+/// A change to one conversation's member (fan-out): (conversation, user) and the conversation's head when the
+/// member joined (`None`: the member left, delete).
+pub type MemberChange = ((String, String), Option<u64>);
+
 /// What one checkpoint writes besides the offsets, each entity's encoded state or `None` to delete it.
 #[derive(Debug, Default, Clone)]
 pub struct Changes {
     /// Users (fold) or conversations (fan-out).
     pub states: Vec<(String, Option<Vec<u8>>)>,
+    /// Conversations' members that joined or left (fan-out): one row each, so a join writes O(1) bytes whatever
+    /// the conversation's size.
+    pub members: Vec<MemberChange>,
     /// Broadcast lists (fan-out).
     pub lists: Vec<(String, Option<Vec<u8>>)>,
     /// Remembered notifications (fold).
@@ -91,10 +98,11 @@ impl Changes {
     /// Rows written or deleted, and bytes of state written.
     pub fn size(&self) -> (usize, usize) {
         let bytes = |s: &Option<Vec<u8>>| s.as_ref().map_or(0, Vec::len);
-        let rows = self.states.len() + self.lists.len() + self.notes.len();
+        let rows = self.states.len() + self.lists.len() + self.notes.len() + self.members.len();
         let b = self.states.iter().map(|(_, s)| bytes(s)).sum::<usize>()
             + self.lists.iter().map(|(_, s)| bytes(s)).sum::<usize>()
-            + self.notes.iter().map(|(_, s)| bytes(s)).sum::<usize>();
+            + self.notes.iter().map(|(_, s)| bytes(s)).sum::<usize>()
+            + self.members.iter().map(|((c, u), _)| c.len() + u.len() + 8).sum::<usize>();
         (rows, b)
     }
 }
@@ -110,6 +118,17 @@ pub struct NoteRow {
     pub state: Vec<u8>,
 }
 
+/// One member of a conversation, as the fan-out checkpoints it (`fanout_members`).
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct MemberRow {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The member.
+    pub user_id: String,
+    /// The conversation's head when the member (last) joined.
+    pub joined_head: i64,
+}
+
 /// The whole checkpoint at one moment ([`CheckpointStore::snapshot`]).
 #[derive(Debug, Default)]
 pub struct Snapshot {
@@ -119,6 +138,8 @@ pub struct Snapshot {
     pub fold_offsets: HashMap<(String, i32), i64>,
     /// Every conversation's encoded state.
     pub conversations: Vec<StateRow>,
+    /// Every conversation's members (rows of version 6 on; older rows hold theirs).
+    pub members: Vec<MemberRow>,
     /// Every user's encoded state.
     pub users: Vec<StateRow>,
     /// Every broadcast list's encoded state.
@@ -416,6 +437,30 @@ impl CheckpointStore {
         .map_err(db("reading lists"))
     }
 
+    /// The members of one fan-out partition's conversations, or of every partition's.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn members(&self, partition: Option<i32>) -> StoreResult<Vec<MemberRow>> {
+        sqlx::query_as(
+            "SELECT conversation_id, user_id, joined_head FROM fanout_members WHERE $1::int IS NULL OR partition = $1",
+        )
+        .bind(partition)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading members"))
+    }
+
+    /// The members of one conversation.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn members_of(&self, conversation_id: &str) -> StoreResult<Vec<MemberRow>> {
+        sqlx::query_as("SELECT conversation_id, user_id, joined_head FROM fanout_members WHERE conversation_id = $1")
+            .bind(conversation_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db("reading members"))
+    }
+
     /// The fold's fence against zombie deltas in one partition: (fan-out partition, newest generation seen).
     ///
     /// Errors: [`StoreError::Db`].
@@ -490,6 +535,7 @@ impl CheckpointStore {
         let (table, column) = table(stage);
         write_rows(&mut tx, table, column, partition, &changes.states).await?;
         write_rows(&mut tx, "fanout_lists", "broadcast_id", partition, &changes.lists).await?;
+        write_members(&mut tx, partition, &changes.members).await?;
         write_notes(&mut tx, partition, &changes.notes).await?;
         write_fences(&mut tx, partition, &changes.fences).await?;
         write_offsets(&mut tx, stage, partition, offsets).await?;
@@ -518,6 +564,10 @@ impl CheckpointStore {
             map.insert((r.topic, r.partition), r.next_offset);
         }
         snap.conversations = sqlx::query_as("SELECT conversation_id AS id, partition, state FROM fanout_conversations")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        snap.members = sqlx::query_as("SELECT conversation_id, user_id, joined_head FROM fanout_members")
             .fetch_all(&mut *tx)
             .await
             .map_err(db(doing))?;
@@ -599,8 +649,15 @@ impl CheckpointStore {
     /// Errors: [`StoreError::Db`].
     pub async fn reset(&self) -> StoreResult<()> {
         let mut tx = self.pool.begin().await.map_err(db("resetting"))?;
-        for table in ["checkpoint_offsets", "fold_users", "fanout_conversations", "fanout_lists", "fold_notifications"]
-        {
+        let tables = [
+            "checkpoint_offsets",
+            "fold_users",
+            "fanout_conversations",
+            "fanout_members",
+            "fanout_lists",
+            "fold_notifications",
+        ];
+        for table in tables {
             // Audited: the table names are the constants above.
             sqlx::query(AssertSqlSafe(format!("DELETE FROM {table}")))
                 .execute(&mut *tx)
@@ -620,14 +677,18 @@ impl CheckpointStore {
             .map_err(db("reading offsets"))
     }
 
-    /// Size of the checkpoint: (rows, bytes of encoded state) over both state tables.
+    /// Size of the checkpoint: (rows, bytes of encoded state) over the state tables of users, conversations and
+    /// members (a member counts its two ids and its head).
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn size(&self) -> StoreResult<(i64, i64)> {
         let size: SizeRow = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM fold_users) + (SELECT count(*) FROM fanout_conversations) AS rows, \
+            "SELECT (SELECT count(*) FROM fold_users) + (SELECT count(*) FROM fanout_conversations) + \
+             (SELECT count(*) FROM fanout_members) AS rows, \
              COALESCE((SELECT sum(length(state)) FROM fold_users), 0)::bigint + \
-             COALESCE((SELECT sum(length(state)) FROM fanout_conversations), 0)::bigint AS bytes",
+             COALESCE((SELECT sum(length(state)) FROM fanout_conversations), 0)::bigint + \
+             COALESCE((SELECT sum(length(conversation_id) + length(user_id) + 8) FROM fanout_members), 0)::bigint \
+             AS bytes",
         )
         .fetch_one(&self.pool)
         .await
@@ -669,6 +730,44 @@ async fn write_rows(
             .execute(&mut *tx)
             .await
             .map_err(db("deleting states"))?;
+    }
+    Ok(())
+}
+
+/// Upserts the members that joined and deletes those that left, in `tx`.
+async fn write_members(tx: &mut sqlx::PgConnection, partition: i32, rows: &[MemberChange]) -> StoreResult<()> {
+    let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, head)| head.is_some());
+    if !upserts.is_empty() {
+        let convs: Vec<&str> = upserts.iter().map(|((c, _), _)| c.as_str()).collect();
+        let users: Vec<&str> = upserts.iter().map(|((_, u), _)| u.as_str()).collect();
+        // Heads are seqs, at most 2^53 (the contract's bound), so they fit a bigint.
+        let heads: Vec<i64> = upserts.iter().map(|(_, h)| h.unwrap_or_default() as i64).collect();
+        sqlx::query(
+            "INSERT INTO fanout_members (conversation_id, user_id, partition, joined_head) \
+             SELECT c, u, $4, h FROM UNNEST($1::text[], $2::text[], $3::bigint[]) AS t(c, u, h) \
+             ON CONFLICT (conversation_id, user_id) DO UPDATE SET joined_head = EXCLUDED.joined_head, \
+             partition = EXCLUDED.partition",
+        )
+        .bind(&convs)
+        .bind(&users)
+        .bind(&heads)
+        .bind(partition)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("writing members"))?;
+    }
+    if !deletes.is_empty() {
+        let convs: Vec<&str> = deletes.iter().map(|((c, _), _)| c.as_str()).collect();
+        let users: Vec<&str> = deletes.iter().map(|((_, u), _)| u.as_str()).collect();
+        sqlx::query(
+            "DELETE FROM fanout_members AS m USING UNNEST($1::text[], $2::text[]) AS t(c, u) \
+             WHERE m.conversation_id = t.c AND m.user_id = t.u",
+        )
+        .bind(&convs)
+        .bind(&users)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("deleting members"))?;
     }
     Ok(())
 }

@@ -463,11 +463,22 @@ impl<'e> ConvBatch<'e> {
         }
     }
 
-    /// The members at the start of the batch, without copying the membership: those still members (by id), then
-    /// those who left during the batch (by id).
-    fn start_members<'s>(&'s self, state: &'s ConversationState) -> Vec<&'s str> {
-        let mut members: Vec<&str> =
-            state.members.keys().map(String::as_str).filter(|u| self.was_member(state, u)).collect();
+    /// The members at the start of the batch who may get a delta, without copying the membership: those still
+    /// members (by id), then those who left during the batch (by id). All of them when the batch has something for
+    /// every member (`everyone`); otherwise only those it names (marks or mentions), so a batch of joins to a
+    /// read-diffused conversation of a million members costs the joiners, not the million.
+    fn start_members<'s>(&'s self, state: &'s ConversationState, everyone: bool) -> Vec<&'s str> {
+        let mut members: Vec<&str> = match everyone {
+            true => state.members.keys().map(String::as_str).filter(|u| self.was_member(state, u)).collect(),
+            false => {
+                let named = self.timeline.keys().chain(self.mentioned.keys()).copied();
+                let mut named: Vec<&str> =
+                    named.filter(|u| state.members.contains_key(*u) && self.was_member(state, u)).collect();
+                named.sort_unstable();
+                named.dedup();
+                named
+            }
+        };
         let mut left: Vec<&str> = self
             .timeline
             .keys()
@@ -489,7 +500,9 @@ impl<'e> ConvBatch<'e> {
             feed,
         };
         let recalled = || (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
-        for user in self.start_members(state) {
+        let everyone =
+            shared.is_some() || !self.recalls.is_empty() || self.became_feed || !self.retro_expiry.is_empty();
+        for user in self.start_members(state, everyone) {
             let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
             match self.timeline.get(user) {
                 Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, &mut ops),

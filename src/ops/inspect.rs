@@ -51,7 +51,9 @@ pub async fn inspect_conversation(
 ) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(row) = store.state_row(Stage::FanOut, conversation_id).await? else { return Ok(None) };
     let (partition, bytes) = (row.row.partition, &row.row.state);
-    let state = codec::decode_conversation(bytes).with_context(|| format!("checkpoint of {conversation_id:?}"))?;
+    let mut state = codec::decode_conversation(bytes).with_context(|| format!("checkpoint of {conversation_id:?}"))?;
+    let members = store.members_of(conversation_id).await?;
+    state.members.extend(members.into_iter().map(|m| (m.user_id, m.joined_head as u64)));
     let topic = settings.topics().conversation_events;
     let offsets = store.offsets(Stage::FanOut).await?;
     Ok(Some(serde_json::json!({

@@ -22,7 +22,7 @@ use crate::kafka::{self, partition_for_key};
 use crate::metrics::Metrics;
 use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
 use crate::service::records;
-use crate::state::commit::{commit, fanout_changes, fold_changes, Commit, FanOutKey, Home, RedisWrites};
+use crate::state::commit::{all_members, commit, fanout_changes, fold_changes, Commit, FanOutKey, Home, RedisWrites};
 use crate::state::{load, FoldNext, Input, Offsets};
 use crate::topology::Topics;
 
@@ -95,7 +95,7 @@ impl Replay {
     /// Folds one batch of records (both topics, each partition's order preserved).
     pub fn process(&mut self, conv: Vec<ConversationEvent>, user: Vec<UserEvent>) {
         let (deltas, _) = self.fanout.process_batch(&conv);
-        self.dirty_convs.extend(conv.iter().map(|e| FanOutKey::of(e.target())));
+        self.dirty_convs.extend(conv.iter().flat_map(FanOutKey::of_event));
         for d in &deltas {
             self.dirty_users.insert(d.user_id.clone());
             self.fold.apply_delta(d);
@@ -154,7 +154,7 @@ impl Replay {
                 let index = self.fanout.conversation(id).and_then(|c| c.index.as_ref());
                 (ListId::Index(id.clone()), index.map(ConvIndex::whole_ops).unwrap_or_default())
             }
-            FanOutKey::Conversation(_) => return None,
+            FanOutKey::Conversation(_) | FanOutKey::Member(..) => return None,
         };
         Some(ListWrite { list, generation, ops, replace: true })
     }
@@ -185,7 +185,8 @@ impl Replay {
     ///
     /// Errors: PostgreSQL failing or a corrupt row.
     pub async fn restore_own(&mut self) -> anyhow::Result<()> {
-        self.fanout = load::whole_fanout(&self.store, self.diffusion).await?;
+        let restored = load::whole_fanout(&self.store, self.diffusion).await?;
+        (self.fanout, self.dirty_convs) = (restored.fanout, restored.rewrite.into_iter().collect());
         self.fold = load::whole_fold(&self.store).await?;
         let offsets = load::all_offsets(&self.store, &self.topics).await?;
         self.seek_to(&offsets);
@@ -220,7 +221,8 @@ impl Replay {
         self.dirty_convs.extend(snap.conversations.iter().map(|r| FanOutKey::Conversation(r.id.clone())));
         self.dirty_convs.extend(snap.lists.iter().map(|r| FanOutKey::List(r.id.clone())));
         let users: Vec<String> = snap.users.iter().map(|r| r.id.clone()).collect();
-        self.fanout = load::fanout_from_rows(snap.conversations, snap.lists, self.diffusion)?;
+        self.fanout = load::fanout_from_rows(snap.conversations, snap.members, snap.lists, self.diffusion)?.fanout;
+        self.dirty_convs.extend(all_members(&self.fanout));
         self.fold = load::fold_from_rows(snap.users, snap.notes)?;
         for user in users {
             if let Some(state) = self.fold.user_mut_existing(&user) {

@@ -46,7 +46,7 @@ struct FanOutTask {
     generation: i64,
     fanout: FanOut,
     next: i64,
-    /// The conversations and lists changed since the last commit.
+    /// The conversations, members and lists changed since the last commit.
     dirty: HashSet<FanOutKey>,
     in_flight: Vec<DeliveryFuture>,
     /// When each batch of the open transaction was taken, and its records: for the live path's
@@ -66,9 +66,11 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     // After the lease: a zombie that checked its lease before is fenced from here on.
     let producer = transactional_producer(&shared, p).await?;
     let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
+    // Conversations whose rows still hold their members are rewritten by the first commit that runs.
+    let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     info!(partition = p, generation, next, "fan-out task started");
     input.rewind(&shared.topics.conversation_events, next).await;
-    let (dirty, in_flight, transaction_since, read) = (HashSet::new(), Vec::new(), None, Vec::new());
+    let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
     let mut task =
         FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight, read };
     let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
@@ -182,7 +184,7 @@ impl FanOutTask {
             }
             let (deltas, stats) = self.fanout.process_batch(&events);
             sh.metrics.fanout_batch(&stats);
-            self.dirty.extend(events.iter().map(|e| FanOutKey::of(e.target())));
+            self.dirty.extend(events.iter().flat_map(FanOutKey::of_event));
             let source = DeltaSource { partition: p, generation: self.generation };
             produce(&self.producer, &sh.topics.user_deltas, &deltas, source, &mut self.in_flight).await?;
         }

@@ -34,8 +34,9 @@ use crate::core::seqset::SeqSet;
 
 /// The version byte of a user row written now.
 pub const USER_ROW: u8 = 4;
-/// The version byte of a conversation row written now.
-pub const CONVERSATION_ROW: u8 = 5;
+/// The version byte of a conversation row written now: 6, version 5's layout with its members left out (empty):
+/// they have rows of their own (`fanout_members`, [`crate::checkpoint::store::MemberRow`]).
+pub const CONVERSATION_ROW: u8 = 6;
 /// The version byte of a broadcast list row written now.
 pub const LIST_ROW: u8 = 3;
 /// The version byte of a remembered notification's row written now.
@@ -109,12 +110,13 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
     Ok(state)
 }
 
-/// Encodes one conversation's fan-out state.
+/// Encodes one conversation's fan-out state without its members, which have rows of their own.
 pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
     encode(CONVERSATION_ROW, &ConversationRowV5::from(state))
 }
 
-/// Decodes one conversation's fan-out state.
+/// Decodes one conversation's fan-out state: with its members for rows of versions 1 to 5, without them from
+/// version 6 on (their rows come from `fanout_members`).
 ///
 /// Errors: as [`decode_user`]; a member who joined above the head, or an index above it, is inconsistent.
 pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, CheckpointError> {
@@ -124,6 +126,14 @@ pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, Checkpoint
         (4, payload) => postcard::from_bytes::<ConversationRowV4>(payload)?.into_state()?,
         (_, payload) => postcard::from_bytes::<ConversationRowV5>(payload)?.into_state()?,
     };
+    check_conversation(&state)?;
+    Ok(state)
+}
+
+/// A conversation's invariants: no index or member above its head, no expiry bucket outside its index.
+///
+/// Errors: [`CheckpointError::Inconsistent`] naming the broken one.
+pub fn check_conversation(state: &ConversationState) -> Result<(), CheckpointError> {
     if state.index.as_ref().is_some_and(|i| i.live.max().is_some_and(|m| m > state.head) || i.since > state.head) {
         return Err(CheckpointError::Inconsistent(format!("an index above head {}", state.head)));
     }
@@ -137,7 +147,7 @@ pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, Checkpoint
             state.head
         )));
     }
-    Ok(state)
+    Ok(())
 }
 
 /// Encodes one broadcast list's state (head and live seqs).

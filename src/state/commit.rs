@@ -14,6 +14,7 @@ use super::retry::retry;
 use super::StateResult;
 use crate::checkpoint::store::{Changes, CheckpointStore};
 use crate::checkpoint::Stage;
+use crate::core::contract::{ConversationEvent, Target};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::metrics::Metrics;
@@ -102,33 +103,56 @@ pub async fn checkpoint(home: Home<'_>, c: &Commit) -> StateResult<Duration> {
     Ok(started.elapsed())
 }
 
-/// The key of what a fan-out checkpoint writes: a conversation's row or a broadcast list's.
+/// The key of what a fan-out checkpoint writes: a conversation's row, one of its members' rows, or a broadcast
+/// list's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FanOutKey {
     /// A conversation (`fanout_conversations`).
     Conversation(String),
+    /// A member of a conversation, (conversation, user) (`fanout_members`): written when it joins or leaves.
+    Member(String, String),
     /// A broadcast list (`fanout_lists`).
     List(String),
 }
 
 impl FanOutKey {
     /// The key of an event's target.
-    pub fn of(target: crate::core::contract::Target<'_>) -> Self {
+    pub fn of(target: Target<'_>) -> Self {
         match target {
-            crate::core::contract::Target::Conversation(id) => FanOutKey::Conversation(id.to_owned()),
-            crate::core::contract::Target::Broadcast(id) => FanOutKey::List(id.to_owned()),
+            Target::Conversation(id) => FanOutKey::Conversation(id.to_owned()),
+            Target::Broadcast(id) => FanOutKey::List(id.to_owned()),
         }
     }
 
-    /// The conversation or list id.
+    /// What an event may change: its target, and the members a creation, join or leave names.
+    pub fn of_event(event: &ConversationEvent) -> impl Iterator<Item = FanOutKey> + '_ {
+        let users: &[String] = match event {
+            ConversationEvent::Created(e) => &e.members,
+            ConversationEvent::Joined(e) => std::slice::from_ref(&e.user_id),
+            ConversationEvent::Left(e) => std::slice::from_ref(&e.user_id),
+            _ => &[],
+        };
+        let conversation = event.key();
+        let members = users.iter().map(move |u| FanOutKey::Member(conversation.to_owned(), u.clone()));
+        std::iter::once(Self::of(event.target())).chain(members)
+    }
+
+    /// The conversation or list id (a member's conversation).
     pub fn id(&self) -> &str {
         match self {
-            FanOutKey::Conversation(id) | FanOutKey::List(id) => id,
+            FanOutKey::Conversation(id) | FanOutKey::Member(id, _) | FanOutKey::List(id) => id,
         }
     }
 }
 
-/// What a fan-out checkpoint writes for the changed conversations and lists.
+/// The keys of every member of every conversation of `fanout`: a checkpoint of them rewrites the member rows
+/// whole (a replay seeded from a snapshot).
+pub fn all_members(fanout: &FanOut) -> Vec<FanOutKey> {
+    let each = fanout.conversations().flat_map(|(id, c)| c.members.keys().map(move |u| (id, u)));
+    each.map(|(id, u)| FanOutKey::Member(id.clone(), u.clone())).collect()
+}
+
+/// What a fan-out checkpoint writes for the changed conversations, members and lists.
 pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a FanOutKey>) -> Changes {
     let mut changes = Changes::default();
     for key in dirty {
@@ -139,6 +163,10 @@ pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a F
             FanOutKey::Conversation(id) => {
                 let c = fanout.conversation(id).map(codec::encode_conversation);
                 changes.states.extend(c.map(|c| (id.clone(), Some(c))));
+            }
+            FanOutKey::Member(id, user) => {
+                let joined = fanout.conversation(id).and_then(|c| c.members.get(user).copied());
+                changes.members.push(((id.clone(), user.clone()), joined));
             }
         }
     }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::offsets::{FoldNext, Input, Offsets};
 use super::{StateError, StateResult};
-use crate::checkpoint::store::{CheckpointStore, NoteRow, StateRow};
+use crate::checkpoint::store::{CheckpointStore, MemberRow, NoteRow, StateRow};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::SharedLists;
 use crate::core::delta::Fence;
@@ -15,6 +15,7 @@ use crate::core::fold::Fold;
 use crate::core::hybrid::Diffusion;
 use crate::core::notifications::{Note, NoteBook};
 use crate::state::codec;
+use crate::state::commit::FanOutKey;
 use crate::topology::Topics;
 
 /// A fan-out partition's checkpointed state, loaded under the lease taken for it.
@@ -25,6 +26,18 @@ pub struct FanOutPartition {
     pub next: i64,
     /// Its conversations and broadcast lists.
     pub fanout: FanOut,
+    /// What its first checkpoint must rewrite ([`RestoredFanOut::rewrite`]).
+    pub rewrite: Vec<FanOutKey>,
+}
+
+/// A fan-out restored from checkpoint rows.
+pub struct RestoredFanOut {
+    /// Its conversations (with their members) and broadcast lists.
+    pub fanout: FanOut,
+    /// The conversations whose rows (versions 1 to 5) still hold their members, and those members: the next
+    /// checkpoint that covers them writes the conversation's row without its members and the members' own rows,
+    /// in one transaction. Until then a load takes the members from the old row (and from member rows, if any).
+    pub rewrite: Vec<FanOutKey>,
 }
 
 /// A fold partition's checkpointed state, loaded under the lease taken for it.
@@ -56,8 +69,9 @@ pub async fn fanout_partition(
     let generation = store.acquire(Stage::FanOut, p, owner).await?;
     let topic = Input::ConversationEvents.topic(topics);
     let next = store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
-    let fanout = fanout_from_rows(store.states(Stage::FanOut, Some(p)).await?, store.lists(Some(p)).await?, diffusion)?;
-    Ok(FanOutPartition { generation, next, fanout })
+    let (rows, members) = (store.states(Stage::FanOut, Some(p)).await?, store.members(Some(p)).await?);
+    let RestoredFanOut { fanout, rewrite } = fanout_from_rows(rows, members, store.lists(Some(p)).await?, diffusion)?;
+    Ok(FanOutPartition { generation, next, fanout, rewrite })
 }
 
 /// Takes fold partition `p`'s lease as `owner`, then loads both offsets, its users and its fence (lease first, as
@@ -80,8 +94,9 @@ pub async fn fold_partition(
 /// Every conversation and list of the namespace's fan-out (a resumed replay).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn whole_fanout(store: &CheckpointStore, diffusion: Diffusion) -> StateResult<FanOut> {
-    fanout_from_rows(store.states(Stage::FanOut, None).await?, store.lists(None).await?, diffusion)
+pub async fn whole_fanout(store: &CheckpointStore, diffusion: Diffusion) -> StateResult<RestoredFanOut> {
+    let (rows, members) = (store.states(Stage::FanOut, None).await?, store.members(None).await?);
+    fanout_from_rows(rows, members, store.lists(None).await?, diffusion)
 }
 
 /// Every user of the namespace's fold (a resumed replay).
@@ -100,24 +115,43 @@ pub async fn all_offsets(store: &CheckpointStore, topics: &Topics) -> StateResul
     Ok(Offsets::from_rows(topics, rows))
 }
 
-/// A fan-out from checkpoint rows of conversations and broadcast lists.
+/// A fan-out from checkpoint rows of conversations, their members and broadcast lists.
 ///
-/// Errors: a corrupt row.
+/// Errors: a corrupt row; a member row whose conversation has no row, or who joined above its head.
 pub fn fanout_from_rows(
     conversations: Vec<StateRow>,
+    members: Vec<MemberRow>,
     lists: Vec<StateRow>,
     diffusion: Diffusion,
-) -> StateResult<FanOut> {
-    let mut fanout = FanOut::with_diffusion(diffusion);
+) -> StateResult<RestoredFanOut> {
+    let mut by_conversation: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    for m in members {
+        by_conversation.entry(m.conversation_id).or_default().push((m.user_id, m.joined_head as u64));
+    }
+    let (mut fanout, mut rewrite) = (FanOut::with_diffusion(diffusion), Vec::new());
     for row in conversations {
-        let state = codec::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
+        let mut state = codec::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
+        if !state.members.is_empty() {
+            rewrite.push(FanOutKey::Conversation(row.id.clone()));
+            rewrite.extend(state.members.keys().map(|u| FanOutKey::Member(row.id.clone(), u.clone())));
+        }
+        let rows = by_conversation.remove(&row.id).unwrap_or_default();
+        match state.members.is_empty() {
+            true => state.members = rows.into_iter().collect(), // sorted and built in bulk
+            false => state.members.extend(rows),
+        }
+        codec::check_conversation(&state).map_err(StateError::corrupt(&row.id))?;
         fanout.restore(row.id, state);
+    }
+    if let Some(id) = by_conversation.into_keys().next() {
+        let orphan = codec::CheckpointError::Inconsistent("member rows without their conversation's row".into());
+        return Err(StateError::corrupt(&id)(orphan));
     }
     for row in lists {
         let state = codec::decode_list(&row.state).map_err(StateError::corrupt(&row.id))?;
         fanout.restore_list(row.id, state);
     }
-    Ok(fanout)
+    Ok(RestoredFanOut { fanout, rewrite })
 }
 
 /// A fold from checkpoint rows of users and their remembered notifications.

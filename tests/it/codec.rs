@@ -63,7 +63,10 @@ fn rows_written_before_the_row_types_decode_and_reencode_byte_for_byte() {
         if stored[0] == codec::CONVERSATION_ROW {
             assert_eq!(codec::encode_conversation(&state), stored, "conversation {id} re-encodes to other bytes");
         }
-        assert_eq!(codec::decode_conversation(&codec::encode_conversation(&state)).unwrap(), state, "{id}");
+        // From version 6 on a row leaves the members out: they have rows of their own (`fanout_members`).
+        let without_members = unread::core::fanout::ConversationState { members: BTreeMap::new(), ..state.clone() };
+        let again = codec::decode_conversation(&codec::encode_conversation(&state)).unwrap();
+        assert_eq!(again, without_members, "{id}");
         // A row from before v3 has no sent seqs (receipts count from the upgrade on); the rest is the fold's.
         let fresh = p
             .fanout()

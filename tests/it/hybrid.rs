@@ -1,6 +1,6 @@
 //! Read diffusion (issue 12) through the real service: conversations switching both ways under churn, a SIGKILL in
 //! the middle, Redis losing everything, a replay with read diffusion off; and a message to a 20,000-member channel,
-//! which writes no member's hash.
+//! which writes no member's hash, where a join or a leave checkpoints one member's row, not the member list.
 
 use std::time::Duration;
 
@@ -102,9 +102,44 @@ fn messages_to_a_20000_member_channel_write_no_member() {
         );
         assert_eq!(view.unread_conversations, u64::from(unread > 0), "{body}");
     }
+    // A join and a leave write O(1) checkpoint bytes (issue 21): two member rows, the conversation's row without
+    // its members and the two users' rows, not a row of 20,000 members (about 200 KB).
+    let bytes_before = metric(svc.port, "unread_checkpoint_bytes_total");
+    let mut joined = event("member.joined");
+    joined["user_id"] = "m-20000".into();
+    let mut left = event("member.left");
+    left["user_id"] = "m-5".into();
+    produce_lines(&ns, "churn", lines([joined, left].into_iter()));
+    ns.ok(&["lag", "--wait", "1m"]);
+    settled();
+    let written = metric(svc.port, "unread_checkpoint_bytes_total") - bytes_before;
+    assert!(written > 0.0 && written < 4096.0, "a join and a leave wrote {written} checkpoint bytes");
+    let m5 = http_get(svc.port, "/v1/users/m-5/unread").unwrap().1;
+    svc.stop();
+    // Restarted, the fan-out loads the members from their rows: the new member counts the next message, the one
+    // who left does not.
+    let svc = ns.start(&[]);
+    let mut e = event("message.sent");
+    (e["seq"], e["sender_id"], e["mentions"]) = (101.into(), "m-0".into(), serde_json::json!([]));
+    produce_lines(&ns, "after", lines(std::iter::once(e)));
+    ns.ok(&["lag", "--wait", "1m"]);
+    for (user, unread) in [("m-20000", 1), ("m-1", 101)] {
+        let (_, body) = http_get(svc.port, &format!("/v1/users/{user}/unread")).unwrap();
+        let view: unread::core::contract::UserView = serde_json::from_str(&body).unwrap();
+        assert_eq!(view.conversations["big"].unread, unread, "{user}: {body}");
+    }
+    assert_eq!(http_get(svc.port, "/v1/users/m-5/unread").unwrap().1, m5, "m-5 left before message 101");
     svc.stop();
     std::fs::remove_file(join).ok();
     std::fs::remove_file(send).ok();
+}
+
+/// Produces `text` (JSON lines) through `unread produce`, from a file named after the namespace and `name`.
+fn produce_lines(ns: &Ns, name: &str, text: String) {
+    let path = std::env::temp_dir().join(format!("{}-{name}.jsonl", ns.name));
+    std::fs::write(&path, text).unwrap();
+    ns.ok(&["produce", path.to_str().unwrap()]);
+    std::fs::remove_file(path).ok();
 }
 
 /// Redis user writes and checkpoint rows once they stop moving (lag zero is read from PostgreSQL: the tasks may

@@ -354,7 +354,8 @@ pub(super) struct ConversationRowV3 {
 
 impl From<&ConversationState> for ConversationRowV3 {
     fn from(c: &ConversationState) -> Self {
-        let v2 = ConversationRowV2 { kind: c.kind.map(Into::into), head: c.head, members: c.members.clone() };
+        // Members are not written: from version 6 on they have rows of their own.
+        let v2 = ConversationRowV2 { kind: c.kind.map(Into::into), head: c.head, members: BTreeMap::new() };
         let index = c.index.as_ref().map(|i| IndexRow {
             since: i.since,
             live: ranges(&i.live),

@@ -111,7 +111,49 @@ fn user_and_conversation_states_round_trip() {
     assert!(bytes.len() < 400, "500 messages with 71 gaps encode in {} bytes", bytes.len());
     assert_eq!(&decode_user(&bytes).unwrap(), user);
     let conv = fanout.conversation("c {1}").unwrap();
-    assert_eq!(&decode_conversation(&encode_conversation(conv)).unwrap(), conv);
+    let without_members = ConversationState { members: BTreeMap::new(), ..conv.clone() };
+    assert_eq!(decode_conversation(&encode_conversation(conv)).unwrap(), without_members);
+}
+
+#[test]
+fn members_have_rows_of_their_own_and_old_rows_move_theirs_there() {
+    use crate::checkpoint::store::{MemberRow, StateRow};
+    use crate::state::commit::fanout_changes;
+    use crate::state::load::fanout_from_rows;
+    let (fanout, _) = sample();
+    let d = crate::core::hybrid::Diffusion::default();
+    let (id, conv) = fanout.conversations().next().unwrap();
+    assert!(!conv.members.is_empty());
+    let row = |state: Vec<u8>| StateRow { id: id.clone(), partition: 0, state };
+    let member = |(u, at): (&String, &u64)| MemberRow {
+        conversation_id: id.clone(),
+        user_id: u.clone(),
+        joined_head: *at as i64,
+    };
+    let members: Vec<MemberRow> = conv.members.iter().map(member).collect();
+    let bytes = encode_conversation(conv);
+    assert_eq!(bytes[0], CONVERSATION_ROW);
+    assert!(decode_conversation(&bytes).unwrap().members.is_empty(), "a row of version 6 holds no member");
+    let restored = fanout_from_rows(vec![row(bytes.clone())], members.clone(), vec![], d).unwrap();
+    assert_eq!(restored.fanout.conversation(id), Some(conv));
+    assert!(restored.rewrite.is_empty());
+    // A row of version 2 holds its members: restored from it, and moved to rows of their own by the next
+    // checkpoint, which rewrites the conversation's row without them.
+    let mut old = vec![2u8];
+    old.extend(postcard::to_allocvec(&(conv.kind, conv.head, &conv.members)).unwrap());
+    let restored = fanout_from_rows(vec![row(old)], vec![], vec![], d).unwrap();
+    assert_eq!(restored.fanout.conversation(id).unwrap().members, conv.members);
+    let changes = fanout_changes(&restored.fanout, &restored.rewrite);
+    assert_eq!(changes.states.iter().map(|(_, s)| s.as_ref().unwrap()[0]).collect::<Vec<_>>(), [CONVERSATION_ROW]);
+    let mut written: Vec<MemberRow> =
+        changes.members.iter().map(|((_, u), at)| member((u, at.as_ref().unwrap()))).collect();
+    written.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+    assert_eq!(written, members);
+    // A member row without its conversation's row, or joined above its head, is corrupt.
+    assert!(fanout_from_rows(vec![], members[..1].to_vec(), vec![], d).is_err());
+    let mut above = members.clone();
+    above[0].joined_head = conv.head as i64 + 1;
+    assert!(fanout_from_rows(vec![row(bytes)], above, vec![], d).is_err());
 }
 
 #[test]
