@@ -298,7 +298,7 @@ impl ReceiptWrite {
     /// ([`UserState::own_changes`]).
     pub fn changed<'a>(state: Option<&UserState>, changed: impl IntoIterator<Item = &'a String>) -> Vec<Self> {
         let change = |id: &str| state.and_then(|s| s.own_changes().get(id)).cloned().unwrap_or_default();
-        let conv = |id: &str| state.and_then(|s| s.conversations().get(id));
+        let conv = |id: &str| state.and_then(|s| s.conversations().get(id)).map(|c| &**c);
         let write = |id: &String| {
             let OwnChange { added, removed } = change(id);
             Self::of(id, conv(id), added, removed)

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::broadcast::ListState;
 use crate::core::contract::ConversationKind;
 use crate::core::fanout::ConversationState;
-use crate::core::fold::{ConvState, Mark, Totals, UserState};
+use crate::core::fold::{ConvState, Conversations, Mark, Totals, UserState};
 use crate::core::hybrid::ConvIndex;
 use crate::core::notifications::{CategoryCounts, Note, Summary};
 use crate::core::seqset::SeqSet;

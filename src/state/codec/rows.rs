@@ -182,8 +182,8 @@ impl ConvRowV4 {
 fn states<C>(
     rows: BTreeMap<String, C>,
     decode: impl Fn(C) -> Result<ConvState, CheckpointError>,
-) -> Result<BTreeMap<String, ConvState>, CheckpointError> {
-    rows.into_iter().map(|(id, c)| Ok((id, decode(c)?))).collect()
+) -> Result<Conversations, CheckpointError> {
+    rows.into_iter().map(|(id, c)| Ok((id, Box::new(decode(c)?)))).collect()
 }
 
 /// A user row of version 1 (contract v1).
@@ -256,7 +256,7 @@ impl UserRowV4 {
 impl From<&UserState> for UserRowV4 {
     fn from(s: &UserState) -> Self {
         UserRow {
-            conversations: s.conversations().iter().map(|(id, c)| (id.clone(), c.into())).collect(),
+            conversations: s.conversations().iter().map(|(id, c)| (id.clone(), (&**c).into())).collect(),
             totals: s.totals().into(),
             clock: s.clock(),
             detached: s.detached(),

@@ -91,8 +91,8 @@ fn version_2_user_and_conversation_rows_still_load() {
         own: SeqSet::new(),
         ..c.clone()
     };
-    let expected: BTreeMap<String, ConvState> =
-        user.conversations().iter().map(|(id, c)| (id.clone(), before_v3(c))).collect();
+    let expected: Conversations =
+        user.conversations().iter().map(|(id, c)| (id.clone(), Box::new(before_v3(c)))).collect();
     assert_eq!(loaded.conversations(), &expected);
     assert_eq!((loaded.totals(), loaded.broadcasts()), (user.totals(), user.broadcasts()));
     let (id, conv) = fanout.conversations().next().unwrap();
