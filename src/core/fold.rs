@@ -387,12 +387,7 @@ impl Eq for Pending {}
 
 impl UserState {
     /// A state from its parts (a v1 checkpoint has no broadcasts and no notifications).
-    pub(crate) fn from_parts(
-        conversations: Conversations,
-        totals: Totals,
-        clock: u64,
-        detached: usize,
-    ) -> Self {
+    pub(crate) fn from_parts(conversations: Conversations, totals: Totals, clock: u64, detached: usize) -> Self {
         Self { conversations, totals, clock, detached, ..Self::default() }
     }
 
