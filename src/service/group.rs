@@ -4,7 +4,10 @@
 //! count and the same subscribers, range gives partition p of every topic to the same member, so the fold task p
 //! owns partition p of both `unread.user-events` and `unread.user-deltas` (co-partitioning). A dispatcher loop
 //! polls the consumer and hands each record to the task of its partition number, in order, through a bounded
-//! channel; rebalance callbacks tell it which tasks to start and stop.
+//! channel per topic kind; rebalance callbacks tell it which tasks to start and stop. A full channel never stops
+//! the dispatcher: the record waits in the dispatcher and its partition is paused in the consumer until the task
+//! takes it ([`Lane`]), so one busy partition holds back neither the others nor the priority topic, whose records
+//! a task takes first (the fold's user events: a read ack does not queue behind a burst of deltas).
 //!
 //! Offsets belong to the tasks' checkpoints in PostgreSQL. Kafka's committed offsets are only a hint, stored after
 //! each checkpoint: a task drops records below its checkpoint, and seeks back ([`PartitionInput::accept`]) when the
@@ -12,7 +15,7 @@
 //! delta topic) are not contiguous: commit markers and aborted records take offsets a `read_committed` consumer
 //! never gets.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +24,7 @@ use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -68,8 +72,11 @@ pub type GroupConsumer = StreamConsumer<GroupContext>;
 pub struct PartitionInput {
     /// The partition number (of every topic the stage reads).
     pub partition: i32,
-    /// Its records, in order.
+    /// Its records, in order per topic: those of the bulk topic (deltas, conversation events) here...
     pub records: mpsc::Receiver<OwnedMessage>,
+    /// ... and those of the priority topic (the fold's user events) here, taken first: a read ack does not wait
+    /// behind a backlog of deltas (the fold's state is order-proof across its two topics, not within one).
+    pub priority: mpsc::Receiver<OwnedMessage>,
     /// The group member's consumer (seeks, watermarks, offset hints).
     pub consumer: Arc<GroupConsumer>,
     brokers: Arc<str>,
@@ -254,18 +261,31 @@ impl PartitionInput {
     /// has stopped the task; an empty batch when `wait` passed with nothing (time to flush).
     pub async fn next_batch(&mut self, max: usize, wait: Duration) -> Option<Vec<OwnedMessage>> {
         let mut batch = Vec::new();
-        match tokio::time::timeout(wait, self.records.recv()).await {
-            Err(_) => return Some(batch),
-            Ok(None) => return None,
-            Ok(Some(m)) => batch.push(m),
-        }
-        while batch.len() < max {
-            match self.records.try_recv() {
-                Ok(m) => batch.push(m),
-                Err(_) => break,
+        take_ready(&mut self.priority, &mut batch, max);
+        if batch.is_empty() {
+            tokio::select! {
+                biased;
+                Some(m) = self.priority.recv() => batch.push(m),
+                m = self.records.recv() => match m {
+                    Some(m) => batch.push(m),
+                    None => return None, // both close together: the dispatcher dropped the task
+                },
+                _ = tokio::time::sleep(wait) => return Some(batch),
             }
+            take_ready(&mut self.priority, &mut batch, max);
         }
+        take_ready(&mut self.records, &mut batch, max);
         Some(batch)
+    }
+}
+
+/// Moves what `rx` already holds into `batch`, up to `max` records in all.
+fn take_ready(rx: &mut mpsc::Receiver<OwnedMessage>, batch: &mut Vec<OwnedMessage>, max: usize) {
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(m) => batch.push(m),
+            Err(_) => break,
+        }
     }
 }
 
@@ -280,6 +300,7 @@ pub fn consumer(
     brokers: &str,
     group: &str,
     topics: &[&str],
+    priority: Option<&str>,
     membership: &crate::kafka::Membership,
 ) -> anyhow::Result<Dispatcher> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -288,7 +309,8 @@ pub fn consumer(
         .with_context(|| format!("creating consumer of group {group}"))?;
     consumer.subscribe(topics).with_context(|| format!("subscribing to {topics:?}"))?;
     let (consumer, brokers) = (Arc::new(consumer), brokers.into());
-    Ok(Dispatcher { consumer, brokers, events: rx, assignment: Arc::new(Assignment::default()) })
+    let (priority, assignment) = (priority.map(str::to_owned), Arc::new(Assignment::default()));
+    Ok(Dispatcher { consumer, brokers, events: rx, assignment, priority })
 }
 
 /// The loop that polls the consumer and feeds the partition tasks.
@@ -298,11 +320,79 @@ pub struct Dispatcher {
     events: mpsc::UnboundedReceiver<RebalanceEvent>,
     /// What the member holds now.
     pub assignment: Arc<Assignment>,
+    /// The topic whose records tasks take first.
+    priority: Option<String>,
 }
 
+/// Records a task holds per partition: 20,000 per topic.
+const QUEUE: usize = 20_000;
+
+/// How often records that found a full channel try again: 2 ms.
+const STALLED_RETRY: Duration = Duration::from_millis(2);
+
 struct Running {
-    records: mpsc::Sender<OwnedMessage>,
+    records: Lane,
+    priority: Lane,
     handle: JoinHandle<Result<(), TaskError>>,
+}
+
+/// One channel into a task, and the records that found it full, in order. While any wait, their topic's partition
+/// is paused in the consumer, so the dispatcher goes on serving the other partitions and the other topic instead
+/// of waiting for this task (a backlog of deltas no longer holds back a user event, or another partition).
+struct Lane {
+    tx: mpsc::Sender<OwnedMessage>,
+    stalled: VecDeque<OwnedMessage>,
+    /// The (topic, partition) paused while records wait.
+    paused: Option<(String, i32)>,
+}
+
+impl Lane {
+    fn new() -> (Self, mpsc::Receiver<OwnedMessage>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        (Self { tx, stalled: VecDeque::new(), paused: None }, rx)
+    }
+
+    /// Hands `m` over, or keeps it behind the records already waiting (pausing its partition when it is the first).
+    fn push(&mut self, m: OwnedMessage, consumer: &GroupConsumer) {
+        if !self.stalled.is_empty() {
+            return self.stalled.push_back(m);
+        }
+        match self.tx.try_send(m) {
+            Ok(()) => {}
+            Err(TrySendError::Full(m)) => {
+                let tp = (m.topic().to_owned(), m.partition());
+                set_paused(consumer, &tp, true);
+                (self.paused, _) = (Some(tp), self.stalled.push_back(m));
+            }
+            // The task ended; restart_ended starts it again and it seeks back to its checkpoint.
+            Err(TrySendError::Closed(_)) => tracing::debug!("task input closed"),
+        }
+    }
+
+    /// Hands over what waits, as far as the channel takes it; resumes the partition once nothing waits (or the
+    /// task ended: its successor seeks back to its checkpoint).
+    fn drain(&mut self, consumer: &GroupConsumer) {
+        while let Some(m) = self.stalled.pop_front() {
+            match self.tx.try_send(m) {
+                Ok(()) => {}
+                Err(TrySendError::Full(m)) => return self.stalled.push_front(m),
+                Err(TrySendError::Closed(_)) => self.stalled.clear(),
+            }
+        }
+        if let Some(tp) = self.paused.take() {
+            set_paused(consumer, &tp, false);
+        }
+    }
+}
+
+/// Pauses or resumes fetching one topic-partition; a failure (the partition was just revoked) is only logged.
+fn set_paused(consumer: &GroupConsumer, (topic, partition): &(String, i32), pause: bool) {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, *partition);
+    let done = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
+    if let Err(e) = done {
+        tracing::debug!(topic, partition, pause, error = %e, "pause or resume refused");
+    }
 }
 
 /// The running partition tasks of one stage and how to start one.
@@ -312,15 +402,18 @@ struct Tasks {
     consumer: Arc<GroupConsumer>,
     brokers: Arc<str>,
     running: HashMap<i32, Running>,
+    /// The topic whose records a task takes first ([`PartitionInput::priority`]).
+    priority: Option<String>,
 }
 
 impl Tasks {
     /// Starts partition `p`'s task; `restarted` after its previous task failed (it seeks back to its checkpoint).
     fn start(&mut self, p: i32, restarted: bool) {
-        let (tx, rx) = mpsc::channel(20_000);
+        let ((records, rx), (priority, priority_rx)) = (Lane::new(), Lane::new());
         let input = PartitionInput {
             partition: p,
             records: rx,
+            priority: priority_rx,
             consumer: self.consumer.clone(),
             brokers: self.brokers.clone(),
             last_seek: HashMap::new(),
@@ -329,7 +422,31 @@ impl Tasks {
             probed: HashMap::new(),
             restarted,
         };
-        self.running.insert(p, Running { records: tx, handle: (self.spawn)(input) });
+        self.running.insert(p, Running { records, priority, handle: (self.spawn)(input) });
+    }
+
+    /// Forgets partition `p`'s task: closes its input and resumes what its lanes paused. Returns its handle.
+    fn remove(&mut self, p: i32) -> Option<JoinHandle<Result<(), TaskError>>> {
+        let t = self.running.remove(&p)?;
+        for lane in [t.records, t.priority] {
+            if let Some(tp) = lane.paused {
+                set_paused(&self.consumer, &tp, false);
+            }
+        }
+        Some(t.handle)
+    }
+
+    /// Whether records wait for a full channel.
+    fn stalled(&self) -> bool {
+        self.running.values().any(|t| !t.records.stalled.is_empty() || !t.priority.stalled.is_empty())
+    }
+
+    /// Hands over waiting records wherever a channel has room again.
+    fn drain_stalled(&mut self) {
+        for t in self.running.values_mut() {
+            t.priority.drain(&self.consumer);
+            t.records.drain(&self.consumer);
+        }
     }
 
     /// Stops the tasks of revoked partitions. Their input is closed rather than the tasks aborted: an aborted task
@@ -337,10 +454,8 @@ impl Tasks {
     /// the partition's lease meanwhile, that last flush is fenced.
     fn revoke(&mut self, partitions: &HashSet<i32>) {
         for p in partitions {
-            if let Some(t) = self.running.remove(p) {
+            if self.remove(*p).is_some() {
                 info!(stage = %self.stage, partition = p, "partition revoked; stopping its task");
-                drop(t.records);
-                drop(t.handle);
             }
         }
     }
@@ -360,9 +475,9 @@ impl Tasks {
     async fn restart_ended(&mut self) {
         let ended: Vec<i32> = self.running.iter().filter(|(_, t)| t.handle.is_finished()).map(|(p, _)| *p).collect();
         for p in ended {
-            let t = self.running.remove(&p).expect("listed");
+            let handle = self.remove(p).expect("listed");
             let stage = self.stage;
-            match t.handle.await {
+            match handle.await {
                 Ok(Ok(())) => warn!(%stage, partition = p, "task ended; starting it again"),
                 Ok(Err(_)) => info!(%stage, partition = p, "starting the failed task again from its checkpoint"),
                 Err(e) => warn!(%stage, partition = p, error = %e, "task panicked; starting it again"),
@@ -372,29 +487,22 @@ impl Tasks {
         }
     }
 
-    /// Hands a record to its partition's task (starting it if needed), waiting while the task's queue is full.
-    async fn dispatch(&mut self, m: OwnedMessage) {
+    /// Hands a record to its partition's task (starting it if needed), through the priority lane when it is of the
+    /// priority topic; never waits for a full channel ([`Lane`]).
+    fn dispatch(&mut self, m: OwnedMessage) {
         let p = m.partition();
         if !self.running.contains_key(&p) {
             self.start(p, false);
         }
-        if self.running[&p].records.send(m).await.is_err() {
-            // The task ended; restart_ended starts it again and it seeks back to its checkpoint.
-            tracing::debug!(stage = %self.stage, partition = p, "task input closed");
-        }
+        let t = self.running.get_mut(&p).expect("started");
+        let lane = if self.priority.as_deref() == Some(m.topic()) { &mut t.priority } else { &mut t.records };
+        lane.push(m, &self.consumer);
     }
 
     /// Closes every task's input (each flushes and checkpoints) and waits for them, up to 30 s.
     async fn stop_all(self) {
         info!(stage = %self.stage, "stopping: flushing partition tasks");
-        let handles: Vec<_> = self
-            .running
-            .into_values()
-            .map(|t| {
-                drop(t.records);
-                t.handle
-            })
-            .collect();
+        let handles: Vec<_> = self.running.into_values().map(|t| t.handle).collect();
         if tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(handles)).await.is_err() {
             warn!(stage = %self.stage, "tasks did not stop within 30 s");
         }
@@ -413,9 +521,14 @@ impl Dispatcher {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let (consumer, brokers) = (self.consumer.clone(), self.brokers.clone());
-        let mut tasks = Tasks { stage, spawn, consumer, brokers, running: HashMap::new() };
+        let priority = self.priority.take();
+        let mut tasks = Tasks { stage, spawn, consumer, brokers, running: HashMap::new(), priority };
         let mut health = tokio::time::interval(Duration::from_secs(1));
         loop {
+            // Records waiting for a full channel go first, each turn (and every STALLED_RETRY while idle).
+            if tasks.stalled() {
+                tasks.drain_stalled();
+            }
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => if *shutdown.borrow() { break },
@@ -434,8 +547,9 @@ impl Dispatcher {
                     }
                 }
                 _ = health.tick() => tasks.restart_ended().await,
+                _ = tokio::time::sleep(STALLED_RETRY), if tasks.stalled() => tasks.drain_stalled(),
                 msg = self.consumer.recv() => match msg {
-                    Ok(m) => tasks.dispatch(m.detach()).await,
+                    Ok(m) => tasks.dispatch(m.detach()),
                     Err(e) => warn!(%stage, error = %e, "consumer error"),
                 }
             }
@@ -447,7 +561,75 @@ impl Dispatcher {
 
 #[cfg(test)]
 mod tests {
-    use super::{Run, Verdict};
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rdkafka::message::{Message, OwnedMessage, Timestamp};
+
+    use super::{GroupConsumer, GroupContext, Lane, PartitionInput, Run, Verdict, QUEUE};
+
+    /// A consumer that never connects (librdkafka connects lazily): enough to pause and resume.
+    fn consumer() -> Arc<GroupConsumer> {
+        let m = crate::kafka::Membership { session_timeout: Duration::from_secs(10), instance_id: None };
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        Arc::new(
+            crate::kafka::group_member("127.0.0.1:9", "g", &m).create_with_context(GroupContext { events }).unwrap(),
+        )
+    }
+
+    fn record(topic: &str, offset: i64) -> OwnedMessage {
+        OwnedMessage::new(Some(vec![]), None, topic.into(), Timestamp::NotAvailable, 0, offset, None)
+    }
+
+    fn input(consumer: Arc<GroupConsumer>) -> (Lane, Lane, PartitionInput) {
+        let ((records, rx), (priority, priority_rx)) = (Lane::new(), Lane::new());
+        let (last_seek, last_lag_probe, runs, probed) =
+            (HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
+        let (brokers, restarted) = ("127.0.0.1:9".into(), false);
+        let p = PartitionInput {
+            partition: 0,
+            records: rx,
+            priority: priority_rx,
+            consumer,
+            brokers,
+            last_seek,
+            last_lag_probe,
+            runs,
+            probed,
+            restarted,
+        };
+        (records, priority, p)
+    }
+
+    #[tokio::test]
+    async fn a_user_event_is_taken_before_a_backlog_of_deltas_and_each_topic_keeps_its_order() {
+        let c = consumer();
+        let (mut deltas, mut events, mut input) = input(c.clone());
+        for offset in 0..QUEUE as i64 + 500 {
+            deltas.push(record("deltas", offset), &c); // the channel holds QUEUE, 500 wait in the lane
+        }
+        assert_eq!((deltas.stalled.len(), deltas.paused.as_ref().map(|(t, _)| t.as_str())), (500, Some("deltas")));
+        events.push(record("events", 0), &c);
+        events.push(record("events", 1), &c);
+        let batch = input.next_batch(100, Duration::from_secs(1)).await.unwrap();
+        let taken: Vec<(&str, i64)> = batch.iter().map(|m| (m.topic(), m.offset())).collect();
+        assert_eq!(taken[..3], [("events", 0), ("events", 1), ("deltas", 0)]);
+        assert_eq!(taken.len(), 100);
+        // As the task takes records, the waiting ones follow in order; the partition is resumed once none wait.
+        deltas.drain(&c);
+        assert_eq!((deltas.stalled.len(), deltas.paused.is_some()), (402, true), "98 found room");
+        let mut offsets = Vec::new();
+        while let Some(batch) = input.next_batch(4000, Duration::from_millis(1)).await.filter(|b| !b.is_empty()) {
+            offsets.extend(batch.iter().map(|m| m.offset()));
+            deltas.drain(&c);
+        }
+        assert_eq!((deltas.stalled.len(), deltas.paused.is_some()), (0, false));
+        assert_eq!(offsets, (98..QUEUE as i64 + 500).collect::<Vec<_>>());
+        // Both lanes dropped (the task revoked): the input ends.
+        drop((deltas, events));
+        assert!(input.next_batch(10, Duration::from_secs(1)).await.is_none());
+    }
 
     #[test]
     fn a_sequence_that_passed_the_next_offset_goes_on_over_holes() {

@@ -343,15 +343,17 @@ struct Parts {
 }
 
 impl Parts {
-    /// Starts one stage: a group member of `{group}.{stage}` subscribed to `topics`, one task per partition.
+    /// Starts one stage: a group member of `{group}.{stage}` subscribed to `topics`, one task per partition, which
+    /// takes the records of `priority` first.
     fn start_stage(
         &mut self,
         s: &Settings,
         stage: Stage,
         topics: &[&str],
+        priority: Option<&str>,
         spawn: group::SpawnTask,
     ) -> anyhow::Result<()> {
-        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics, &self.membership)?;
+        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics, priority, &self.membership)?;
         self.assignments.push((stage, dispatcher.assignment.clone()));
         self.tasks.spawn(dispatcher.run(stage, spawn, self.stop.clone()));
         Ok(())
@@ -414,11 +416,14 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let topics = &shared.topics;
     if opts.roles.contains(&Role::Fanout) {
         let spawn = task_spawner(&shared, Stage::FanOut, fanout_stage::run);
-        parts.start_stage(s, Stage::FanOut, &[&topics.conversation_events], spawn)?;
+        parts.start_stage(s, Stage::FanOut, &[&topics.conversation_events], None, spawn)?;
     }
     if opts.roles.contains(&Role::Fold) {
         let spawn = task_spawner(&shared, Stage::Fold, fold_stage::run);
-        parts.start_stage(s, Stage::Fold, &[&topics.user_events, &topics.user_deltas], spawn)?;
+        // User events first: a read ack does not wait behind a backlog of deltas (the fold is order-proof across
+        // the two topics).
+        let (events, deltas) = (&topics.user_events, &topics.user_deltas);
+        parts.start_stage(s, Stage::Fold, &[events, deltas], Some(events), spawn)?;
     }
     shared.metrics.set_assignments(parts.assignments.clone());
     if let Some((auth, listener)) = api {
