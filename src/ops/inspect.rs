@@ -7,7 +7,7 @@ use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::Stage;
 use crate::config::Settings;
 use crate::projection::redis::RedisProjection;
-use crate::state::codec;
+use crate::state::load;
 
 /// The user's checkpointed fold state (cursors, unread ranges, mentions, membership, mutes, totals), its
 /// partition's checkpointed offsets, lease generation and checkpoint time (RFC 3339, UTC), and what Redis serves
@@ -51,9 +51,9 @@ pub async fn inspect_conversation(
 ) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(row) = store.state_row(Stage::FanOut, conversation_id).await? else { return Ok(None) };
     let (partition, bytes) = (row.row.partition, &row.row.state);
-    let mut state = codec::decode_conversation(bytes).with_context(|| format!("checkpoint of {conversation_id:?}"))?;
-    let members = store.members_of(conversation_id).await?;
-    state.members.extend(members.into_iter().map(|m| (m.user_id, m.joined_head as u64)));
+    let members = store.members_of(conversation_id).await?.into_iter().map(|m| (m.user_id, m.joined_head as u64));
+    let (state, _) = load::conversation_from_rows(&row.row, members.collect())
+        .with_context(|| format!("checkpoint of {conversation_id:?}"))?;
     let topic = settings.topics().conversation_events;
     let offsets = store.offsets(Stage::FanOut).await?;
     Ok(Some(serde_json::json!({

@@ -10,7 +10,7 @@ use crate::checkpoint::store::{CheckpointStore, MemberRow, NoteRow, StateRow};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::SharedLists;
 use crate::core::delta::Fence;
-use crate::core::fanout::FanOut;
+use crate::core::fanout::{ConversationState, FanOut};
 use crate::core::fold::Fold;
 use crate::core::hybrid::Diffusion;
 use crate::core::notifications::{Note, NoteBook};
@@ -130,17 +130,11 @@ pub fn fanout_from_rows(
     }
     let (mut fanout, mut rewrite) = (FanOut::with_diffusion(diffusion), Vec::new());
     for row in conversations {
-        let mut state = codec::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
-        if !state.members.is_empty() {
+        let (state, inline) = conversation_from_rows(&row, by_conversation.remove(&row.id).unwrap_or_default())?;
+        if inline {
             rewrite.push(FanOutKey::Conversation(row.id.clone()));
             rewrite.extend(state.members.keys().map(|u| FanOutKey::Member(row.id.clone(), u.clone())));
         }
-        let rows = by_conversation.remove(&row.id).unwrap_or_default();
-        match state.members.is_empty() {
-            true => state.members = rows.into_iter().collect(), // sorted and built in bulk
-            false => state.members.extend(rows),
-        }
-        codec::check_conversation(&state).map_err(StateError::corrupt(&row.id))?;
         fanout.restore(row.id, state);
     }
     if let Some(id) = by_conversation.into_keys().next() {
@@ -152,6 +146,21 @@ pub fn fanout_from_rows(
         fanout.restore_list(row.id, state);
     }
     Ok(RestoredFanOut { fanout, rewrite })
+}
+
+/// One conversation from its checkpoint row and its member rows ((user, join head)), checked; and whether the row
+/// held its members itself (versions 1 to 5: the next checkpoint covering it moves them to rows of their own).
+///
+/// Errors: a corrupt row, or a member who joined above the head.
+pub fn conversation_from_rows(row: &StateRow, members: Vec<(String, u64)>) -> StateResult<(ConversationState, bool)> {
+    let mut state = codec::decode_conversation(&row.state).map_err(StateError::corrupt(&row.id))?;
+    let inline = !state.members.is_empty();
+    match inline {
+        true => state.members.extend(members),
+        false => state.members = members.into_iter().collect(), // sorted and built in bulk
+    }
+    codec::check_conversation(&state).map_err(StateError::corrupt(&row.id))?;
+    Ok((state, inline))
 }
 
 /// A fold from checkpoint rows of users and their remembered notifications.

@@ -77,17 +77,13 @@ fn messages_to_a_20000_member_channel_write_no_member() {
         e["mention_all"] = (seq == 60).into();
         e
     });
-    let dir = std::env::temp_dir();
-    let (join, send) = (dir.join(format!("{}-join.jsonl", ns.name)), dir.join(format!("{}-send.jsonl", ns.name)));
-    std::fs::write(&join, lines(joins)).unwrap();
-    std::fs::write(&send, lines(messages)).unwrap();
     let svc = ns.start(&[]); // the default threshold, 1,000 members
-    ns.ok(&["produce", join.to_str().unwrap()]);
+    produce_lines(&ns, "join", lines(joins));
     ns.ok(&["lag", "--wait", "2m"]);
     let settled = || settled_counters(svc.port);
     let (writes, _) = settled();
     assert!(writes >= 20_000.0, "every member was written once when joining: {writes}");
-    ns.ok(&["produce", send.to_str().unwrap()]);
+    produce_lines(&ns, "send", lines(messages));
     ns.ok(&["lag", "--wait", "1m"]);
     let (after, _) = settled();
     // The sender's floor and m-7's named mention are per user; the rest is the index, written once.
@@ -130,16 +126,6 @@ fn messages_to_a_20000_member_channel_write_no_member() {
     }
     assert_eq!(http_get(svc.port, "/v1/users/m-5/unread").unwrap().1, m5, "m-5 left before message 101");
     svc.stop();
-    std::fs::remove_file(join).ok();
-    std::fs::remove_file(send).ok();
-}
-
-/// Produces `text` (JSON lines) through `unread produce`, from a file named after the namespace and `name`.
-fn produce_lines(ns: &Ns, name: &str, text: String) {
-    let path = std::env::temp_dir().join(format!("{}-{name}.jsonl", ns.name));
-    std::fs::write(&path, text).unwrap();
-    ns.ok(&["produce", path.to_str().unwrap()]);
-    std::fs::remove_file(path).ok();
 }
 
 /// Redis user writes and checkpoint rows once they stop moving (lag zero is read from PostgreSQL: the tasks may

@@ -69,6 +69,15 @@ pub fn dev_expected() -> Vec<UserView> {
     parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/dev-expected.jsonl")).unwrap())
 }
 
+/// Produces `text` (JSON lines) through `unread produce`, from a temporary file named after the namespace and
+/// `name`, removed afterwards.
+pub fn produce_lines(ns: &Ns, name: &str, text: String) {
+    let path = std::env::temp_dir().join(format!("{}-{name}.jsonl", ns.name));
+    std::fs::write(&path, text).unwrap();
+    ns.ok(&["produce", path.to_str().unwrap()]);
+    std::fs::remove_file(path).ok();
+}
+
 /// Produces the dev set `copies` times and folds the same copies into `pipeline`, whose views are then the
 /// expected state (copies are not mere duplicates: each replays leaves and rejoins at a new head).
 pub fn produce_dev_copies(ns: &Ns, pipeline: &mut unread::pipeline::Pipeline, copies: usize) {
