@@ -40,8 +40,14 @@ pub async fn build(deps: ApiDeps) -> anyhow::Result<ApiState> {
     let ApiDeps { settings, auth, limits, assignments, metrics, producer, stop } = deps;
     let live = crate::namespace::LiveProjection::connect(&settings).await?;
     live.follow();
-    let hub = crate::push::Hub::start(live.clone(), &settings.redis_url, stop, metrics.clone());
-    let fallback = Some(Arc::new(crate::api::fallback::Fallback::new(settings.clone())));
+    let fallback = Arc::new(crate::api::fallback::Fallback::new(settings.clone()));
+    let fb = fallback.clone();
+    let refill: crate::push::Refill = Arc::new(move |namespace, projection, users, today| {
+        let fb = fb.clone();
+        Box::pin(async move { fb.refill(&namespace, &projection, &users, today).await })
+    });
+    let hub = crate::push::Hub::start(live.clone(), &settings.redis_url, stop, metrics.clone(), Some(refill));
+    let fallback = Some(fallback);
     let (topic, prefix) = (settings.topics().user_events, settings.redis_prefix.clone());
     let gateway = producer.map(|p| Arc::new(crate::api::gateway::Gateway::new(p, topic, prefix)));
     let rates = Arc::new(RateLimits::new(&limits));

@@ -50,6 +50,35 @@ pub struct Settings {
     /// (docs/operations.md, "Read diffusion").
     #[arg(long, env = "UNREAD_READ_DIFFUSION_THRESHOLD", default_value_t = crate::core::hybrid::DEFAULT_THRESHOLD)]
     pub read_diffusion_threshold: u64,
+    /// Redis as a bounded cache: a user's hash expires this long after its last write or read (e.g. `7d`); a
+    /// read of such a user refills it from the checkpoint, and the fold writes it whole at its next change. Off by
+    /// default (every user stays in Redis). Give every role the same value; at least [`MIN_PROJECTION_TTL`]
+    /// (docs/operations.md, "Redis as a bounded cache").
+    #[arg(long, env = "UNREAD_PROJECTION_TTL", value_parser = parse_duration)]
+    pub projection_ttl: Option<Duration>,
+}
+
+/// The shortest `--projection-ttl`: 5 minutes. A hash may expire only once its last write is in the checkpoint,
+/// or a reader would refill it from an older state that nothing corrects until the user changes again; the
+/// checkpoint trails Redis by at most the flush interval plus the PostgreSQL retry budget (60 s), after which the
+/// task restarts and writes again. Test aid: `UNREAD_TEST_SHORT_PROJECTION_TTL=1` lifts the floor.
+pub const MIN_PROJECTION_TTL: Duration = Duration::from_secs(300);
+
+impl Settings {
+    /// `--projection-ttl`, checked against [`MIN_PROJECTION_TTL`].
+    ///
+    /// Errors: a ttl under the floor (unless the test aid is set).
+    pub fn checked_projection_ttl(&self) -> anyhow::Result<Option<Duration>> {
+        let short_ok = std::env::var("UNREAD_TEST_SHORT_PROJECTION_TTL").is_ok_and(|v| v == "1");
+        match self.projection_ttl {
+            Some(ttl) if ttl < MIN_PROJECTION_TTL && !short_ok => bail!(
+                "--projection-ttl {}: at least {} (the checkpoint must hold a hash's last write before it expires)",
+                humantime::format_duration(ttl),
+                humantime::format_duration(MIN_PROJECTION_TTL)
+            ),
+            ttl => Ok(ttl),
+        }
+    }
 }
 
 /// Checks a namespace name: `default`, or 1 to 32 characters of `a-z`, `0-9` and `_`.

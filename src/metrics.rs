@@ -127,6 +127,7 @@ pub struct Metrics {
     dead_letters: Family<KindLabel, Counter>,
     errors: Family<StoreLabel, Counter>,
     redis_writes: Counter,
+    projection_whole: Counter,
     increments: Counter,
     checkpoint_rows: Counter,
     checkpoint_bytes: Counter,
@@ -173,6 +174,7 @@ impl Default for Metrics {
             dead_letters: Family::default(),
             errors: Family::default(),
             redis_writes: Counter::default(),
+            projection_whole: Counter::default(),
             increments: Counter::default(),
             checkpoint_rows: Counter::default(),
             checkpoint_bytes: Counter::default(),
@@ -222,6 +224,12 @@ impl Metrics {
         );
         r.register("errors", "Failed attempts at a store operation (retried), by store", self.errors.clone());
         r.register("redis_user_writes", "Users written to the Redis projection", self.redis_writes.clone());
+        r.register(
+            "projection_whole_rewrites",
+            "Users whose patch found no hash to patch (expired: --projection-ttl; or refilled by a reader) and were \
+             written whole",
+            self.projection_whole.clone(),
+        );
         r.register(
             "increments",
             "Per-recipient increments: seqs that became unread for some user",
@@ -377,6 +385,11 @@ impl Metrics {
     /// `n` users written to Redis.
     pub fn redis_writes(&self, n: usize) {
         self.redis_writes.inc_by(n as u64);
+    }
+
+    /// `n` users whose patch found no base and are written whole next ([`crate::state::commit::publish`]).
+    pub fn projection_whole(&self, n: usize) {
+        self.projection_whole.inc_by(n as u64);
     }
 
     /// `n` per-recipient increments (seqs that became unread for some user).

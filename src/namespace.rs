@@ -54,7 +54,8 @@ impl LiveProjection {
     ///
     /// Errors: Redis unreachable.
     pub async fn connect(settings: &Settings) -> anyhow::Result<Arc<Self>> {
-        let base = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?;
+        let ttl = settings.checked_projection_ttl()?;
+        let base = RedisProjection::connect(&settings.redis_url, &settings.redis_prefix).await?.with_ttl(ttl);
         let name = read_pointer(&base, &settings.live_pointer_key()).await?;
         let projection = base.with_prefix(&settings.in_namespace(&name)?.ns_redis_prefix());
         info!(namespace = %name, "read API serves namespace");

@@ -15,7 +15,8 @@
 //! and a client drops a message whose version is not above the last it applied. Each socket has a queue of
 //! [`QUEUE`] messages: a socket whose queue is full is dropped (its client reconnects with `since`), so a slow
 //! client costs at most that. After a (re)subscription, and when the live namespace changes, every watched user is
-//! read again, so a message lost while the subscription was down is made up for.
+//! read again, so a message lost while the subscription was down is made up for. A user with no hash (expired
+//! under `--projection-ttl`) is refilled from the checkpoint through the hub's [`Refill`] and read again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +32,15 @@ use crate::core::contract::UserView;
 use crate::metrics::{Metrics, Step};
 use crate::namespace::LiveProjection;
 use crate::projection::changes_key;
-use crate::projection::redis::Versioned;
+use crate::projection::redis::{RedisProjection, Versioned};
+
+/// Refills users with no hash from the checkpoint (the read API's degraded reads): given the namespace, its
+/// projection, the users and the UTC day, returns the users it wrote back to Redis (those with checkpointed state).
+pub type Refill = Arc<
+    dyn Fn(String, RedisProjection, Vec<String>, i64) -> futures::future::BoxFuture<'static, anyhow::Result<Vec<String>>>
+        + Send
+        + Sync,
+>;
 
 /// Messages a socket may have queued before it is dropped as too slow: 64.
 pub const QUEUE: usize = 64;
@@ -101,6 +110,8 @@ pub struct Hub {
     subscriptions: AtomicU64,
     next_id: AtomicU64,
     stop: watch::Receiver<bool>,
+    /// How users with no hash are refilled; `None`: they read as zeros.
+    refill: Option<Refill>,
 }
 
 /// A socket's side of the hub: its messages, in order. Dropping it leaves the hub.
@@ -122,12 +133,14 @@ impl Drop for Subscription {
 
 impl Hub {
     /// A hub following `live`, subscribing with a connection of its own to `redis_url`; it runs until `stop` turns
-    /// true, and counts how long a change takes to reach the sockets in `metrics`.
+    /// true, counts how long a change takes to reach the sockets in `metrics`, and refills users with no hash with
+    /// `refill`.
     pub fn start(
         live: Arc<LiveProjection>,
         redis_url: &str,
         stop: watch::Receiver<bool>,
         metrics: Arc<Metrics>,
+        refill: Option<Refill>,
     ) -> Arc<Self> {
         let hub = Arc::new(Self {
             live,
@@ -139,6 +152,7 @@ impl Hub {
             next_id: AtomicU64::new(1),
             subscriptions: AtomicU64::new(0),
             stop,
+            refill,
         });
         tokio::spawn(hub.clone().listen());
         tokio::spawn(hub.clone().refresh_pending());
@@ -198,9 +212,18 @@ impl Hub {
     ///
     /// Errors: Redis unreachable or a malformed hash.
     async fn refresh(&self, users: Vec<String>) -> anyhow::Result<()> {
-        let projection = self.live.current().1;
+        let (namespace, projection) = self.live.current();
         let today = crate::clock::today();
         let mut read = projection.read_many_versioned(&users, today).await?;
+        if let Some(refill) = self.refill.as_ref().filter(|_| read.iter().any(|r| !r.present)) {
+            let missing = read.iter().filter(|r| !r.present).map(|r| r.view.user_id.clone()).collect();
+            let refilled: HashSet<String> = refill(namespace, projection, missing, today).await?.into_iter().collect();
+            (0..refilled.len()).for_each(|_| self.metrics.read("checkpoint"));
+            read.retain(|r| !refilled.contains(&r.view.user_id)); // read again, from their refilled hashes
+            if !refilled.is_empty() {
+                self.mark(refilled);
+            }
+        }
         // Counts change at midnight with no write (contract v3, expiry): a read since today's midnight is at least
         // that midnight's version, so clients take it as newer than anything read before.
         let midnight = crate::clock::day_version(today);
@@ -395,7 +418,7 @@ fn deliver(w: &mut Watchers, read: Versioned) -> Option<String> {
 /// [`deliver`] with the changes message already made (`Some(None)`: nothing changed) against the view the user
 /// still has.
 fn deliver_prepared(w: &mut Watchers, read: Versioned, prepared: Option<Option<Text>>) -> Option<String> {
-    let Versioned { view, version, follows } = read;
+    let Versioned { view, version, follows, .. } = read;
     let user_id = view.user_id.clone();
     let stale = follows.iter().any(|l| w.list_versions.get(l).is_some_and(|v| *v > version));
     let watched = w.users.get_mut(&user_id)?;
@@ -474,7 +497,7 @@ mod tests {
 
     fn read(view: UserView, version: u64) -> Versioned {
         let follows = view.broadcasts.keys().map(|id| ListId::Broadcast(id.clone())).collect();
-        Versioned { view, version, follows }
+        Versioned { view, version, follows, present: true }
     }
 
     fn counts(unread: u64) -> UserView {

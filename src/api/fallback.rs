@@ -121,8 +121,9 @@ impl Fallback {
         Ok(crate::state::user::user_view(&self.store(namespace).await?, user_id, today).await?)
     }
 
-    /// [`Fallback::read`], then writes the user back to Redis at the checkpoint's version (refused where Redis
-    /// holds newer state). A failed refill is only logged: the answer stands.
+    /// [`Fallback::read`], then writes the user back to Redis at the checkpoint's version, marked as a refill so
+    /// that the fold writes the user whole rather than patch it (refused where Redis holds newer state). A failed
+    /// refill is only logged: the answer stands.
     ///
     /// Errors: as [`Fallback::read`].
     pub async fn read_and_refill(
@@ -134,10 +135,32 @@ impl Fallback {
     ) -> anyhow::Result<Option<UserView>> {
         let Some((store, user)) = self.checkpointed(namespace, user_id).await? else { return Ok(None) };
         let view = user.view_from(&store, today).await?;
-        if let Err(e) = projection.write(&[user.write()]).await {
+        let mut write = user.write();
+        write.refill = true;
+        if let Err(e) = projection.write(&[write]).await {
             tracing::warn!(error = %e, "refilling a user's hash from the checkpoint failed");
         }
         Ok(Some(view))
+    }
+
+    /// Refills `users` (who have no hash) from the checkpoint of `namespace`, as [`Fallback::read_and_refill`]
+    /// does for one. Returns the users with checkpointed state (written back unless Redis held newer state).
+    ///
+    /// Errors: PostgreSQL unreachable, or a corrupt row.
+    pub async fn refill(
+        &self,
+        namespace: &str,
+        projection: &RedisProjection,
+        users: &[String],
+        today: i64,
+    ) -> anyhow::Result<Vec<String>> {
+        let mut refilled = Vec::new();
+        for user in users {
+            if self.read_and_refill(namespace, user, projection, today).await?.is_some() {
+                refilled.push(user.clone());
+            }
+        }
+        Ok(refilled)
     }
 }
 

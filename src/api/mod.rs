@@ -423,8 +423,38 @@ async fn batch_unread(
         check_id(&format!("user_ids[{i}]"), id)?;
     }
     let (namespace, projection) = s.live.current();
-    let users = projection.read_many(&user_ids, query.today()?).await?;
+    let today = query.today()?;
+    let mut users = Vec::with_capacity(user_ids.len());
+    for read in projection.read_many_versioned(&user_ids, today).await? {
+        users.push(match (read.present, &s.fallback) {
+            (false, Some(fb)) => refilled(s.as_ref(), fb, &namespace, &projection, read.view, today).await?,
+            _ => read.view,
+        });
+    }
     Ok(answer(namespace, BatchAnswer { users }, &query))
+}
+
+/// A user with no hash in Redis (never written, lost, or expired under `--projection-ttl`), read from the
+/// checkpoint and written back to Redis ([`fallback::Fallback::read_and_refill`]); `zero` when the checkpoint has
+/// no state for the user either. Counted as a read from the checkpoint.
+///
+/// Errors: 503 when PostgreSQL fails.
+async fn refilled(
+    s: &ApiState,
+    fb: &fallback::Fallback,
+    namespace: &str,
+    projection: &crate::projection::redis::RedisProjection,
+    zero: UserView,
+    today: i64,
+) -> Result<UserView, ApiError> {
+    let unavailable = |e: anyhow::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"));
+    match fb.read_and_refill(namespace, &zero.user_id, projection, today).await.map_err(unavailable)? {
+        Some(view) => {
+            s.metrics.read("checkpoint");
+            Ok(view)
+        }
+        None => Ok(zero),
+    }
 }
 
 /// One conversation's counts for one user.
@@ -463,8 +493,12 @@ async fn conversation_unread(
 ) -> Result<Response, ApiError> {
     let (Path((user_id, conversation_id)), query) = (path?, caps::checked(query)?);
     authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
-    let (namespace, projection) = s.live.current();
-    let c = projection.read_conversation(&user_id, &conversation_id, query.today()?).await?;
+    let ((namespace, projection), today) = (s.live.current(), query.today()?);
+    let c = match projection.read_conversation(&user_id, &conversation_id, today).await? {
+        Some(c) => c,
+        // No hash (expired under --projection-ttl, or lost): the user's read refills it from the checkpoint.
+        None => read_user(&s, &namespace, &user_id, today).await?.0.conversations.remove(&conversation_id),
+    };
     let answer = ConversationAnswer {
         member: c.is_some(),
         unread: c.map_or(0, |c| c.unread),

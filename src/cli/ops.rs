@@ -162,7 +162,8 @@ impl ProjectionAction {
     }
 }
 
-/// Connects to the namespace's projection.
+/// Connects to the namespace's projection (whose hashes expire with `--projection-ttl`).
 async fn projection(settings: &Settings) -> anyhow::Result<RedisProjection> {
-    Ok(RedisProjection::connect(&settings.redis_url, &settings.ns_redis_prefix()).await?)
+    let ttl = settings.checked_projection_ttl()?;
+    Ok(RedisProjection::connect(&settings.redis_url, &settings.ns_redis_prefix()).await?.with_ttl(ttl))
 }

@@ -64,7 +64,7 @@ pub async fn rebuild_projection(
             writes.push(UserWrite::of_state(u, None, versions.of(kafka::partition_for_key(u.as_bytes(), partitions))));
         }
     }
-    let (written, refused) = projection.write(&writes).await?;
+    let (written, refused) = projection.write(&writes).await?.counts();
     if users.is_empty() {
         rebuild_lists(store, projection).await?;
     }

@@ -58,7 +58,7 @@ pub async fn verify_against(
         }
     }
     if !repairs.is_empty() {
-        report.repaired = a.write(&repairs).await?.0;
+        report.repaired = a.write(&repairs).await?.written;
     }
     Ok(report)
 }

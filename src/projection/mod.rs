@@ -60,6 +60,10 @@ pub const NOTIFICATION_PREFIX: &str = "n:";
 pub const CURSOR_PREFIX: &str = "b:";
 /// The prefix of a broadcast count in what the read script returns (computed, never stored).
 pub const COUNT_PREFIX: &str = "B:";
+/// The field marking a hash that a reader refilled from the checkpoint (`"1"`): a patch is not applied to it, since
+/// the checkpoint may be older than the writer's last write; the writer writes the user whole instead, which
+/// deletes the mark ([`redis::WRITE_TEMPLATE`]).
+pub const REFILLED_FIELD: &str = "_refilled";
 /// The field holding the user hash's push version (set by every write).
 pub const PUSH_VERSION_FIELD: &str = "_pv";
 /// The prefix of a list's push version in what the read script returns.

@@ -121,10 +121,14 @@ end
 /// The write script. KEYS[1]: the user's hash; KEYS[2], on a single server only: the namespace's version counter
 /// ([`super::changes_key`]). ARGV[1]: the change channel; ARGV[2]: the version, `"{g} {a} {b}"` (the writing task's
 /// lease generation and its two next offsets); ARGV[3]: the totals value; ARGV[4]: `patch` (touch only the fields
-/// named) or `replace` (first delete every conversation field); ARGV[5]: n, the number of fields to set;
-/// ARGV[6 .. 5+2n]: field, value pairs; the remaining ARGV: fields to delete. Returns 1 when written, 0 when
-/// refused. A write also sets the hash's push version (`_pv`, [`super::PUSH_VERSION_FIELD`]) to the next one and
-/// publishes `"{version} {key}"` on the change channel, for the push stream ([`crate::push`]).
+/// named), `replace` (first delete every conversation field) or `refill` (`replace`, from the checkpoint by a
+/// reader: marks the hash [`super::REFILLED_FIELD`]); ARGV[5]: the hash's time to live in ms, `0` for none
+/// (`--projection-ttl`: set again by every write); ARGV[6]: n, the number of fields to set; ARGV[7 .. 6+2n]: field,
+/// value pairs; the remaining ARGV: fields to delete. Returns 1 when written, 0 when refused, 2 when a patch
+/// found no base to patch: the hash expired (with a ttl) or was refilled from the checkpoint by a reader; the
+/// writer then writes the user whole ([`WriteOutcome::whole`]). A write also sets the hash's push version (`_pv`,
+/// [`super::PUSH_VERSION_FIELD`]) to the next one and publishes `"{version} {key}"` on the change channel, for the
+/// push stream ([`crate::push`]).
 ///
 /// A write is refused when it comes from an older generation (a paused task whose partition moved: fencing), or
 /// from the same generation with a position the stored one dominates: at least as far in both offsets and not
@@ -144,16 +148,21 @@ if cur then
     if ng == g and a >= na and b >= nb and (a > na or b > nb) then return 0 end
   end
 end
-if ARGV[4] == 'replace' then
+local ttl = tonumber(ARGV[5])
+if ARGV[4] == 'patch' then
+  if (ttl > 0 and not cur) or redis.call('HEXISTS', KEYS[1], '${REFILLED}') == 1 then return 2 end
+else
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     local p = string.sub(f, 1, 2)
     if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' then redis.call('HDEL', KEYS[1], f) end
   end
+  if ARGV[4] == 'refill' then redis.call('HSET', KEYS[1], '${REFILLED}', '1') else redis.call('HDEL', KEYS[1], '${REFILLED}') end
 end
 redis.call('HSET', KEYS[1], '${VERSION}', ARGV[2], '${TOTALS}', ARGV[3])
-local n = tonumber(ARGV[5])
-for i = 6, 5 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-for i = 6 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
+local n = tonumber(ARGV[6])
+for i = 7, 6 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 7 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 "#,
     next_push_version!("2", "redis.call('HGET', KEYS[1], '${PV}')"),
     r#"
@@ -165,7 +174,8 @@ return 1
 
 /// The read script, on a single server. KEYS[1]: the user's hash; ARGV[1..4]: what the keys of a broadcast list
 /// are made of before its id ([`super::shared_key_prefixes`]: live, mention-all, expiry, version), ARGV[5..8]: the
-/// same for an index (the script appends `{id}}`); ARGV[9]: the UTC day of the read, or empty (nothing expires).
+/// same for an index (the script appends `{id}}`); ARGV[9]: the UTC day of the read, or empty (nothing expires);
+/// ARGV[10]: the hash's time to live in ms, or `0`: a read of an existing hash sets it again (`--projection-ttl`).
 /// Returns the hash's fields and values flattened, and:
 /// - for every broadcast cursor `b:{id}` = c, a computed `B:{id}` = the number of the list's seqs above c and
 ///   `V:{id}` = the list's push version;
@@ -179,6 +189,7 @@ pub const READ_TEMPLATE: &str = concat!(
     share_fn!(),
     r#"
 local h = redis.call('HGETALL', KEYS[1])
+if #h > 0 and tonumber(ARGV[10]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[10]) end
 local out = {}
 local function put(f, v) out[#out + 1] = f; out[#out + 1] = v end
 for i = 1, #h, 2 do
@@ -359,6 +370,25 @@ impl SentWrite {
     }
 }
 
+/// What [`RedisProjection::write`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// Users written.
+    pub written: usize,
+    /// Users refused by the version guard (Redis holds newer state).
+    pub refused: usize,
+    /// Users whose patch was not applied because their hash expired (`--projection-ttl`) or was refilled from the
+    /// checkpoint: the writer must write them whole.
+    pub whole: Vec<String>,
+}
+
+impl WriteOutcome {
+    /// (written, refused), the users to write whole not counted.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.written, self.refused)
+    }
+}
+
 /// One user's write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserWrite {
@@ -379,6 +409,9 @@ pub struct UserWrite {
     pub changed: Vec<String>,
     /// Replace every conversation field with those of `view` (projection rebuild) instead of patching `changed`.
     pub replace: bool,
+    /// With `replace`: a reader's refill from the checkpoint, which marks the hash so that no patch builds on it
+    /// ([`super::REFILLED_FIELD`]).
+    pub refill: bool,
     /// What the conversations' read receipts follow (v3), applied when the user's write is.
     pub receipts: Vec<ReceiptWrite>,
 }
@@ -396,7 +429,7 @@ impl UserWrite {
         changed.sort_unstable();
         changed.dedup();
         let (user_id, expiring, receipts) = (view.user_id.clone(), BTreeMap::new(), Vec::new());
-        Self { user_id, version, view, cursors, indexed, expiring, changed, replace: true, receipts }
+        Self { user_id, version, view, cursors, indexed, expiring, changed, replace: true, refill: false, receipts }
     }
 
     /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`), receipts
@@ -492,6 +525,8 @@ pub struct Versioned {
     /// The broadcast lists and read-diffused conversations' indexes the counts depend on: a change of one of them
     /// changes the user's counts without a write of the user's hash.
     pub follows: Vec<ListId>,
+    /// Whether the user has a hash: one without may have state in the checkpoint (expired: `--projection-ttl`).
+    pub present: bool,
 }
 
 /// What the read script says of one user.
@@ -510,8 +545,9 @@ static SHAS: LazyLock<[String; 4]> =
     LazyLock::new(|| SCRIPTS.each_ref().map(|s| redis::Script::new(s).get_hash().to_owned()));
 
 /// The Redis layout's names as the scripts spell them: `${NAME}` → the constant of [`super`] that defines it.
-const LAYOUT: [(&str, &str); 12] = [
+const LAYOUT: [(&str, &str); 13] = [
     ("${VERSION}", super::VERSION_FIELD),
+    ("${REFILLED}", super::REFILLED_FIELD),
     ("${TOTALS}", super::TOTALS_FIELD),
     ("${PV}", super::PUSH_VERSION_FIELD),
     ("${C}", super::CONVERSATION_PREFIX),
@@ -554,6 +590,8 @@ pub struct RedisProjection {
     conn: Conn,
     url: String,
     prefix: String,
+    /// The user hashes' time to live in ms (`--projection-ttl`), 0 for none.
+    ttl_ms: u64,
 }
 
 impl RedisProjection {
@@ -563,7 +601,21 @@ impl RedisProjection {
     /// Errors: [`ProjectionError::Redis`] for a malformed URL or Redis unreachable.
     pub async fn connect(url: &str, prefix: &str) -> ProjectionResult<Self> {
         let conn = Conn::open(url).await.map_err(redis_err("connecting"))?;
-        Ok(Self { conn, url: url.to_owned(), prefix: prefix.to_owned() })
+        Ok(Self { conn, url: url.to_owned(), prefix: prefix.to_owned(), ttl_ms: 0 })
+    }
+
+    /// The same projection whose user hashes expire `ttl` after their last write or read (`--projection-ttl`;
+    /// `None`: never, the default). Broadcast lists, indexes and receipts never expire. Every role must be given
+    /// the same ttl: the writer sets it and refuses to patch a hash that expired, readers set it again and refill
+    /// a user with no hash from the checkpoint (docs/operations.md, "Redis as a bounded cache").
+    pub fn with_ttl(mut self, ttl: Option<std::time::Duration>) -> Self {
+        self.ttl_ms = ttl.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1));
+        self
+    }
+
+    /// Whether user hashes expire (`--projection-ttl`): a user with no hash may then have state in the checkpoint.
+    pub fn expires(&self) -> bool {
+        self.ttl_ms > 0
     }
 
     /// The same connection with another key prefix (another namespace's projection).
@@ -617,12 +669,13 @@ impl RedisProjection {
     }
 
     /// Applies the writes, each user atomically, in batches of up to 500 users (one round trip each on a single
-    /// server). Returns how many were written and how many refused by the version guard.
+    /// server). Returns how many were written, how many refused by the version guard, and the users whose patch
+    /// found no base (expired or refilled: [`WRITE_TEMPLATE`]), which the writer must write whole.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis is unreachable or failing; some writes may then be applied
     /// and others not (each user's is all-or-nothing), and the caller retries the whole flush.
-    pub async fn write(&self, writes: &[UserWrite]) -> ProjectionResult<(usize, usize)> {
-        let (mut written, mut refused) = (0, 0);
+    pub async fn write(&self, writes: &[UserWrite]) -> ProjectionResult<WriteOutcome> {
+        let mut outcome = WriteOutcome::default();
         for chunk in writes.chunks(500) {
             let results: Vec<i64> = self
                 .run_scripts(|| chunk.iter().map(|w| self.write_cmd(w)).collect())
@@ -633,10 +686,15 @@ impl RedisProjection {
             if !receipts.is_empty() {
                 self.conn.run_all::<Value>(receipts).await.map_err(redis_err("writing receipts"))?;
             }
-            let n = results.iter().filter(|r| **r == 1).count();
-            (written, refused) = (written + n, refused + results.len() - n);
+            for (w, r) in chunk.iter().zip(&results) {
+                match r {
+                    1 => outcome.written += 1,
+                    2 => outcome.whole.push(w.user_id.clone()),
+                    _ => outcome.refused += 1,
+                }
+            }
         }
-        Ok((written, refused))
+        Ok(outcome)
     }
 
     /// The receipts commands of an accepted user write: its memberships' join heads and cursors, its own seqs.
@@ -761,8 +819,13 @@ impl RedisProjection {
         let counter = self.counter();
         let mut cmd =
             evalsha(WRITE, &[Some(user.as_str()), counter.as_deref()].into_iter().flatten().collect::<Vec<_>>());
-        let mode = if w.replace { "replace" } else { "patch" };
+        let mode = match (w.replace, w.refill) {
+            (false, _) => "patch",
+            (true, false) => "replace",
+            (true, true) => "refill",
+        };
         cmd.arg(changes_key(&self.prefix)).arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
+        cmd.arg(self.ttl_ms);
         let (set, delete) = changed_fields(w);
         let summary = super::summary_fields(&w.view, &w.cursors);
         cmd.arg(set.len() + summary.len() - 1);
@@ -834,10 +897,11 @@ impl RedisProjection {
             let version = push_version(&fields);
             let indexes = fields.iter().filter_map(|(f, _)| f.strip_prefix(super::INDEX_VERSION_PREFIX));
             let indexes: Vec<ListId> = indexes.map(|id| ListId::Index(id.to_owned())).collect();
+            let present = !fields.is_empty();
             let view = decode_view(user_id, fields, today)?;
             let lists = view.broadcasts.keys().map(|id| ListId::Broadcast(id.clone()));
             let follows = lists.chain(indexes).collect();
-            views.push(Versioned { view, version, follows });
+            views.push(Versioned { view, version, follows, present });
         }
         Ok(views)
     }
@@ -852,7 +916,7 @@ impl RedisProjection {
         }
         let ([l, la, _, lv, le], [x, xa, _, xv, xe]) =
             (shared_key_prefixes(&self.prefix, 'l'), shared_key_prefixes(&self.prefix, 'x'));
-        let args = [l, la, le, lv, x, xa, xe, xv, day_arg(today)];
+        let args = [l, la, le, lv, x, xa, xe, xv, day_arg(today), self.ttl_ms.to_string()];
         let cmds = || {
             let keys = user_ids.iter().map(|id| user_key(&self.prefix, id));
             keys.map(|key| evalsha(READ, &[&key]).arg(&args).to_owned()).collect()
@@ -873,6 +937,14 @@ impl RedisProjection {
         let hgetall = |id: &String| redis::cmd("HGETALL").arg(user_key(&self.prefix, id)).to_owned();
         let flat: Vec<Vec<String>> = self.conn.run_all(user_ids.iter().map(hgetall).collect()).await?;
         let mut users: Vec<Vec<(String, String)>> = flat.into_iter().map(pairs).collect();
+        if self.expires() {
+            let present = user_ids.iter().zip(&users).filter(|(_, f)| !f.is_empty());
+            let keep = |(id, _): (&String, _)| redis::cmd("PEXPIRE").arg(user_key(&self.prefix, id)).arg(self.ttl_ms).to_owned();
+            let cmds: Vec<Cmd> = present.map(keep).collect();
+            if !cmds.is_empty() {
+                self.conn.run_all::<Value>(cmds).await?;
+            }
+        }
         let wanted: Vec<(usize, ListId, Vec<String>)> = users
             .iter()
             .enumerate()
@@ -953,7 +1025,9 @@ impl RedisProjection {
         Ok(top.first().copied().unwrap_or(0))
     }
 
-    /// One conversation's counts for a user; `None` when the user is not a member.
+    /// One conversation's counts for a user: `Ok(None)` when the user has no hash (never written, lost or
+    /// expired: the caller may refill it from the checkpoint), `Ok(Some(None))` when the user is not a member.
+    /// With a ttl, the read sets the hash's expiry again.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed field.
     pub async fn read_conversation(
@@ -961,18 +1035,22 @@ impl RedisProjection {
         user_id: &str,
         conversation_id: &str,
         today: i64,
-    ) -> ProjectionResult<Option<ConversationView>> {
-        let mut conn = self.conn.clone();
-        let fields =
-            [format!("{CONVERSATION_PREFIX}{conversation_id}"), format!("{}{conversation_id}", super::EXPIRY_PREFIX)];
-        let values: Vec<Option<String>> = redis::cmd("HMGET")
-            .arg(user_key(&self.prefix, user_id))
-            .arg(&fields)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err("reading a conversation"))?;
-        let present = fields.into_iter().zip(values).filter_map(|(f, v)| Some((f, v?)));
-        Ok(decode_view(user_id, present, today)?.conversations.into_values().next())
+    ) -> ProjectionResult<Option<Option<ConversationView>>> {
+        let key = user_key(&self.prefix, user_id);
+        let c = format!("{CONVERSATION_PREFIX}{conversation_id}");
+        let fields = [c, format!("{}{conversation_id}", super::EXPIRY_PREFIX), VERSION_FIELD.to_owned()];
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(&key).arg(&fields);
+        if self.expires() {
+            pipe.cmd("PEXPIRE").arg(&key).arg(self.ttl_ms).ignore();
+        }
+        let (values,): (Vec<Option<String>>,) =
+            pipe.query_async(&mut self.connection()).await.map_err(redis_err("reading a conversation"))?;
+        if values.get(2).is_none_or(Option::is_none) {
+            return Ok(None);
+        }
+        let present = fields.into_iter().zip(values).take(2).filter_map(|(f, v)| Some((f, v?)));
+        Ok(Some(decode_view(user_id, present, today)?.conversations.into_values().next()))
     }
 
     /// The stored version of a user's hash; `None` when the hash has none (or an unreadable one).

@@ -271,7 +271,7 @@ impl StageTask for &mut FanOutTask {
         Ok(Some(Commit { stage, partition, generation, redis, mark, changes, offsets }))
     }
 
-    fn committed(&mut self) {
+    fn committed(&mut self, _whole: Vec<String>) {
         self.dirty.clear();
     }
 }

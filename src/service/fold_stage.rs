@@ -22,7 +22,7 @@ use crate::core::delta::Fence;
 use crate::core::fold::Fold;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::UserWrite;
+use crate::projection::redis::{ReceiptWrite, UserWrite};
 use crate::state::commit::{fold_changes, publish, Commit, RedisWrites};
 use crate::state::retry::retry;
 use crate::state::FoldNext;
@@ -36,6 +36,8 @@ struct FoldTask {
     next: FoldNext,
     /// user → conversations changed since the last publish
     unpublished: HashMap<String, BTreeSet<String>>,
+    /// Users of `unpublished` whose last patch found no hash to patch (expired or refilled): written whole next.
+    whole: HashSet<String>,
     /// Users changed since the last commit.
     uncommitted: HashSet<String>,
     /// When each batch not yet published was taken, and its records: for [`Step::FoldReadToRedis`]. The first one
@@ -63,8 +65,8 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     input.rewind(&shared.topics.user_events, next.user_events).await;
     input.rewind(&shared.topics.user_deltas, next.user_deltas).await;
     let (fold, fence, unpublished, uncommitted) = (loaded.fold, loaded.fence, HashMap::new(), HashSet::new());
-    let read = Vec::new();
-    task::run(FoldTask { shared, input, generation, fold, next, unpublished, uncommitted, read, fence }).await
+    let (read, whole) = (Vec::new(), HashSet::new());
+    task::run(FoldTask { shared, input, generation, fold, next, unpublished, whole, uncommitted, read, fence }).await
 }
 
 impl StageTask for FoldTask {
@@ -108,8 +110,12 @@ impl StageTask for FoldTask {
         Ok(pending)
     }
 
-    /// Due the publish interval after the first change since the last publish (at once by default).
+    /// Due the publish interval after the first change since the last publish (at once by default); at once when
+    /// users are to be written whole.
     fn publish_due_in(&self) -> Option<Duration> {
+        if !self.whole.is_empty() {
+            return Some(Duration::ZERO);
+        }
         let first = self.read.first().filter(|_| !self.unpublished.is_empty())?.0;
         Some((first + self.shared.flush.publish).saturating_duration_since(Instant::now()))
     }
@@ -118,8 +124,8 @@ impl StageTask for FoldTask {
     /// Redis lost the partition's projection).
     async fn publish(&mut self) -> Result<(), TaskError> {
         let (writes, full) = self.user_writes().await?;
-        publish(self.shared.home(), Stage::Fold, self.input.partition, &writes, full).await?;
-        self.published();
+        let whole = publish(self.shared.home(), Stage::Fold, self.input.partition, &writes, full).await?;
+        self.published(whole);
         Ok(())
     }
 
@@ -140,22 +146,23 @@ impl StageTask for FoldTask {
         Ok(Some(Commit { stage: Stage::Fold, partition, generation, redis, mark: full, changes, offsets }))
     }
 
-    fn committed(&mut self) {
-        self.published();
+    fn committed(&mut self, whole: Vec<String>) {
+        self.published(whole);
         self.uncommitted.clear();
     }
 }
 
 impl FoldTask {
     /// What was unpublished is in Redis: forget it (and the own seqs' changes the receipts were written from),
-    /// and count its latency.
-    fn published(&mut self) {
-        for user in self.unpublished.keys() {
+    /// and count its latency; but keep the users in `whole`, whose patch found no hash, to write them whole.
+    fn published(&mut self, whole: Vec<String>) {
+        self.whole = whole.into_iter().collect();
+        for user in self.unpublished.keys().filter(|u| !self.whole.contains(*u)) {
             if let Some(state) = self.fold.user_mut_existing(user) {
                 state.take_own_changes();
             }
         }
-        self.unpublished.clear();
+        self.unpublished.retain(|user, _| self.whole.contains(user));
         for (at, n) in self.read.drain(..) {
             self.shared.metrics.live_path(Step::FoldReadToRedis, at.elapsed(), n);
         }
@@ -222,8 +229,17 @@ impl FoldTask {
             writes.extend(self.fold.users().map(|(user, state)| UserWrite::of_state(user, Some(state), version)));
         }
         for (user, conversations) in &self.unpublished {
-            if !full || self.fold.user(user).is_none() {
-                writes.push(UserWrite::patch_of_state(user, self.fold.user(user), version, conversations));
+            let state = self.fold.user(user);
+            if full && state.is_some() {
+                continue;
+            }
+            if self.whole.contains(user) {
+                // Whole, plus the receipts of the own seqs changed since the patch that was not applied.
+                let mut write = UserWrite::of_state(user, state, version);
+                write.receipts.extend(ReceiptWrite::changed(state, conversations));
+                writes.push(write);
+            } else {
+                writes.push(UserWrite::patch_of_state(user, state, version, conversations));
             }
         }
         writes

@@ -306,12 +306,14 @@ fn owner_name() -> String {
 /// Connects to the namespace's stores (applying the migrations) and builds what the tasks share.
 async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let s = &opts.settings;
+    let ttl = s.checked_projection_ttl()?;
     // Kafka answers and accepts us (credentials, TLS) before anything joins a group (issue 23: fail fast).
     let brokers = s.brokers.clone();
     tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers)).await.context("checking Kafka")??;
     let store = CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await.context("checkpoint store")?;
     store.migrate().await?;
-    let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?;
+    let projection =
+        RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?.with_ttl(ttl);
     Ok(Arc::new(Shared {
         topics: s.topics(),
         store,

@@ -62,8 +62,10 @@ pub trait StageTask: Send {
     /// lost it, then marked), rows and offsets. `None`: nothing to write (an idle check found Redis whole).
     fn prepare(&mut self, idle: bool) -> impl Future<Output = Result<Option<Commit>, TaskError>> + Send;
 
-    /// The commit's Redis writes are done and its checkpoint is under way: forget what it covered.
-    fn committed(&mut self);
+    /// The commit's Redis writes are done and its checkpoint is under way: forget what it covered, except the
+    /// users in `whole`, whose patch found no hash to patch ([`crate::state::commit::publish`]) and who must be
+    /// written whole by the next publish.
+    fn committed(&mut self, whole: Vec<String>);
 }
 
 /// Runs a loaded task until its input closes (then it commits and returns): applies batches; commits after
@@ -111,8 +113,8 @@ async fn commit_task<T: StageTask>(
     }
     let Some(c) = task.prepare(idle).await? else { return Ok(()) };
     let sh = task.parts().1.clone();
-    publish(sh.home(), c.stage, c.partition, &c.redis, c.mark).await?;
-    task.committed();
+    let whole = publish(sh.home(), c.stage, c.partition, &c.redis, c.mark).await?;
+    task.committed(whole);
     finish(task, running).await?;
     let offsets = c.offsets.clone();
     let handle = tokio::spawn(async move {

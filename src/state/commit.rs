@@ -18,7 +18,7 @@ use crate::core::contract::{ConversationEvent, Target};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::metrics::Metrics;
-use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
+use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite, WriteOutcome};
 use crate::projection::ProjectionError;
 use crate::state::codec;
 use crate::topology::Topics;
@@ -190,21 +190,30 @@ pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a Str
 
 /// The Redis half of a commit, also run alone between commits to make changes visible sooner (the fold's
 /// publish, [`crate::service::task`]): `redis`, then partition `p`'s marker when `mark` (the writes were whole).
-/// Returns how many writes were applied. Retried while Redis fails (60 s at most).
+/// Returns the users whose patch found no base (their hash expired, `--projection-ttl`, or a reader refilled it
+/// from the checkpoint: [`crate::projection::redis::WRITE_TEMPLATE`]): the caller writes them whole next. Retried
+/// while Redis fails (60 s at most).
 ///
 /// Writes are version-guarded, so a publish ahead of the checkpoint is safe: a task restarted from an older
 /// checkpoint re-derives the same states and the guard refuses what would go backwards (docs/guarantees.md).
 ///
 /// Errors: Redis still failing after retries.
-pub async fn publish(home: Home<'_>, stage: Stage, p: i32, redis: &RedisWrites, mark: bool) -> StateResult<usize> {
+pub async fn publish(
+    home: Home<'_>,
+    stage: Stage,
+    p: i32,
+    redis: &RedisWrites,
+    mark: bool,
+) -> StateResult<Vec<String>> {
     let m = home.metrics;
-    let (written, refused) = retry(m, "redis", || async {
+    let outcome = retry(m, "redis", || async {
         let r = match redis {
-            RedisWrites::Nothing => (0, 0),
+            RedisWrites::Nothing => WriteOutcome::default(),
             RedisWrites::Users(w) => home.projection.write(w).await?,
             RedisWrites::Lists(w, sent) => {
                 home.projection.write_sent(sent).await?;
-                home.projection.write_lists(w).await?
+                let (written, refused) = home.projection.write_lists(w).await?;
+                WriteOutcome { written, refused, whole: Vec::new() }
             }
         };
         if mark {
@@ -213,11 +222,13 @@ pub async fn publish(home: Home<'_>, stage: Stage, p: i32, redis: &RedisWrites, 
         Ok::<_, ProjectionError>(r)
     })
     .await?;
-    if refused > 0 {
+    if outcome.refused > 0 {
+        let refused = outcome.refused;
         tracing::warn!(%stage, partition = p, refused, "projection refused older writes (another task is ahead)");
     }
     if matches!(redis, RedisWrites::Users(_)) {
-        m.redis_writes(written);
+        m.redis_writes(outcome.written);
+        m.projection_whole(outcome.whole.len());
     }
-    Ok(written)
+    Ok(outcome.whole)
 }

@@ -23,6 +23,8 @@ pub struct VerifyReport {
     pub differing: Vec<(String, Vec<String>)>,
     /// Users rewritten from the checkpoint by `--repair`.
     pub repaired: usize,
+    /// Users with no hash where hashes expire (`--projection-ttl`): evicted, not compared (a read refills them).
+    pub evicted: usize,
 }
 
 impl VerifyReport {
@@ -42,7 +44,11 @@ impl fmt::Display for VerifyReport {
             }
         }
         let (checked, differing, ahead, repaired) = (self.checked, self.differing.len(), self.ahead, self.repaired);
-        write!(f, "users checked: {checked}, differing: {differing}, ahead in redis (not compared): {ahead}, repaired: {repaired}")
+        write!(f, "users checked: {checked}, differing: {differing}, ahead in redis (not compared): {ahead}, repaired: {repaired}")?;
+        match self.evicted {
+            0 => Ok(()),
+            n => write!(f, ", evicted (no hash, --projection-ttl; not compared): {n}"),
+        }
     }
 }
 
@@ -109,13 +115,18 @@ pub async fn verify(
     let mut report = VerifyReport::default();
     let mut repairs = Vec::new();
     let today = crate::clock::today();
+    // Verifying is not a use: its reads must not keep expiring hashes alive.
+    let reader = projection.clone().with_ttl(None);
     for user in users(store, topics, which).await? {
-        let (expected, got) = (user.view(&lists), projection.read(&user.user_id).await?);
+        let zero = || UserView { user_id: user.user_id.clone(), ..Default::default() };
+        let Some(got_now) = reader.read_existing(&user.user_id, today).await?.or_else(|| {
+            (!projection.expires()).then(zero) // no hash: lost (a difference), or evicted where hashes expire
+        }) else {
+            report.evicted += 1;
+            continue;
+        };
+        let (expected, got) = (user.view(&lists), reader.read(&user.user_id).await?);
         let expected_now = user.state.view_at(&user.user_id, &lists, today);
-        let got_now = projection
-            .read_existing(&user.user_id, today)
-            .await?
-            .unwrap_or_else(|| crate::core::contract::UserView { user_id: user.user_id.clone(), ..Default::default() });
         report.checked += 1;
         if got == expected && got_now == expected_now {
             continue;
@@ -134,7 +145,7 @@ pub async fn verify(
         }
     }
     if !repairs.is_empty() {
-        report.repaired = projection.write(&repairs).await?.0;
+        report.repaired = projection.write(&repairs).await?.written;
     }
     Ok(report)
 }

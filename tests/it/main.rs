@@ -1,6 +1,7 @@
 //! The crate's one integration-test binary (one link step on 2 cores); each module is one concern.
 
 mod api;
+mod cache;
 mod cli;
 mod cluster;
 mod codec;
