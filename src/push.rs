@@ -37,7 +37,12 @@ use crate::projection::redis::{RedisProjection, Versioned};
 /// Refills users with no hash from the checkpoint (the read API's degraded reads): given the namespace, its
 /// projection, the users and the UTC day, returns the users it wrote back to Redis (those with checkpointed state).
 pub type Refill = Arc<
-    dyn Fn(String, RedisProjection, Vec<String>, i64) -> futures::future::BoxFuture<'static, anyhow::Result<Vec<String>>>
+    dyn Fn(
+            String,
+            RedisProjection,
+            Vec<String>,
+            i64,
+        ) -> futures::future::BoxFuture<'static, anyhow::Result<Vec<String>>>
         + Send
         + Sync,
 >;

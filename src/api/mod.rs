@@ -447,7 +447,8 @@ async fn refilled(
     zero: UserView,
     today: i64,
 ) -> Result<UserView, ApiError> {
-    let unavailable = |e: anyhow::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"));
+    let unavailable =
+        |e: anyhow::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"));
     match fb.read_and_refill(namespace, &zero.user_id, projection, today).await.map_err(unavailable)? {
         Some(view) => {
             s.metrics.read("checkpoint");

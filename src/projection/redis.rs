@@ -939,7 +939,9 @@ impl RedisProjection {
         let mut users: Vec<Vec<(String, String)>> = flat.into_iter().map(pairs).collect();
         if self.expires() {
             let present = user_ids.iter().zip(&users).filter(|(_, f)| !f.is_empty());
-            let keep = |(id, _): (&String, _)| redis::cmd("PEXPIRE").arg(user_key(&self.prefix, id)).arg(self.ttl_ms).to_owned();
+            let keep = |(id, _): (&String, _)| {
+                redis::cmd("PEXPIRE").arg(user_key(&self.prefix, id)).arg(self.ttl_ms).to_owned()
+            };
             let cmds: Vec<Cmd> = present.map(keep).collect();
             if !cmds.is_empty() {
                 self.conn.run_all::<Value>(cmds).await?;

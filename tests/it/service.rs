@@ -227,7 +227,11 @@ fn projection_guard_refuses_older_generations_and_dominated_positions() {
         assert_eq!(p.write(&[write(1, "1 90 400")]).await.unwrap().counts(), (0, 1), "dominated: refused");
         assert_eq!(p.write(&[write(9, "1 150 480")]).await.unwrap().counts(), (1, 0), "equal: accepted (idempotent)");
         assert_eq!(p.write(&[write(7, "2 10 10")]).await.unwrap().counts(), (1, 0), "newer generation: accepted");
-        assert_eq!(p.write(&[write(1, "1 999 999")]).await.unwrap().counts(), (0, 1), "older generation (a zombie): refused");
+        assert_eq!(
+            p.write(&[write(1, "1 999 999")]).await.unwrap().counts(),
+            (0, 1),
+            "older generation (a zombie): refused"
+        );
         assert_eq!(p.read("u/1").await.unwrap(), view(7));
         assert_eq!(p.version("u/1").await.unwrap().map(|v| v.to_string()).as_deref(), Some("2 10 10"));
         delete_redis_prefix(&stack.redis_url, &prefix).await;
