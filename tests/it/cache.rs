@@ -130,6 +130,13 @@ fn with_a_projection_ttl_idle_users_leave_redis_and_come_back_exact_through_ever
     let out = verify.env(SHORT_TTL_OK.0, SHORT_TTL_OK.1).output().unwrap();
     let report = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && report.contains("differing: 0") && report.contains("evicted"), "{report}");
+    // A socket of a user with no hash: its first message is the refilled state, not zeros.
+    let other = after.iter().find(|v| v.total_unread > 0 && v.user_id != cold.user_id).unwrap();
+    let stream = crate::push::sse(svc.port, &other.user_id);
+    let first = stream.next_message(Duration::from_secs(10)).expect("a first message");
+    assert_eq!(first["type"], "state", "{first}");
+    assert_eq!(serde_json::from_value::<UserView>(first["state"].clone()).unwrap(), *other, "{first}");
+    drop(stream);
     assert_matches(svc.port, &after);
     svc.stop();
 }
