@@ -1,9 +1,11 @@
 //! Degraded reads: when Redis lacks a user's hash, or is down, the read API answers from the PostgreSQL checkpoint
 //! instead of zeros or a 503.
 //!
-//! - **Missing hash** (Redis answers, the user has no hash): the user's checkpointed state is read, answered with
-//!   `x-unread-source: checkpoint`, and written back to Redis at its checkpoint version (the version guard refuses
-//!   it wherever the service wrote newer state meanwhile). Only a user with state in neither answers zeros.
+//! - **Missing hash** (Redis answers, the user has no hash: lost, or expired under `--projection-ttl`): the user's
+//!   checkpointed state is read, answered with `x-unread-source: checkpoint`, and written back to Redis at its
+//!   checkpoint version, marked as a refill (the version guard refuses it wherever the service wrote newer state
+//!   meanwhile; the fold writes a refilled user whole rather than patch it). Only a user with state in neither
+//!   answers zeros.
 //! - **Redis down**: a [`Breaker`] opens after [`FAILURES_TO_OPEN`] failed reads in a row (each bounded by
 //!   [`REDIS_TIMEOUT`]); while it is open, reads skip Redis entirely (no per-request timeout) and come from the
 //!   checkpoint, marked `x-unread-source: checkpoint` and `"stale": true`. After [`OPEN_FOR`] one read tries Redis

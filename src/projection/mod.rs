@@ -29,6 +29,12 @@
 //!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
 //!   [`redis::WRITE_TEMPLATE`]).
 //!
+//! - [`REFILLED_FIELD`] → `"1"` on a hash a reader refilled from the checkpoint (no patch builds on it).
+//!
+//! With `--projection-ttl` ([`redis::RedisProjection::with_ttl`]) a user's hash expires that long after its last
+//! write or read; readers refill it from the checkpoint, and the writer writes a user whole when its patch finds
+//! no hash (or a refilled one) to patch.
+//!
 //! Readers get everything from one script call, which Redis runs atomically (on a Redis Cluster: the hash, then
 //! each list's share, [`conn`]), and writers replace a user's changed fields and totals in one script, so totals
 //! always agree with the conversations.
