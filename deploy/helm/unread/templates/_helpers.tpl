@@ -51,6 +51,10 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.config.readDiffusionThreshold | quote }}
 - name: UNREAD_LOG
   value: {{ .Values.config.log | quote }}
+{{- with .Values.config.projectionTtl }}
+- name: UNREAD_PROJECTION_TTL
+  value: {{ . | quote }}
+{{- end }}
 {{- if .Values.secrets.kafkaConfigSecret }}
 - name: UNREAD_KAFKA_CONFIG_FILE
   value: /etc/unread/kafka/client.properties
