@@ -3,8 +3,11 @@
 //! every socket its first state after connecting (the baseline: the same reads, asked for by the clients), and how
 //! long after the midnight every socket has the expired counts (no event is produced: the hub's own timer).
 //!
-//! Usage: midnight_load API_URL USERS REAL_MIDNIGHT_UNIX_MS   (the API runs with --insecure-no-auth; users are
-//! `u0` … `u{USERS-1}`, each with total_unread 1 before the midnight and 0 after)
+//! Usage: midnight_load API_URL USERS REAL_MIDNIGHT_UNIX_MS [FIRST]   (the API runs with --insecure-no-auth;
+//! users are `u{FIRST}` … `u{FIRST+USERS-1}`, FIRST 0 by default, each with total_unread 1 before the midnight and
+//! 0 after). Several processes, each with its share of the users and its own API instance, make a load larger
+//! than one process's descriptors allow (`scripts/bench-midnight`); each ends with one `result` line that the
+//! script sums.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -62,10 +65,13 @@ fn percentile(xs: &mut [Duration], p: f64) -> f64 {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, api, users, midnight] = &args[..] else {
-        panic!("usage: midnight_load API_URL USERS REAL_MIDNIGHT_UNIX_MS")
+    let (api, users, midnight, first) = match &args[..] {
+        [_, api, users, midnight] => (api, users, midnight, "0"),
+        [_, api, users, midnight, first] => (api, users, midnight, first.as_str()),
+        _ => panic!("usage: midnight_load API_URL USERS REAL_MIDNIGHT_UNIX_MS [FIRST]"),
     };
     let (n, midnight_ms): (usize, u128) = (users.parse().unwrap(), midnight.parse().unwrap());
+    let first: usize = first.parse().unwrap();
     let ws = api.replacen("http://", "ws://", 1);
     let (seen, started) = (Arc::new(Seen::default()), Instant::now());
     let gate = Arc::new(tokio::sync::Semaphore::new(500)); // connects in flight
@@ -73,7 +79,7 @@ async fn main() {
     for i in 0..n {
         let permit = gate.clone().acquire_owned().await.unwrap();
         let (ws, seen) = (ws.clone(), seen.clone());
-        tasks.push(tokio::spawn(client(ws, format!("u{i}"), started, midnight_ms, seen, permit)));
+        tasks.push(tokio::spawn(client(ws, format!("u{}", first + i), started, midnight_ms, seen, permit)));
     }
     while seen.states.lock().unwrap().len() < n && started.elapsed() < Duration::from_secs(300) {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -106,7 +112,14 @@ async fn main() {
          {p99:.0} ms, max {max:.0} ms; within 5 s: {within}",
         expired.len()
     );
-    println!("wrong counts before midnight: {}", seen.wrong_before.lock().unwrap());
+    let wrong = *seen.wrong_before.lock().unwrap();
+    println!("wrong counts before midnight: {wrong}");
+    println!(
+        "result sockets={n} connected={connected} expired={} within5s={within} max_ms={max:.0} first_states_s={:.1} \
+         wrong={wrong}",
+        expired.len(),
+        all_states.as_secs_f64()
+    );
     let met = within == connected && connected == n;
     println!("target (every socket within 5 s of the midnight): {}", if met { "met" } else { "NOT met" });
     tasks.into_iter().for_each(|t| t.abort());

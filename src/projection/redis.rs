@@ -547,9 +547,9 @@ static SHAS: LazyLock<[String; 4]> =
 /// The Redis layout's names as the scripts spell them: `${NAME}` → the constant of [`super`] that defines it.
 const LAYOUT: [(&str, &str); 13] = [
     ("${VERSION}", super::VERSION_FIELD),
-    ("${REFILLED}", super::REFILLED_FIELD),
     ("${TOTALS}", super::TOTALS_FIELD),
     ("${PV}", super::PUSH_VERSION_FIELD),
+    ("${REFILLED}", super::REFILLED_FIELD),
     ("${C}", super::CONVERSATION_PREFIX),
     ("${N}", super::NOTIFICATION_PREFIX),
     ("${B}", super::CURSOR_PREFIX),
@@ -1116,7 +1116,7 @@ mod tests {
             }
         }
         // The scripts take a field's kind as its first two bytes (`string.sub(f, 1, 2)`).
-        for (name, value) in &LAYOUT[3..] {
+        for (name, value) in &LAYOUT[4..] {
             assert_eq!(value.len(), 2, "{name} = {value:?}: the scripts read prefixes as 2 bytes");
         }
         assert!(SCRIPTS[WRITE].contains("HGET', KEYS[1], '_version'"), "{}", SCRIPTS[WRITE]);
