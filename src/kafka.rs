@@ -61,6 +61,23 @@ pub struct Membership {
     /// restarts (a StatefulSet pod's name). A member that stops and comes back within the session timeout gets
     /// its partitions back with no rebalance; `None`: dynamic membership.
     pub instance_id: Option<String>,
+    /// The consumer group protocol (`unread run --group-protocol`).
+    pub protocol: GroupProtocol,
+}
+
+/// Which consumer group protocol a stage's consumer speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupProtocol {
+    /// The classic protocol: the client-side range assignor, eager rebalances (every partition revoked, then
+    /// assigned again), the session timeout of `--session-timeout`.
+    #[default]
+    Classic,
+    /// KIP-848 (`group.protocol=consumer`, Kafka 4.0+): the broker assigns with its `range` assignor (topics with
+    /// equal partition counts stay co-partitioned) and reconciles incrementally: a member that joins or leaves
+    /// moves only the partitions that change owner. Session timeout and heartbeat interval are the broker's
+    /// (`group.consumer.session.timeout.ms`, `group.consumer.heartbeat.interval.ms`); `--session-timeout` is
+    /// not used.
+    Consumer,
 }
 
 /// A consumer-group member of `group` for the service's stages: offsets are stored only after a checkpoint
@@ -68,15 +85,19 @@ pub struct Membership {
 /// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after the
 /// session timeout (default 10 s; heartbeats every second, or a third of a shorter timeout). The broker bounds it
 /// (`group.min.session.timeout.ms`: 1 s on `scripts/stack`'s broker, 6 s on Kafka's defaults). With an instance
-/// id the member is static ([`Membership`]).
+/// id the member is static ([`Membership`]). With [`GroupProtocol::Consumer`] (KIP-848) the broker's `range`
+/// assignor does the co-partitioning and the broker's group settings the timing.
 pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig {
     let mut c = consumer(brokers, group);
     let session = m.session_timeout.as_millis().max(1);
-    c.set("enable.auto.commit", "true")
-        .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "range")
-        .set("session.timeout.ms", session.to_string())
-        .set("heartbeat.interval.ms", (session / 3).clamp(1, 1000).to_string());
+    c.set("enable.auto.commit", "true").set("auto.offset.reset", "earliest");
+    match m.protocol {
+        GroupProtocol::Classic => c
+            .set("partition.assignment.strategy", "range")
+            .set("session.timeout.ms", session.to_string())
+            .set("heartbeat.interval.ms", (session / 3).clamp(1, 1000).to_string()),
+        GroupProtocol::Consumer => c.set("group.protocol", "consumer").set("group.remote.assignor", "range"),
+    };
     if let Some(id) = &m.instance_id {
         c.set("group.instance.id", id);
     }

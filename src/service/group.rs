@@ -571,7 +571,11 @@ mod tests {
 
     /// A consumer that never connects (librdkafka connects lazily): enough to pause and resume.
     fn consumer() -> Arc<GroupConsumer> {
-        let m = crate::kafka::Membership { session_timeout: Duration::from_secs(10), instance_id: None };
+        let m = crate::kafka::Membership {
+            session_timeout: Duration::from_secs(10),
+            instance_id: None,
+            protocol: crate::kafka::GroupProtocol::Classic,
+        };
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(
             crate::kafka::group_member("127.0.0.1:9", "g", &m).create_with_context(GroupContext { events }).unwrap(),

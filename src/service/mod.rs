@@ -89,6 +89,12 @@ pub struct RunOptions {
     /// back without a rebalance; an instance gone for good keeps its partitions idle until the timeout.
     #[arg(long, env = "UNREAD_GROUP_INSTANCE_ID")]
     pub group_instance_id: Option<String>,
+    /// The consumer group protocol of both stages: `classic` (eager rebalances: every partition of every member
+    /// revoked and assigned again) or `consumer` (KIP-848, Kafka 4.0+: the broker reconciles incrementally, so a
+    /// member that joins or leaves moves only the partitions that change owner; co-partitioned by the broker's
+    /// `range` assignor). docs/operations.md, "Rolling restarts".
+    #[arg(long, env = "UNREAD_GROUP_PROTOCOL", value_enum, default_value_t = crate::kafka::GroupProtocol::Classic)]
+    pub group_protocol: crate::kafka::GroupProtocol,
     /// Run a sampled `unread verify` (Redis against the checkpoint) this often, e.g. `30s`, `5m`; results go to
     /// `/metrics` as `unread_verify_*`. Off when not given.
     #[arg(long, env = "UNREAD_VERIFY_EVERY", value_parser = parse_duration)]
@@ -411,6 +417,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         membership: crate::kafka::Membership {
             session_timeout: opts.session_timeout,
             instance_id: opts.group_instance_id.clone(),
+            protocol: opts.group_protocol,
         },
         assignments: Vec::new(),
         stop: stop_rx,

@@ -44,3 +44,44 @@ fn a_static_member_restarted_within_the_session_timeout_moves_no_partition_of_th
     a.stop();
     b.stop();
 }
+
+/// The partitions an instance holds now, both stages (8 + 8 on the test stack's topics).
+fn held(port: u16) -> f64 {
+    metric_sum(port, "unread_assigned_partitions")
+}
+
+/// Waits until `check` holds for the instance on `port` (at most 30 s).
+fn until(port: u16, what: &str, check: impl Fn(f64) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check(held(port)) {
+        assert!(Instant::now() < deadline, "{what}: holds {} partitions after 30 s", held(port));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn with_the_consumer_protocol_a_member_leaving_and_coming_back_moves_only_its_partitions() {
+    let test = "with_the_consumer_protocol_a_member_leaving_and_coming_back_moves_only_its_partitions";
+    let Some(stack) = stack(test) else { return };
+    let ns = Ns::new(&stack, "kip848");
+    let flags = ["--group-protocol", "consumer"];
+    let a = ns.start(&flags);
+    let b = ns.start(&flags);
+    until(b.port, "b shares the partitions", |n| (1.0..16.0).contains(&n));
+    until(a.port, "a shares the partitions", |n| n > 0.0);
+    a.stop();
+    until(b.port, "b takes a's partitions", |n| n == 16.0);
+    ns.ok(&["produce", &dev_events()]);
+    let a = ns.start(&flags);
+    until(a.port, "a gets partitions back", |n| n > 0.0);
+    ns.ok(&["lag", "--wait", "2m"]);
+    assert_matches(a.port, &dev_expected());
+    assert_matches(b.port, &dev_expected());
+    let kept = held(b.port);
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("{}-{}.log", ns.name, b.port))).unwrap();
+    let revoked = log.lines().filter(|l| l.contains("partition revoked")).count();
+    // Incremental: b gave up exactly what moved to a; eager rebalances would have revoked all it held, twice.
+    assert_eq!(revoked as f64, 16.0 - kept, "b revoked {revoked} partitions and keeps {kept}:\n{log}");
+    a.stop();
+    b.stop();
+}
