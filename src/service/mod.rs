@@ -407,6 +407,14 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         false => None,
     };
     let shared = connect(&opts).await?;
+    if opts.group_protocol == crate::kafka::GroupProtocol::Consumer && opts.group_instance_id.is_some() {
+        // Measured with Kafka 4.1 and librdkafka 2.12 (README, "Rolling restart"): a restart kept the member's
+        // partitions idle for the whole session timeout.
+        tracing::warn!(
+            "--group-protocol consumer with --group-instance-id: a restarted member's partitions may wait for the \
+               broker's session timeout; prefer one of the two"
+        );
+    }
     if let Some(every) = opts.verify_every {
         let repair = opts.repair.then_some(opts.repair_limit);
         spawn_verifier(s.clone(), &shared, every, opts.verify_sample, repair);
