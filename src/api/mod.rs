@@ -497,7 +497,8 @@ async fn conversation_unread(
     let ((namespace, projection), today) = (s.live.current(), query.today()?);
     let c = match projection.read_conversation(&user_id, &conversation_id, today).await? {
         Some(c) => c,
-        // No hash (expired under --projection-ttl, or lost): the user's read refills it from the checkpoint.
+        // No hash (expired under --projection-ttl, or lost): the user's read refills it from the checkpoint; a
+        // read-diffused conversation: the user's read adds the index's share.
         None => read_user(&s, &namespace, &user_id, today).await?.0.conversations.remove(&conversation_id),
     };
     let answer = ConversationAnswer {

@@ -1027,9 +1027,10 @@ impl RedisProjection {
         Ok(top.first().copied().unwrap_or(0))
     }
 
-    /// One conversation's counts for a user: `Ok(None)` when the user has no hash (never written, lost or
-    /// expired: the caller may refill it from the checkpoint), `Ok(Some(None))` when the user is not a member.
-    /// With a ttl, the read sets the hash's expiry again.
+    /// One conversation's counts for a user from two fields of its hash: `Ok(Some(None))` when the user is not a
+    /// member; `Ok(None)` when the hash alone cannot answer: the user has no hash (never written, lost or expired:
+    /// the caller may refill it from the checkpoint), or the conversation is read-diffused (its count needs the
+    /// index's share: the caller reads the user whole). With a ttl, the read sets the hash's expiry again.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed field.
     pub async fn read_conversation(
@@ -1040,7 +1041,8 @@ impl RedisProjection {
     ) -> ProjectionResult<Option<Option<ConversationView>>> {
         let key = user_key(&self.prefix, user_id);
         let c = format!("{CONVERSATION_PREFIX}{conversation_id}");
-        let fields = [c, format!("{}{conversation_id}", super::EXPIRY_PREFIX), VERSION_FIELD.to_owned()];
+        let r = format!("{INDEX_PREFIX}{conversation_id}");
+        let fields = [c, format!("{}{conversation_id}", super::EXPIRY_PREFIX), VERSION_FIELD.to_owned(), r];
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET").arg(&key).arg(&fields);
         if self.expires() {
@@ -1048,7 +1050,7 @@ impl RedisProjection {
         }
         let (values,): (Vec<Option<String>>,) =
             pipe.query_async(&mut self.connection()).await.map_err(redis_err("reading a conversation"))?;
-        if values.get(2).is_none_or(Option::is_none) {
+        if values.get(2).is_none_or(Option::is_none) || values.get(3).is_some_and(Option::is_some) {
             return Ok(None);
         }
         let present = fields.into_iter().zip(values).take(2).filter_map(|(f, v)| Some((f, v?)));

@@ -97,6 +97,9 @@ fn messages_to_a_20000_member_channel_write_no_member() {
             (unread, mentions, unread, mentions)
         );
         assert_eq!(view.unread_conversations, u64::from(unread > 0), "{body}");
+        let (_, body) = http_get(svc.port, &format!("/v1/users/{user}/conversations/big/unread")).unwrap();
+        let one: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!((one["unread"].as_u64(), one["mentions"].as_u64()), (Some(unread), Some(mentions)), "{body}");
     }
     // A join and a leave write O(1) checkpoint bytes (issue 21): two member rows, the conversation's row without
     // its members and the two users' rows, not a row of 20,000 members (about 200 KB).
