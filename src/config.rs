@@ -64,23 +64,6 @@ pub struct Settings {
 /// task restarts and writes again. Test aid: `UNREAD_TEST_SHORT_PROJECTION_TTL=1` lifts the floor.
 pub const MIN_PROJECTION_TTL: Duration = Duration::from_secs(300);
 
-impl Settings {
-    /// `--projection-ttl`, checked against [`MIN_PROJECTION_TTL`].
-    ///
-    /// Errors: a ttl under the floor (unless the test aid is set).
-    pub fn checked_projection_ttl(&self) -> anyhow::Result<Option<Duration>> {
-        let short_ok = std::env::var("UNREAD_TEST_SHORT_PROJECTION_TTL").is_ok_and(|v| v == "1");
-        match self.projection_ttl {
-            Some(ttl) if ttl < MIN_PROJECTION_TTL && !short_ok => bail!(
-                "--projection-ttl {}: at least {} (the checkpoint must hold a hash's last write before it expires)",
-                humantime::format_duration(ttl),
-                humantime::format_duration(MIN_PROJECTION_TTL)
-            ),
-            ttl => Ok(ttl),
-        }
-    }
-}
-
 /// Checks a namespace name: `default`, or 1 to 32 characters of `a-z`, `0-9` and `_`.
 ///
 /// Errors: any other name.
@@ -136,6 +119,21 @@ pub fn parse_duration_or_secs(s: &str) -> Result<Duration, String> {
 }
 
 impl Settings {
+    /// `--projection-ttl`, checked against [`MIN_PROJECTION_TTL`].
+    ///
+    /// Errors: a ttl under the floor (unless the test aid is set).
+    pub fn checked_projection_ttl(&self) -> anyhow::Result<Option<Duration>> {
+        let short_ok = std::env::var("UNREAD_TEST_SHORT_PROJECTION_TTL").is_ok_and(|v| v == "1");
+        match self.projection_ttl {
+            Some(ttl) if ttl < MIN_PROJECTION_TTL && !short_ok => bail!(
+                "--projection-ttl {}: at least {} (the checkpoint must hold a hash's last write before it expires)",
+                humantime::format_duration(ttl),
+                humantime::format_duration(MIN_PROJECTION_TTL)
+            ),
+            ttl => Ok(ttl),
+        }
+    }
+
     /// The read-diffusion policy of `--read-diffusion-threshold`.
     pub fn diffusion(&self) -> crate::core::hybrid::Diffusion {
         crate::core::hybrid::Diffusion::from_threshold(self.read_diffusion_threshold)

@@ -325,6 +325,11 @@ async fn read_user(s: &ApiState, namespace: &str, user_id: &str, today: i64) -> 
     Ok(read)
 }
 
+/// The answer when the checkpoint cannot be read (PostgreSQL failing): 503 `unavailable`.
+fn unavailable(e: anyhow::Error) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"))
+}
+
 /// [`read_user`], uncounted.
 async fn read_user_from(
     s: &ApiState,
@@ -337,8 +342,6 @@ async fn read_user_from(
     let Some(fb) = &s.fallback else {
         return Ok((projection.read_existing(user_id, today).await?.unwrap_or_else(zero), Source::Redis));
     };
-    let unavailable =
-        |e: anyhow::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"));
     if fb.breaker.allows() {
         match tokio::time::timeout(fallback::REDIS_TIMEOUT, projection.read_existing(user_id, today)).await {
             Ok(Ok(Some(view))) => {
@@ -447,8 +450,6 @@ async fn refilled(
     zero: UserView,
     today: i64,
 ) -> Result<UserView, ApiError> {
-    let unavailable =
-        |e: anyhow::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"));
     match fb.read_and_refill(namespace, &zero.user_id, projection, today).await.map_err(unavailable)? {
         Some(view) => {
             s.metrics.read("checkpoint");

@@ -184,7 +184,7 @@ return 1
 ///   `X:{id}` = the index's push version.
 ///
 /// One round trip, atomic. It reads keys it was not given, which only a single server allows; on Redis Cluster the
-/// hash is read alone and each list's or index's share with [`SHARE_TEMPLATE`] ([`RedisProjection::read_many`]).
+/// hash is read alone and each list's or index's share with [`SHARE_TEMPLATE`] ([`RedisProjection::read_many_versioned`]).
 pub const READ_TEMPLATE: &str = concat!(
     share_fn!(),
     r#"
@@ -878,16 +878,9 @@ impl RedisProjection {
         Ok(self.read_with_cursors(user_id).await?.0)
     }
 
-    /// Several users' counts, in the order asked: one round trip on a single server (one read script call each),
-    /// two on a cluster (the hashes, then the shares of their lists and indexes).
-    ///
-    /// Errors: as [`RedisProjection::read`].
-    pub async fn read_many(&self, user_ids: &[String], today: i64) -> ProjectionResult<Vec<UserView>> {
-        Ok(self.read_many_versioned(user_ids, today).await?.into_iter().map(|v| v.view).collect())
-    }
-
-    /// [`RedisProjection::read_many`] with each user's push version ([`super::push_version`]) and the lists and
-    /// indexes its counts depend on.
+    /// Several users' counts, in the order asked, each with its push version ([`super::push_version`]), the lists
+    /// and indexes its counts depend on and whether it has a hash: one round trip on a single server (one read
+    /// script call each), two on a cluster (the hashes, then the shares of their lists and indexes).
     ///
     /// Errors: as [`RedisProjection::read`].
     pub async fn read_many_versioned(&self, user_ids: &[String], today: i64) -> ProjectionResult<Vec<Versioned>> {

@@ -92,7 +92,7 @@ pub struct RunOptions {
     /// The consumer group protocol of both stages: `classic` (eager rebalances: every partition of every member
     /// revoked and assigned again) or `consumer` (KIP-848, Kafka 4.0+: the broker reconciles incrementally, so a
     /// member that joins or leaves moves only the partitions that change owner; co-partitioned by the broker's
-    /// `range` assignor). docs/operations.md, "Rolling restarts".
+    /// `range` assignor). docs/operations.md, "Adding instances or partitions".
     #[arg(long, env = "UNREAD_GROUP_PROTOCOL", value_enum, default_value_t = crate::kafka::GroupProtocol::Classic)]
     pub group_protocol: crate::kafka::GroupProtocol,
     /// Run a sampled `unread verify` (Redis against the checkpoint) this often, e.g. `30s`, `5m`; results go to
