@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 /// What the clients saw: when each had its first state (after the connect began), and how long after the midnight
@@ -38,7 +39,10 @@ async fn client(
     connecting: tokio::sync::OwnedSemaphorePermit,
 ) {
     let url = format!("{ws}/v1/users/{user}/stream");
-    let connected = tokio_tungstenite::connect_async(url).await;
+    // 4 KiB buffers, as the server's (src/api/stream.rs): tungstenite's default 128 KiB each way made each client
+    // process of 14,286 sockets zero and hold gigabytes, which the load generator paid for at the midnight.
+    let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(4096);
+    let connected = tokio_tungstenite::connect_async_with_config(url, Some(config), false).await;
     drop(connecting);
     let Ok((mut socket, _)) = connected else { return };
     while let Some(Ok(message)) = socket.next().await {
@@ -120,6 +124,9 @@ async fn main() {
         expired.len(),
         all_states.as_secs_f64()
     );
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let peak = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).map_or("?", str::trim);
+    println!("this client process's peak RSS: {peak}");
     let met = within == connected && connected == n;
     println!("target (every socket within 5 s of the midnight): {}", if met { "met" } else { "NOT met" });
     tasks.into_iter().for_each(|t| t.abort());
