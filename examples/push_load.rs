@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use unread::core::changes::{apply, Changes};
 use unread::core::contract::UserView;
@@ -56,8 +57,11 @@ async fn client(
     ready: tokio::sync::mpsc::Sender<()>,
     done: Arc<tokio::sync::Notify>,
 ) {
-    let (mut socket, _) =
-        tokio_tungstenite::connect_async(format!("{ws}/v1/users/{}/stream", encode(&user))).await.expect("connect");
+    // 4 KiB buffers, as the server's (src/api/stream.rs), not tungstenite's default 128 KiB each way: 10,000
+    // clients would zero and hold 2.5 GiB in this one process while the service is measured.
+    let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(4096);
+    let url = format!("{ws}/v1/users/{}/stream", encode(&user));
+    let (mut socket, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), false).await.expect("connect");
     let (mut view, mut version) = (UserView::default(), 0u64);
     let mut first = Some(ready);
     let finished = done.notified();
