@@ -61,7 +61,8 @@ async fn client(
     // clients would zero and hold 2.5 GiB in this one process while the service is measured.
     let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(4096);
     let url = format!("{ws}/v1/users/{}/stream", encode(&user));
-    let (mut socket, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), false).await.expect("connect");
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async_with_config(url, Some(config), false).await.expect("connect");
     let (mut view, mut version) = (UserView::default(), 0u64);
     let mut first = Some(ready);
     let finished = done.notified();
