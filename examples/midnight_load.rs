@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
+use unread::api::stream::SOCKET_BUFFER_BYTES;
 
 /// What the clients saw: when each had its first state (after the connect began), and how long after the midnight
 /// each saw total_unread 0.
@@ -39,9 +40,10 @@ async fn client(
     connecting: tokio::sync::OwnedSemaphorePermit,
 ) {
     let url = format!("{ws}/v1/users/{user}/stream");
-    // 4 KiB buffers, as the server's (src/api/stream.rs): tungstenite's default 128 KiB each way made each client
-    // process of 14,286 sockets zero and hold gigabytes, which the load generator paid for at the midnight.
-    let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(4096);
+    // The server's buffer size: tungstenite's default 128 KiB each way made a client process of 9,000 sockets hold
+    // 1.2 GiB, which the load generator paid for at the midnight.
+    let config =
+        WebSocketConfig::default().read_buffer_size(SOCKET_BUFFER_BYTES).write_buffer_size(SOCKET_BUFFER_BYTES);
     let connected = tokio_tungstenite::connect_async_with_config(url, Some(config), false).await;
     drop(connecting);
     let Ok((mut socket, _)) = connected else { return };

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
+use unread::api::stream::SOCKET_BUFFER_BYTES;
 use unread::core::changes::{apply, Changes};
 use unread::core::contract::UserView;
 
@@ -57,9 +58,10 @@ async fn client(
     ready: tokio::sync::mpsc::Sender<()>,
     done: Arc<tokio::sync::Notify>,
 ) {
-    // 4 KiB buffers, as the server's (src/api/stream.rs), not tungstenite's default 128 KiB each way: 10,000
-    // clients would zero and hold 2.5 GiB in this one process while the service is measured.
-    let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(4096);
+    // The server's buffer size, not tungstenite's default 128 KiB each way: 10,000 clients would hold gigabytes in
+    // this one process while the service is measured.
+    let config =
+        WebSocketConfig::default().read_buffer_size(SOCKET_BUFFER_BYTES).write_buffer_size(SOCKET_BUFFER_BYTES);
     let url = format!("{ws}/v1/users/{}/stream", encode(&user));
     let (mut socket, _) =
         tokio_tungstenite::connect_async_with_config(url, Some(config), false).await.expect("connect");

@@ -29,6 +29,10 @@ use crate::push::Subscription;
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// Longest one message may take to be written to a WebSocket before the socket is dropped: 10 s.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// A WebSocket's read and write buffer, each way: 4,096 bytes (tungstenite's default is 128 KiB). Messages are a
+/// few hundred bytes and a client sends nothing but control frames, so a socket costs kilobytes, not hundreds of
+/// them. The load generators' clients use the same (`examples/midnight_load.rs`, `examples/push_load.rs`).
+pub const SOCKET_BUFFER_BYTES: usize = 4096;
 
 /// The query of a stream.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -65,9 +69,8 @@ pub async fn stream(
     let since = query.since.or(last_event_id);
     if let Ok(ws) = ws {
         let subscription = s.hub.subscribe(&user_id, since).await;
-        // Small buffers (tungstenite's default is 128 KiB each way): messages are a few hundred bytes, and a client
-        // sends nothing but control frames, so a socket costs kilobytes, not hundreds of them.
-        let ws = ws.read_buffer_size(4096).write_buffer_size(4096).max_message_size(64 << 10);
+        let ws =
+            ws.read_buffer_size(SOCKET_BUFFER_BYTES).write_buffer_size(SOCKET_BUFFER_BYTES).max_message_size(64 << 10);
         return Ok(ws.on_upgrade(move |socket| websocket(socket, subscription)));
     }
     let accepts = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();

@@ -184,7 +184,8 @@ return 1
 ///   `X:{id}` = the index's push version.
 ///
 /// One round trip, atomic. It reads keys it was not given, which only a single server allows; on Redis Cluster the
-/// hash is read alone and each list's or index's share with [`SHARE_TEMPLATE`] ([`RedisProjection::read_many_versioned`]).
+/// hash is read alone and each list's or index's share with [`SHARE_TEMPLATE`]
+/// ([`RedisProjection::read_many_versioned`]).
 pub const READ_TEMPLATE: &str = concat!(
     share_fn!(),
     r#"
