@@ -6,6 +6,8 @@
 //! keeps one small integer per group of messages (a per-day bucket, [`crate::core::fold::ConvState::expiry`]) and
 //! a read at any instant compares integers: no state changes at midnight, and nothing is rewritten.
 
+use std::cell::RefCell;
+
 /// Seconds in a UTC day (no leap seconds, as in RFC 3339 and Unix time).
 pub const DAY_SECONDS: i64 = 86_400;
 
@@ -15,8 +17,19 @@ pub fn day_of(seconds: i64) -> i64 {
 }
 
 /// Seconds since the epoch of an RFC 3339 time, `None` if it does not parse (the decoder has refused those).
+///
+/// Remembers the last text parsed on this thread and its answer: events come in runs of one `occurred_at` (the full
+/// v3 set's 1,172,702 events hold 43,910 runs), and the fold and the fan-out each ask for every event's.
 pub fn seconds_of(rfc3339: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc3339(rfc3339).ok().map(|t| t.timestamp())
+    thread_local!(static LAST: RefCell<(String, Option<i64>)> = const { RefCell::new((String::new(), None)) });
+    LAST.with_borrow_mut(|(text, seconds)| {
+        if text != rfc3339 {
+            *seconds = chrono::DateTime::parse_from_rfc3339(rfc3339).ok().map(|t| t.timestamp());
+            text.clear();
+            text.push_str(rfc3339);
+        }
+        *seconds
+    })
 }
 
 /// The day a message sent at `occurred_at` stops counting in a conversation with `ttl_days`: its UTC day plus

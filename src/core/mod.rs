@@ -20,6 +20,9 @@
 /// per process (no hash flooding from chosen ids).
 pub type Map<K, V> = hashbrown::HashMap<K, V, ahash::RandomState>;
 
+/// The hash set beside [`Map`], hashed the same way.
+pub type Set<T> = hashbrown::HashSet<T, ahash::RandomState>;
+
 pub mod broadcast;
 pub mod changes;
 pub mod contract;

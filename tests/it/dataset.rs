@@ -202,7 +202,7 @@ fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
         let notes = state
             .notes()
             .notes()
-            .map(|(n, note)| (n.clone(), checkpoint::decode_note(&checkpoint::encode_note(note)).unwrap()));
+            .map(|(n, note)| (n, checkpoint::decode_note(&checkpoint::encode_note(note)).unwrap()));
         loaded.set_notes(NoteBook::restore(notes));
         loaded.check().unwrap_or_else(|e| panic!("user {id:?} after a round trip: {e}"));
         assert_eq!(loaded.view(id, lists), state.view(id, lists), "{id}");

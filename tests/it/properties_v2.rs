@@ -106,7 +106,7 @@ fn crash_and_restore(fold: &mut Fold) {
     let notes: Vec<_> = state
         .notes()
         .notes()
-        .map(|(id, n)| (id.clone(), checkpoint::decode_note(&checkpoint::encode_note(n)).unwrap()))
+        .map(|(id, n)| (id, checkpoint::decode_note(&checkpoint::encode_note(n)).unwrap()))
         .collect();
     loaded.set_notes(NoteBook::restore(notes));
     *fold = Fold::new();
