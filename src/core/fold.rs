@@ -178,15 +178,14 @@ impl ConvState {
     /// The cursor rose: unread at or below it becomes read history (a feed keeps none).
     fn drop_read(&mut self) {
         let cursor = self.cursor();
-        let (read, read_mentions) = (self.unread.take_through(cursor), self.mentions.take_through(cursor));
         if self.feed {
+            self.unread.remove_through(cursor);
+            self.mentions.remove_through(cursor);
             self.prune_expiry();
-        } else {
-            self.read.union_above(&read, 0);
-            self.read_mentions.union_above(&read_mentions, 0);
-        }
-        if self.feed {
             self.named.remove_through(cursor);
+        } else {
+            self.unread.move_through(cursor, &mut self.read);
+            self.mentions.move_through(cursor, &mut self.read_mentions);
         }
     }
 

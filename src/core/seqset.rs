@@ -173,6 +173,16 @@ impl SeqSet {
         removed
     }
 
+    /// Moves every seq `<= cursor` into `into` (no set in between, unlike [`SeqSet::take_through`]); returns how many
+    /// left `self`.
+    pub fn move_through(&mut self, cursor: u64, into: &mut SeqSet) -> u64 {
+        let end = self.ranges.partition_point(|r| r.0 <= cursor);
+        for &(lo, hi) in &self.ranges[..end] {
+            into.insert_range(lo, hi.min(cursor));
+        }
+        self.remove_through(cursor)
+    }
+
     /// The seqs of `self` in `above + 1 ..= upto` (an empty set if `above >= upto`).
     pub fn slice(&self, above: u64, upto: u64) -> SeqSet {
         let mut out = SeqSet::new();
