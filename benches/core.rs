@@ -9,7 +9,7 @@
 use std::io::{self, Read};
 use std::time::{Duration, Instant};
 
-use unread::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
+use unread::pipeline::{for_each_batch, open_input, Pipeline, MAX_BATCH};
 
 /// The allocator of the `unread` binary (src/main.rs), so that the figures are the binary's.
 #[global_allocator]
@@ -71,9 +71,8 @@ fn fold(path: &str) -> (u64, u64, usize, Pipeline) {
         for_each_batch(open_input(path).unwrap(), MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b))
             .unwrap();
     // At the latest occurred_at, as `unread fold` without --now (contract v3: counts at an instant).
-    let views = pipeline.views_at(pipeline.latest().unwrap_or(0));
-    write_views(&views, io::sink()).unwrap();
-    (stats.events, pipeline.fold().stats().increments, views.len(), pipeline)
+    let users = pipeline.write_views_at(pipeline.latest().unwrap_or(0), io::sink()).unwrap();
+    (stats.events, pipeline.fold().stats().increments, users, pipeline)
 }
 
 /// (min wall, median wall, median user CPU, median kernel CPU), in seconds.

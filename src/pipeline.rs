@@ -123,6 +123,20 @@ impl Pipeline {
     pub fn views_at(&self, now: i64) -> Vec<UserView> {
         self.fold.views_at(&self.fanout, day_of(now))
     }
+
+    /// Writes [`Pipeline::views_at`] as JSON Lines, one view built and written at a time, as [`write_views`] would;
+    /// returns how many were written.
+    ///
+    /// Errors: the writer fails.
+    pub fn write_views_at(&self, now: i64, mut out: impl Write) -> io::Result<usize> {
+        let mut written = 0;
+        self.fold.for_each_view_at(&self.fanout, day_of(now), |view| {
+            written += 1;
+            write_view(&view, &mut out)
+        })?;
+        out.flush()?;
+        Ok(written)
+    }
 }
 
 /// A line of input that is not a valid event.
@@ -230,8 +244,13 @@ pub fn write_receipts(receipts: &[crate::core::contract::ReceiptView], mut out: 
 /// Errors: the writer fails.
 pub fn write_views(views: &[UserView], mut out: impl Write) -> io::Result<()> {
     for view in views {
-        serde_json::to_writer(&mut out, view)?;
-        out.write_all(b"\n")?;
+        write_view(view, &mut out)?;
     }
     out.flush()
+}
+
+/// One view as one line of JSON.
+fn write_view(view: &UserView, mut out: impl Write) -> io::Result<()> {
+    serde_json::to_writer(&mut out, view)?;
+    out.write_all(b"\n")
 }
