@@ -66,7 +66,7 @@ fn parse_only(path: &str) -> u64 {
 /// What `unread fold --input path --output /dev/null` does. The pipeline is returned, to be dropped outside the
 /// timing, as the binary leaves it to the process's exit.
 fn fold(path: &str) -> (u64, u64, usize, Pipeline) {
-    let mut pipeline = Pipeline::new();
+    let mut pipeline = Pipeline::new().without_own_changes();
     let stats =
         for_each_batch(open_input(path).unwrap(), MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b))
             .unwrap();

@@ -93,6 +93,12 @@ impl Pipeline {
         self.latest
     }
 
+    /// This pipeline with a fold that notes no user's own-seq changes ([`Fold::without_own_changes`]): for `unread
+    /// fold`, which has no projection to tell them to. The states and views are the same.
+    pub fn without_own_changes(self) -> Self {
+        Self { fold: self.fold.without_own_changes(), ..self }
+    }
+
     /// Keeps read receipts from now on (call before the first batch: receipts need every event).
     pub fn keep_receipts(&mut self) {
         self.receipts.get_or_insert_with(Receipts::new);

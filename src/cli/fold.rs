@@ -89,7 +89,7 @@ impl FoldArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let started = Instant::now();
         let diffusion = crate::core::hybrid::Diffusion::from_threshold(self.read_diffusion_threshold);
-        let mut pipeline = Pipeline::with_diffusion(diffusion);
+        let mut pipeline = Pipeline::with_diffusion(diffusion).without_own_changes();
         if self.receipts.is_some() {
             pipeline.keep_receipts();
         }

@@ -778,6 +778,8 @@ pub struct FoldStats {
 pub struct Fold {
     users: Map<String, UserState>,
     stats: FoldStats,
+    /// The users' own-seq changes are not noted ([`Fold::without_own_changes`]).
+    skip_own_changes: bool,
 }
 
 impl Fold {
@@ -786,13 +788,23 @@ impl Fold {
         Self::default()
     }
 
+    /// This fold, noting no user's own-seq changes ([`UserState::take_own_changes`]): for a fold with no projection
+    /// to tell them to (`unread fold`), where they would only pile up.
+    pub fn without_own_changes(self) -> Self {
+        Self { skip_own_changes: true, ..self }
+    }
+
     /// Applies a delta from the fan-out.
     pub fn apply_delta(&mut self, delta: &Delta) {
         self.stats.deltas += 1;
+        let skip_own_changes = self.skip_own_changes;
         let user = self.user_mut(&delta.user_id);
         let mut added = 0;
         for op in &delta.ops {
-            added += user.apply_op(&delta.conversation_id, op);
+            added += match skip_own_changes {
+                true => user.apply_op_inner(&delta.conversation_id, op),
+                false => user.apply_op(&delta.conversation_id, op),
+            };
         }
         if delta.feed {
             user.mark_feed(&delta.conversation_id);
