@@ -77,12 +77,12 @@ fn fold(path: &str) -> (u64, u64, usize, Pipeline) {
 
 /// (min wall, median wall, median user CPU, median kernel CPU), in seconds.
 fn summary(samples: &[Sample]) -> (f64, f64, f64, f64) {
-    let median = |f: fn(&Sample) -> Duration| {
+    let min_median = |f: fn(&Sample) -> Duration| {
         let mut v: Vec<Duration> = samples.iter().map(f).collect();
         v.sort();
         (v[0].as_secs_f64(), v[v.len() / 2].as_secs_f64())
     };
-    let ((min, wall), (_, user), (_, sys)) = (median(|s| s.wall), median(|s| s.user), median(|s| s.sys));
+    let ((min, wall), (_, user), (_, sys)) = (min_median(|s| s.wall), min_median(|s| s.user), min_median(|s| s.sys));
     (min, wall, user, sys)
 }
 

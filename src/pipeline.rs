@@ -136,10 +136,10 @@ impl Pipeline {
     /// Errors: the writer fails.
     pub fn write_views_at(&self, now: i64, mut out: impl Write) -> io::Result<usize> {
         let mut written = 0;
-        self.fold.for_each_view_at(&self.fanout, day_of(now), |view| {
+        for view in self.fold.views_iter_at(&self.fanout, day_of(now)) {
+            write_view(&view, &mut out)?;
             written += 1;
-            write_view(&view, &mut out)
-        })?;
+        }
         out.flush()?;
         Ok(written)
     }

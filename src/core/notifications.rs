@@ -176,13 +176,14 @@ impl NoteBook {
     /// Moves a note of `category` from the indexes its `before` snapshot is in (none when `None`) to those `now` is
     /// in. A note without a category is only ever done.
     fn reindex(&mut self, category: Option<&str>, before: Option<Snapshot>, now: Snapshot, id: &Arc<str>) {
-        let was = |f: fn(&Snapshot) -> bool| before.as_ref().is_some_and(f);
+        // The order `before` had, if it was in the index `counted` says.
+        let was_in = |counted: fn(&Snapshot) -> bool| before.filter(counted).map(|b| b.order);
         if let Some(cat) = category {
             for (index, counted) in
                 [(&mut self.unread, (|s| s.unread) as fn(&Snapshot) -> bool), (&mut self.unseen, |s| s.unseen)]
             {
-                if was(counted) {
-                    remove_indexed(index, cat, before.map_or(0, |b| b.order));
+                if let Some(order) = was_in(counted) {
+                    remove_indexed(index, cat, order);
                 }
                 if counted(&now) {
                     match index.get_mut(cat) {
@@ -192,8 +193,8 @@ impl NoteBook {
                 }
             }
         }
-        if was(|s| s.done) {
-            self.done.remove(&before.map_or(0, |b| b.order));
+        if let Some(order) = was_in(|s| s.done) {
+            self.done.remove(&order);
         }
         if now.done {
             self.done.insert(now.order, id.clone());

@@ -173,8 +173,7 @@ impl SeqSet {
         removed
     }
 
-    /// Moves every seq `<= cursor` into `into` (no set in between, unlike [`SeqSet::take_through`]); returns how many
-    /// left `self`.
+    /// Moves every seq `<= cursor` into `into`, with no set in between; returns how many left `self`.
     pub fn move_through(&mut self, cursor: u64, into: &mut SeqSet) -> u64 {
         let end = self.ranges.partition_point(|r| r.0 <= cursor);
         for &(lo, hi) in &self.ranges[..end] {
@@ -245,13 +244,6 @@ impl SeqSet {
             }
         }
         self.len -= hi - lo + 1;
-    }
-
-    /// Removes every seq `<= cursor` and returns them as a set.
-    pub fn take_through(&mut self, cursor: u64) -> SeqSet {
-        let taken = self.slice(0, cursor);
-        self.remove_through(cursor);
-        taken
     }
 
     /// Adds every seq of `other` that is above `above`; returns how many were new.
