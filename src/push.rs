@@ -379,8 +379,9 @@ impl Hub {
             tokio::select! {
                 message = messages.next() => {
                     let message = message.ok_or_else(|| anyhow::anyhow!("the subscription closed"))?;
-                    let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
-                    if let Some((version, key)) = payload.split_once(' ') {
+                    // One line `"{version} {key}"` per key written (a write of several users is one message).
+                    let payload = String::from_utf8_lossy(message.get_payload_bytes());
+                    for (version, key) in payload.split('\n').filter_map(|line| line.split_once(' ')) {
                         self.on_key(version.parse().unwrap_or(0), key, &prefix, &users);
                     }
                 }

@@ -168,8 +168,10 @@ impl From<ProjectionError> for ApiError {
             ProjectionError::Redis { .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
             }
-            ProjectionError::Malformed(_) | ProjectionError::MalformedSent(_) => {
-                tracing::error!(error = %e, "the projection holds a malformed value");
+            ProjectionError::Malformed(_)
+            | ProjectionError::MalformedSent(_)
+            | ProjectionError::UnexpectedReply { .. } => {
+                tracing::error!(error = %e, "the projection holds or answered a malformed value");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "malformed", e.to_string())
             }
         }

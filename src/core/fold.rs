@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::broadcast::Lists;
+use crate::core::broadcast::{Lists, NoLists};
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserEvent, UserView};
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::hybrid::{IndexShare, ShareQuery};
@@ -504,6 +504,35 @@ impl UserState {
             let (unread, mentions) = lists.index_counts(id, &query);
             IndexShare { muted: c.muted, feed: c.feed, unread, mentions }.add_to(&mut view, id);
         }
+        view
+    }
+
+    /// What the projection stores of the conversations `ids`: [`UserState::view`] with [`NoLists`] (nothing expired,
+    /// no list's share), the totals, notifications and broadcasts whole, but of the conversations only those named
+    /// (a member's, not a feed's, as the view holds them). Costs what is named, not what the user has: a patch of
+    /// one conversation of a user in thousands builds one.
+    pub fn view_of<'a>(&self, user_id: &str, ids: impl IntoIterator<Item = &'a String>) -> UserView {
+        let conversations = ids
+            .into_iter()
+            .filter_map(|id| Some((id, self.conversations.get(id)?)))
+            .filter(|(_, c)| c.is_member() && !c.feed)
+            .map(|(id, c)| {
+                let ((unread, mentions), muted, marked_unread) = (c.counts(), c.muted, c.is_marked());
+                (id.clone(), ConversationView { unread, mentions, muted, marked_unread })
+            })
+            .collect();
+        let totals = self.totals;
+        let mut view = UserView {
+            user_id: user_id.to_owned(),
+            total_unread: totals.total_unread,
+            total_mentions: totals.total_mentions,
+            unread_conversations: totals.unread_conversations,
+            conversations,
+            feed_unread: totals.feed_unread,
+            broadcasts: self.broadcast_views(&NoLists),
+            ..UserView::default()
+        };
+        self.add_notifications(&mut view);
         view
     }
 

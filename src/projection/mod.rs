@@ -113,6 +113,15 @@ pub enum ProjectionError {
     /// A conversation's sent seqs (receipts, v3) do not decode: a bug or a foreign writer, not an outage.
     #[error(transparent)]
     MalformedSent(#[from] redis::MalformedRanges),
+    /// A script answered in another shape than it promises (say, fewer results than the users it was given): a
+    /// bug or a foreign script under the same SHA1, not an outage.
+    #[error("Redis, {doing}: unexpected reply: {reason}")]
+    UnexpectedReply {
+        /// What the projection was doing.
+        doing: &'static str,
+        /// What was wrong with the reply.
+        reason: String,
+    },
 }
 
 impl ProjectionError {

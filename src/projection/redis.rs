@@ -1,8 +1,9 @@
 //! Writing and reading the projection in Redis (layout in [`super`]).
 //!
-//! Every user's write is one `EVALSHA` of [`WRITE_TEMPLATE`]: it compares the version the write carries with the
-//! `_version` field and applies the totals, the changed conversation fields and the deleted ones only when the
-//! write is not older, all atomically. A flush pipelines the writes of many users in one round trip (on a Redis
+//! Users' writes are `EVALSHA`s of [`WRITE_TEMPLATE`], [`USERS_PER_CALL`] users to a call on a single server: for
+//! each user it compares the version the write carries with the `_version` field and applies the totals, the
+//! changed conversation fields and the deleted ones only when the write is not older, all atomically. A flush
+//! pipelines the writes of many users in one round trip (on a Redis
 //! Cluster: concurrent calls, each to its slot's master, [`super::conn`]). A broadcast
 //! list's (or a read-diffused conversation's index's) changes are one `EVALSHA` of [`LIST_TEMPLATE`] per list,
 //! guarded by the fan-out task's lease generation; a user's read is one `EVALSHA` of [`READ_TEMPLATE`], which
@@ -118,17 +119,22 @@ end
     };
 }
 
-/// The write script. KEYS[1]: the user's hash; KEYS[2], on a single server only: the namespace's version counter
-/// ([`super::changes_key`]). ARGV[1]: the change channel; ARGV[2]: the version, `"{g} {a} {b}"` (the writing task's
-/// lease generation and its two next offsets); ARGV[3]: the totals value; ARGV[4]: `patch` (touch only the fields
-/// named), `replace` (first delete every conversation field) or `refill` (`replace`, from the checkpoint by a
-/// reader: marks the hash [`super::REFILLED_FIELD`]); ARGV[5]: the hash's time to live in ms, `0` for none
-/// (`--projection-ttl`: set again by every write); ARGV[6]: n, the number of fields to set; ARGV[7 .. 6+2n]: field,
-/// value pairs; the remaining ARGV: fields to delete. Returns 1 when written, 0 when refused, 2 when a patch
-/// found no base to patch: the hash expired (with a ttl) or was refilled from the checkpoint by a reader; the
-/// writer then writes the user whole ([`WriteOutcome::whole`]). A write also sets the hash's push version (`_pv`,
-/// [`super::PUSH_VERSION_FIELD`]) to the next one and publishes `"{version} {key}"` on the change channel, for the
-/// push stream ([`crate::push`]).
+/// The write script: the writes of one or more users, each atomic and version-guarded, all in one call.
+/// ARGV[1]: the change channel; ARGV[2]: the hashes' time to live in ms, `0` for none (`--projection-ttl`: set again
+/// by every write); ARGV[3]: n, the number of users. KEYS[1..n]: the users' hashes; KEYS[n+1], on a single server
+/// only: the namespace's version counter ([`super::changes_key`]); on Redis Cluster n is 1 (the keys of one call
+/// must share a slot). Then one block per user, in the order of KEYS: the version, `"{g} {a} {b}"` (the writing
+/// task's lease generation and its two next offsets); the totals value; `patch` (touch only the fields named),
+/// `replace` (first delete every conversation field) or `refill` (`replace`, from the checkpoint by a reader: marks
+/// the hash [`super::REFILLED_FIELD`]); s, the number of fields to set, and s field, value pairs; d, the number of
+/// fields to delete, and d fields.
+///
+/// Returns one number per user: 1 when written, 0 when refused, 2 when a patch found no base to patch: the hash
+/// expired (with a ttl) or was refilled from the checkpoint by a reader; the writer then writes the user whole
+/// ([`WriteOutcome::whole`]). The users written get the next push version in their `_pv` field
+/// ([`super::PUSH_VERSION_FIELD`]), and one message on the change channel names them all, a line
+/// `"{version} {key}"` each (lines joined by `\n`; ids hold no control characters), for the push stream
+/// ([`crate::push`]).
 ///
 /// A write is refused when it comes from an older generation (a paused task whose partition moved: fencing), or
 /// from the same generation with a position the stored one dominates: at least as far in both offsets and not
@@ -138,39 +144,60 @@ end
 /// from there and rewrites every user it touches, so Redis converges; refusing them would leave a user stale.
 pub const WRITE_TEMPLATE: &str = concat!(
     r#"
-local cur = redis.call('HGET', KEYS[1], '${VERSION}')
-if cur then
-  local g, a, b = string.match(cur, '^(%d+) (%d+) (%d+)$')
-  local ng, na, nb = string.match(ARGV[2], '^(%d+) (%d+) (%d+)$')
-  if g then
-    g, a, b, ng, na, nb = tonumber(g), tonumber(a), tonumber(b), tonumber(ng), tonumber(na), tonumber(nb)
-    if ng < g then return 0 end
-    if ng == g and a >= na and b >= nb and (a > na or b > nb) then return 0 end
-  end
+local ttl, n = tonumber(ARGV[2]), tonumber(ARGV[3])
+local function chunked(cmd, key, from, upto)
+  for i = from, upto, 256 do redis.call(cmd, key, unpack(ARGV, i, math.min(upto, i + 255))) end
 end
-local ttl = tonumber(ARGV[5])
-if ARGV[4] == 'patch' then
-  if (ttl > 0 and not cur) or redis.call('HEXISTS', KEYS[1], '${REFILLED}') == 1 then return 2 end
-else
-  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    local p = string.sub(f, 1, 2)
-    if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' then redis.call('HDEL', KEYS[1], f) end
+local function write(key, i)
+  local s = tonumber(ARGV[i + 3])
+  local d = i + 4 + 2 * s
+  local upto = d + tonumber(ARGV[d])
+  local cur = redis.call('HGET', key, '${VERSION}')
+  if cur then
+    local g, a, b = string.match(cur, '^(%d+) (%d+) (%d+)$')
+    local ng, na, nb = string.match(ARGV[i], '^(%d+) (%d+) (%d+)$')
+    if g then
+      g, a, b, ng, na, nb = tonumber(g), tonumber(a), tonumber(b), tonumber(ng), tonumber(na), tonumber(nb)
+      if ng < g then return 0, upto + 1 end
+      if ng == g and a >= na and b >= nb and (a > na or b > nb) then return 0, upto + 1 end
+    end
   end
-  if ARGV[4] == 'refill' then redis.call('HSET', KEYS[1], '${REFILLED}', '1') else redis.call('HDEL', KEYS[1], '${REFILLED}') end
+  if ARGV[i + 2] == 'patch' then
+    if (ttl > 0 and not cur) or redis.call('HEXISTS', key, '${REFILLED}') == 1 then return 2, upto + 1 end
+  else
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      local p = string.sub(f, 1, 2)
+      if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' then redis.call('HDEL', key, f) end
+    end
+    if ARGV[i + 2] == 'refill' then redis.call('HSET', key, '${REFILLED}', '1') else redis.call('HDEL', key, '${REFILLED}') end
+  end
+  redis.call('HSET', key, '${VERSION}', ARGV[i], '${TOTALS}', ARGV[i + 1])
+  chunked('HSET', key, i + 4, d - 1)
+  chunked('HDEL', key, d + 1, upto)
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+  return 1, upto + 1
 end
-redis.call('HSET', KEYS[1], '${VERSION}', ARGV[2], '${TOTALS}', ARGV[3])
-local n = tonumber(ARGV[6])
-for i = 7, 6 + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-for i = 7 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
-if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+local results, written, at = {}, {}, 4
+for k = 1, n do
+  results[k], at = write(KEYS[k], at)
+  if results[k] == 1 then written[#written + 1] = KEYS[k] end
+end
+if #written == 0 then return results end
 "#,
-    next_push_version!("2", "redis.call('HGET', KEYS[1], '${PV}')"),
+    next_push_version!("n + 1", "redis.call('HGET', KEYS[1], '${PV}')"),
     r#"
-redis.call('HSET', KEYS[1], '${PV}', v)
-redis.call('PUBLISH', ARGV[1], v .. ' ' .. KEYS[1])
-return 1
+for k, key in ipairs(written) do
+  redis.call('HSET', key, '${PV}', v)
+  written[k] = v .. ' ' .. key
+end
+redis.call('PUBLISH', ARGV[1], table.concat(written, '\n'))
+return results
 "#
 );
+
+/// Most users in one call of [`WRITE_TEMPLATE`] on a single server: 50. One call runs atomically, so this bounds
+/// how long it holds Redis (tens of µs per user); it saves a script call, a push version and a `PUBLISH` per user.
+pub const USERS_PER_CALL: usize = 50;
 
 /// The read script, on a single server. KEYS[1]: the user's hash; ARGV[1..4]: what the keys of a broadcast list
 /// are made of before its id ([`super::shared_key_prefixes`]: live, mention-all, expiry, version), ARGV[5..8]: the
@@ -442,17 +469,36 @@ impl UserWrite {
     }
 
     /// A write of the conversations named in `changed` (with the totals, categories and cursors, always whole),
-    /// their receipts from the own seqs changed since the last write: the fold's publish.
+    /// their receipts from the own seqs changed since the last write: the fold's publish. It builds the fields of
+    /// the conversations named only ([`UserState::view_of`]), so it costs what changed, not what the user has.
     pub fn patch_of_state(
         user_id: &str,
         state: Option<&UserState>,
         version: ProjectionVersion,
         changed: &std::collections::BTreeSet<String>,
     ) -> Self {
-        let mut write = Self::hash_of_state(user_id, state, version);
-        (write.changed, write.replace) = (changed.iter().cloned().collect(), false);
-        write.receipts = ReceiptWrite::changed(state, changed);
-        write
+        let Some(s) = state else {
+            let mut write = Self::hash_of_state(user_id, None, version);
+            (write.changed, write.replace) = (changed.iter().cloned().collect(), false);
+            write.receipts = ReceiptWrite::changed(None, changed);
+            return write;
+        };
+        let named = || changed.iter().filter_map(|id| Some((id, &**s.conversations().get(id)?)));
+        let indexed =
+            named().filter(|(_, c)| c.index_from().is_some()).map(|(id, c)| (id.clone(), super::index_value(c)));
+        let expiring = named().filter_map(|(id, c)| Some((id.clone(), super::expiry_value(c)?)));
+        Self {
+            user_id: user_id.to_owned(),
+            version,
+            view: s.view_of(user_id, changed),
+            cursors: s.broadcasts().clone(),
+            indexed: indexed.collect(),
+            expiring: expiring.collect(),
+            changed: changed.iter().cloned().collect(),
+            replace: false,
+            refill: false,
+            receipts: ReceiptWrite::changed(state, changed),
+        }
     }
 
     /// The hash part of [`UserWrite::of_state`]: every field, no receipts.
@@ -670,18 +716,26 @@ impl RedisProjection {
     }
 
     /// Applies the writes, each user atomically, in batches of up to 500 users (one round trip each on a single
-    /// server). Returns how many were written, how many refused by the version guard, and the users whose patch
-    /// found no base (expired or refilled: [`WRITE_TEMPLATE`]), which the writer must write whole.
+    /// server), [`USERS_PER_CALL`] users to a call of [`WRITE_TEMPLATE`] on a single server and one on a cluster.
+    /// Returns how many were written, how many refused by the version guard, and the users whose patch found no
+    /// base (expired or refilled: [`WRITE_TEMPLATE`]), which the writer must write whole.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis is unreachable or failing; some writes may then be applied
-    /// and others not (each user's is all-or-nothing), and the caller retries the whole flush.
+    /// and others not (each user's is all-or-nothing), and the caller retries the whole flush;
+    /// [`ProjectionError::UnexpectedReply`] when the script's results do not match the users.
     pub async fn write(&self, writes: &[UserWrite]) -> ProjectionResult<WriteOutcome> {
         let mut outcome = WriteOutcome::default();
+        let per_call = if self.is_cluster() { 1 } else { USERS_PER_CALL };
         for chunk in writes.chunks(500) {
-            let results: Vec<i64> = self
-                .run_scripts(|| chunk.iter().map(|w| self.write_cmd(w)).collect())
+            let replies: Vec<Vec<i64>> = self
+                .run_scripts(|| chunk.chunks(per_call).map(|users| self.write_cmd(users)).collect())
                 .await
                 .map_err(redis_err("writing users"))?;
+            let results: Vec<i64> = replies.into_iter().flatten().collect();
+            if results.len() != chunk.len() {
+                let reason = format!("{} results for {} users", results.len(), chunk.len());
+                return Err(ProjectionError::UnexpectedReply { doing: "writing users", reason });
+            }
             let accepted = chunk.iter().zip(&results).filter(|(_, r)| **r == 1).map(|(w, _)| w);
             let receipts: Vec<Cmd> = accepted.flat_map(|w| self.receipt_cmds(w)).collect();
             if !receipts.is_empty() {
@@ -814,26 +868,27 @@ impl RedisProjection {
         Ok(readers)
     }
 
-    /// One user's call of [`WRITE_TEMPLATE`].
-    fn write_cmd(&self, w: &UserWrite) -> Cmd {
-        let user = user_key(&self.prefix, &w.user_id);
-        let counter = self.counter();
-        let mut cmd =
-            evalsha(WRITE, &[Some(user.as_str()), counter.as_deref()].into_iter().flatten().collect::<Vec<_>>());
-        let mode = match (w.replace, w.refill) {
-            (false, _) => "patch",
-            (true, false) => "replace",
-            (true, true) => "refill",
-        };
-        cmd.arg(changes_key(&self.prefix)).arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
-        cmd.arg(self.ttl_ms);
-        let (set, delete) = changed_fields(w);
-        let summary = super::summary_fields(&w.view, &w.cursors);
-        cmd.arg(set.len() + summary.len() - 1);
-        for (field, value) in summary[1..].iter().chain(&set) {
-            cmd.arg(field).arg(value);
+    /// One call of [`WRITE_TEMPLATE`] with the writes of `users` (one on a cluster: its keys must share a slot).
+    fn write_cmd(&self, users: &[UserWrite]) -> Cmd {
+        let mut keys: Vec<String> = users.iter().map(|w| user_key(&self.prefix, &w.user_id)).collect();
+        keys.extend(self.counter());
+        let mut cmd = evalsha(WRITE, &keys.iter().map(String::as_str).collect::<Vec<_>>());
+        cmd.arg(changes_key(&self.prefix)).arg(self.ttl_ms).arg(users.len());
+        for w in users {
+            let mode = match (w.replace, w.refill) {
+                (false, _) => "patch",
+                (true, false) => "replace",
+                (true, true) => "refill",
+            };
+            cmd.arg(w.version.to_string()).arg(super::totals_value(&w.view)).arg(mode);
+            let (set, delete) = changed_fields(w);
+            let summary = super::summary_fields(&w.view, &w.cursors);
+            cmd.arg(set.len() + summary.len() - 1);
+            for (field, value) in summary[1..].iter().chain(&set) {
+                cmd.arg(field).arg(value);
+            }
+            cmd.arg(delete.len()).arg(delete);
         }
-        cmd.arg(delete);
         cmd
     }
 
@@ -1115,6 +1170,6 @@ mod tests {
         for (name, value) in &LAYOUT[4..] {
             assert_eq!(value.len(), 2, "{name} = {value:?}: the scripts read prefixes as 2 bytes");
         }
-        assert!(SCRIPTS[WRITE].contains("HGET', KEYS[1], '_version'"), "{}", SCRIPTS[WRITE]);
+        assert!(SCRIPTS[WRITE].contains("HGET', key, '_version'"), "{}", SCRIPTS[WRITE]);
     }
 }

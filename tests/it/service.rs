@@ -238,6 +238,64 @@ fn projection_guard_refuses_older_generations_and_dominated_positions() {
     });
 }
 
+/// One call of the write script carries many users (`USERS_PER_CALL`): each is guarded on its own, and the users
+/// written are announced in one change message per call, a line each, with one push version.
+#[test]
+fn one_write_call_guards_each_user_and_announces_those_written_once() {
+    use futures::StreamExt;
+    use unread::core::contract::{ConversationView, UserView};
+    use unread::projection::redis::{RedisProjection, UserWrite, USERS_PER_CALL};
+    let Some(stack) = stack("one_write_call_guards_each_user_and_announces_those_written_once") else { return };
+    let prefix = format!("it_many_{}:", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let p = RedisProjection::connect(&stack.redis_url, &prefix).await.unwrap();
+        let mut sub = redis::Client::open(stack.redis_url.as_str()).unwrap().get_async_pubsub().await.unwrap();
+        sub.subscribe(unread::projection::changes_key(&prefix)).await.unwrap();
+        let view = |user: usize, unread: u64| {
+            let mut v = UserView { user_id: format!("u {user}"), total_unread: unread, ..Default::default() };
+            let c = ConversationView { unread, mentions: 0, muted: false, marked_unread: false };
+            v.conversations.insert(format!("c{}", user % 7), c);
+            v
+        };
+        let write = |user: usize, unread: u64, version: &str| {
+            UserWrite::replace(view(user, unread), Default::default(), Default::default(), version.parse().unwrap())
+        };
+        let users = 2 * USERS_PER_CALL + 7; // three calls
+        let first: Vec<UserWrite> = (0..users).map(|u| write(u, u as u64, "1 100 100")).collect();
+        assert_eq!(p.write(&first).await.unwrap().counts(), (users, 0));
+        // Every third user's write is dominated (refused); the others move forward.
+        let second: Vec<UserWrite> = (0..users)
+            .map(|u| if u % 3 == 0 { write(u, 999, "1 90 90") } else { write(u, u as u64 + 1, "1 101 100") })
+            .collect();
+        let refused = users.div_ceil(3);
+        assert_eq!(p.write(&second).await.unwrap().counts(), (users - refused, refused));
+        for u in 0..users {
+            let expected = view(u, if u % 3 == 0 { u as u64 } else { u as u64 + 1 });
+            assert_eq!(p.read(&format!("u {u}")).await.unwrap(), expected, "user {u}");
+        }
+        // The announcements: one message per call that wrote anyone, a line per user written.
+        let mut messages = sub.on_message();
+        let mut announced = Vec::new();
+        for _ in 0..6 {
+            let m = tokio::time::timeout(Duration::from_secs(5), messages.next()).await.unwrap().unwrap();
+            let payload: String = m.get_payload().unwrap();
+            let lines: Vec<(String, String)> = payload
+                .split('\n')
+                .map(|l| l.split_once(' ').map(|(v, k)| (v.to_owned(), k.to_owned())).unwrap())
+                .collect();
+            assert!(lines.iter().all(|(v, _)| *v == lines[0].0), "one version per call: {payload}");
+            announced.push(lines.into_iter().map(|(_, k)| k).collect::<Vec<_>>());
+        }
+        let key = |u: usize| unread::projection::user_key(&prefix, &format!("u {u}"));
+        assert_eq!(announced[0], (0..USERS_PER_CALL).map(key).collect::<Vec<_>>());
+        assert_eq!(announced[2].len(), 7);
+        let second_round: Vec<String> = announced[3..].concat();
+        assert_eq!(second_round, (0..users).filter(|u| u % 3 != 0).map(key).collect::<Vec<_>>());
+        delete_redis_prefix(&stack.redis_url, &prefix).await;
+    });
+}
+
 #[test]
 fn a_checkpoint_from_an_older_lease_generation_is_fenced() {
     use unread::checkpoint::store::{CheckpointStore, Fenced, StoreError};
