@@ -488,17 +488,7 @@ impl UserState {
                 conversations.insert(id.clone(), ConversationView { unread, mentions, muted, marked_unread });
             }
         }
-        let mut view = UserView {
-            user_id: user_id.to_owned(),
-            total_unread: totals.total_unread,
-            total_mentions: totals.total_mentions,
-            unread_conversations: totals.unread_conversations,
-            conversations,
-            feed_unread: totals.feed_unread,
-            broadcasts: self.broadcast_views(lists),
-            ..UserView::default()
-        };
-        self.add_notifications(&mut view);
+        let mut view = self.view_with(user_id, totals, conversations, lists);
         for (id, c) in self.read_diffused() {
             let Some(query) = c.share_query(today) else { continue };
             let (unread, mentions) = lists.index_counts(id, &query);
@@ -521,7 +511,18 @@ impl UserState {
                 (id.clone(), ConversationView { unread, mentions, muted, marked_unread })
             })
             .collect();
-        let totals = self.totals;
+        self.view_with(user_id, self.totals, conversations, &NoLists)
+    }
+
+    /// The reader shape with `totals` and `conversations` as given, the broadcasts from `lists` and the
+    /// notification counts: what [`UserState::view_at`] and [`UserState::view_of`] share.
+    fn view_with(
+        &self,
+        user_id: &str,
+        totals: Totals,
+        conversations: BTreeMap<String, ConversationView>,
+        lists: &impl Lists,
+    ) -> UserView {
         let mut view = UserView {
             user_id: user_id.to_owned(),
             total_unread: totals.total_unread,
@@ -529,7 +530,7 @@ impl UserState {
             unread_conversations: totals.unread_conversations,
             conversations,
             feed_unread: totals.feed_unread,
-            broadcasts: self.broadcast_views(&NoLists),
+            broadcasts: self.broadcast_views(lists),
             ..UserView::default()
         };
         self.add_notifications(&mut view);
