@@ -60,15 +60,17 @@ struct FanOutTask {
 /// PostgreSQL, or by Kafka when a successor initialized the partition's transactional id); the dispatcher restarts
 /// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
-    let p = input.partition;
+    let (p, started) = (input.partition, Instant::now());
     let loaded =
         crate::state::load::fanout_partition(&shared.store, &shared.topics, p, &shared.owner, shared.diffusion).await?;
+    let load_ms = started.elapsed().as_millis() as u64;
     // After the lease: a zombie that checked its lease before is fenced from here on.
     let producer = transactional_producer(&shared, p).await?;
+    let producer_ms = started.elapsed().as_millis() as u64 - load_ms;
     let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
     // Conversations whose rows still hold their members are rewritten by the first commit that runs.
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
-    info!(partition = p, generation, next, "fan-out task started");
+    info!(partition = p, generation, next, load_ms, producer_ms, "fan-out task started");
     input.rewind(&shared.topics.conversation_events, next).await;
     let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
     let mut task =
@@ -97,8 +99,8 @@ fn discard(producer: FutureProducer) {
     tokio::task::spawn_blocking(move || drop(producer));
 }
 
-/// Creates partition `p`'s transactional producer and initializes it (up to 60 s), which fences every earlier
-/// producer of the partition. Blocking calls run off the async threads.
+/// Creates partition `p`'s transactional producer, fetches the cluster's metadata with it (up to 5 s) and
+/// initializes it (up to 60 s), which fences every earlier producer of the partition. Blocking calls run off the async threads.
 ///
 /// Errors: the client cannot be created, or the initialization fails (the broker is unreachable, say).
 async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProducer, TaskError> {
@@ -106,9 +108,15 @@ async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProduce
     let producer = crate::kafka::transactional_producer(&shared.brokers, &id)
         .map_err(TaskError::kafka("creating the transactional producer"))?;
     let init = producer.clone();
-    let result = tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(60)))
-        .await
-        .unwrap_or(Err(KafkaError::Canceled)); // the runtime shut down under it
+    let result = tokio::task::spawn_blocking(move || {
+        // The cluster's metadata first (every topic: one topic's did not do): without it, init took 505–543 ms
+        // for about half the producers, librdkafka retrying its coordinator lookup after 500 ms; with it 54–96 ms
+        // for all 60 measured (docs/performance.md, "A restart's fan-out producers"). A failure is left to init.
+        let _ = init.client().fetch_metadata(None, Duration::from_secs(5));
+        init.init_transactions(Duration::from_secs(60))
+    })
+    .await
+    .unwrap_or(Err(KafkaError::Canceled)); // the runtime shut down under it
     match result {
         Ok(()) => Ok(producer),
         Err(e) => {
