@@ -49,7 +49,7 @@ use std::collections::BTreeMap;
 
 use crate::core::broadcast::ListId;
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserView};
-use crate::core::fold::{ConvState, Totals, UserState};
+use crate::core::fold::{ConvState, Totals};
 use crate::core::hybrid::IndexShare;
 
 /// What a user's hash key is made of after the namespace's prefix: `{prefix}u:{user_id}` ([`user_key`]).
@@ -214,9 +214,13 @@ pub fn index_value(c: &ConvState) -> String {
     value
 }
 
-/// The `r:` fields of a user: one per read-diffused conversation the user is a member of.
-pub fn index_fields(state: &UserState) -> BTreeMap<String, String> {
-    state.read_diffused().map(|(id, c)| (id.clone(), index_value(c))).collect()
+/// The `r:` fields of a user's `conversations` (all of them, or those a patch names): one per read-diffused
+/// conversation the user is a member of.
+pub fn index_fields<'a>(
+    conversations: impl IntoIterator<Item = (&'a String, &'a ConvState)>,
+) -> BTreeMap<String, String> {
+    let read_diffused = conversations.into_iter().filter(|(_, c)| c.index_from().is_some());
+    read_diffused.map(|(id, c)| (id.clone(), index_value(c))).collect()
 }
 
 /// The Redis keys of a conversation's read receipts (contract v3, [`crate::core::receipts`]), all hash-tagged
@@ -270,9 +274,12 @@ pub fn expiry_value(c: &ConvState) -> Option<String> {
     Some(value)
 }
 
-/// The `e:` fields of a user: one per member conversation whose counts expire.
-pub fn expiry_fields(state: &UserState) -> BTreeMap<String, String> {
-    state.conversations().iter().filter_map(|(id, c)| Some((id.clone(), expiry_value(c)?))).collect()
+/// The `e:` fields of a user's `conversations` (all of them, or those a patch names): one per member conversation
+/// whose counts expire.
+pub fn expiry_fields<'a>(
+    conversations: impl IntoIterator<Item = (&'a String, &'a ConvState)>,
+) -> BTreeMap<String, String> {
+    conversations.into_iter().filter_map(|(id, c)| Some((id.clone(), expiry_value(c)?))).collect()
 }
 
 /// Subtracts from `view` what the `e:` fields say has expired by UTC day `today` (a conversation's counts and

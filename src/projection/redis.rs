@@ -484,16 +484,13 @@ impl UserWrite {
             return write;
         };
         let named = || changed.iter().filter_map(|id| Some((id, &**s.conversations().get(id)?)));
-        let indexed =
-            named().filter(|(_, c)| c.index_from().is_some()).map(|(id, c)| (id.clone(), super::index_value(c)));
-        let expiring = named().filter_map(|(id, c)| Some((id.clone(), super::expiry_value(c)?)));
         Self {
             user_id: user_id.to_owned(),
             version,
             view: s.view_of(user_id, changed),
             cursors: s.broadcasts().clone(),
-            indexed: indexed.collect(),
-            expiring: expiring.collect(),
+            indexed: super::index_fields(named()),
+            expiring: super::expiry_fields(named()),
             changed: changed.iter().cloned().collect(),
             replace: false,
             refill: false,
@@ -508,8 +505,9 @@ impl UserWrite {
             None => UserView { user_id: user_id.to_owned(), ..UserView::default() },
         };
         let cursors = state.map(|s| s.broadcasts().clone()).unwrap_or_default();
-        let mut write = Self::replace(view, cursors, state.map(super::index_fields).unwrap_or_default(), version);
-        write.expiring = state.map(super::expiry_fields).unwrap_or_default();
+        let all = || state.into_iter().flat_map(|s| s.conversations().iter().map(|(id, c)| (id, &**c)));
+        let mut write = Self::replace(view, cursors, super::index_fields(all()), version);
+        write.expiring = super::expiry_fields(all());
         write.changed.extend(write.expiring.keys().cloned());
         write.changed.sort_unstable();
         write.changed.dedup();
