@@ -251,8 +251,15 @@ fn scale_out_events(started: Instant) -> tokio::task::JoinHandle<Vec<(String, In
 /// served again.
 fn report_event(book: &Book, name: &str, window: std::ops::Range<Instant>, started: Instant) {
     let at = window.start;
-    let mut lat: Vec<Duration> = book.latencies.iter().filter(|(p, _)| window.contains(p)).map(|(_, l)| *l).collect();
-    lat.sort();
+    let sorted = |w: &std::ops::Range<Instant>| {
+        let mut lat: Vec<Duration> = book.latencies.iter().filter(|(p, _)| w.contains(p)).map(|(_, l)| *l).collect();
+        lat.sort();
+        lat
+    };
+    let lat = sorted(&window);
+    // The baseline: as many seconds of messages just before the event (from the load's start at most).
+    let from = (at - (window.end - at)).max(started);
+    let before = sorted(&(from..at));
     let served = book
         .latencies
         .iter()
@@ -269,6 +276,13 @@ fn report_event(book: &Book, name: &str, window: std::ops::Range<Instant>, start
         ms(&lat, 0.99),
         ms(&lat, 1.0),
         served.as_secs_f64()
+    );
+    println!(
+        "  baseline, the {:.0} s of messages before it: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        at.duration_since(from).as_secs_f64(),
+        ms(&before, 0.5),
+        ms(&before, 0.99),
+        ms(&before, 1.0)
     );
 }
 

@@ -32,6 +32,7 @@ use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::{ListWrite, SentWrite};
 use crate::state::commit::{fanout_changes, Commit, FanOutKey, RedisWrites};
+use crate::state::load;
 use crate::state::retry::retry;
 use crate::state::Input;
 
@@ -61,16 +62,30 @@ struct FanOutTask {
 /// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
     let (p, started) = (input.partition, Instant::now());
-    let loaded =
-        crate::state::load::fanout_partition(&shared.store, &shared.topics, p, &shared.owner, shared.diffusion).await?;
-    let load_ms = started.elapsed().as_millis() as u64;
-    // After the lease: a zombie that checked its lease before is fenced from here on.
-    let producer = transactional_producer(&shared, p).await?;
-    let producer_ms = started.elapsed().as_millis() as u64 - load_ms;
+    let lease = load::lease(&shared.store, Stage::FanOut, p, &shared.owner).await?;
+    // After the lease (a zombie that checked its lease before is fenced from here on), the state loads while the
+    // producer initializes: a restart's pause is the longer of the two, not their sum.
+    let (leased, since) = (Instant::now(), |at: Instant| at.elapsed().as_millis() as u64);
+    let lease_ms = since(started);
+    let (loaded, producer) = tokio::join!(
+        async {
+            (load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion).await, since(leased))
+        },
+        async { (transactional_producer(&shared, p).await, since(leased)) },
+    );
+    let ((loaded, load_ms), (producer, producer_ms)) = (loaded, producer);
+    let (loaded, producer) = match (loaded, producer) {
+        (Ok(loaded), Ok(producer)) => (loaded, producer),
+        (Err(e), producer) => {
+            producer.map(discard).ok();
+            return Err(e.into());
+        }
+        (Ok(_), Err(e)) => return Err(e),
+    };
     let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
     // Conversations whose rows still hold their members are rewritten by the first commit that runs.
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
-    info!(partition = p, generation, next, load_ms, producer_ms, "fan-out task started");
+    info!(partition = p, generation, next, lease_ms, load_ms, producer_ms, "fan-out task started");
     input.rewind(&shared.topics.conversation_events, next).await;
     let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
     let mut task =

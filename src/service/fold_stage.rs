@@ -53,7 +53,8 @@ struct FoldTask {
 /// restarts the task from its checkpoint.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
     let p = input.partition;
-    let loaded = crate::state::load::fold_partition(&shared.store, &shared.topics, p, &shared.owner).await?;
+    let lease = crate::state::load::lease(&shared.store, Stage::Fold, p, &shared.owner).await?;
+    let loaded = crate::state::load::fold_partition(&shared.store, &shared.topics, p, lease).await?;
     let (generation, next) = (loaded.generation, loaded.next);
     info!(
         partition = p,

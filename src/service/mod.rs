@@ -313,13 +313,24 @@ fn owner_name() -> String {
 async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let s = &opts.settings;
     let ttl = s.checked_projection_ttl()?;
-    // Kafka answers and accepts us (credentials, TLS) before anything joins a group (issue 23: fail fast).
+    // Kafka answers and accepts us (credentials, TLS) before anything joins a group (issue 23: fail fast). The
+    // three services are reached at once: a restart waits for the slowest, not for their sum.
     let brokers = s.brokers.clone();
-    tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers)).await.context("checking Kafka")??;
-    let store = CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await.context("checkpoint store")?;
-    store.migrate().await?;
-    let projection =
-        RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?.with_ttl(ttl);
+    let kafka = async {
+        let counts = tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers));
+        counts.await.context("checking Kafka")?.map(drop)
+    };
+    let store = async {
+        let store =
+            CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await.context("checkpoint store")?;
+        store.migrate().await?;
+        anyhow::Ok(store)
+    };
+    let projection = async {
+        let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?;
+        anyhow::Ok(projection.with_ttl(ttl))
+    };
+    let ((), store, projection) = tokio::try_join!(kafka, store, projection)?;
     Ok(Arc::new(Shared {
         topics: s.topics(),
         store,

@@ -77,6 +77,7 @@ pub trait StageTask: Send {
 pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
     let flush = task.parts().1.flush;
     let (mut pending, mut last_commit, mut running) = (0usize, Instant::now(), None);
+    let mut first = true; // the first output is logged: where a restart's pause of the partition ends
     loop {
         let commit_in = if pending > 0 { flush.interval.saturating_sub(last_commit.elapsed()) } else { flush.interval };
         let wait = task.publish_due_in().map_or(commit_in, |due| due.min(commit_in));
@@ -91,12 +92,22 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
         if pending >= flush.events || (pending > 0 && last_commit.elapsed() >= flush.interval) {
             commit_task(&mut task, false, &mut running).await?;
             (pending, last_commit) = (0, Instant::now());
+            log_first(&mut task, &mut first);
         } else if task.publish_due_in().is_some_and(|due| due.is_zero()) {
             task.publish().await?;
+            log_first(&mut task, &mut first);
         } else if batch.is_empty() && pending == 0 && last_commit.elapsed() >= IDLE_CHECK {
             commit_task(&mut task, true, &mut running).await?;
             last_commit = Instant::now();
         }
+    }
+}
+
+/// Logs the task's first output downstream (`first records published`) once: `scripts/bench-sustained
+/// --restart` measures each partition's pause from the SIGTERM to it.
+fn log_first<T: StageTask>(task: &mut T, first: &mut bool) {
+    if std::mem::take(first) {
+        tracing::info!(stage = %T::STAGE, partition = task.parts().0.partition, "first records published");
     }
 }
 

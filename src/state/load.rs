@@ -52,43 +52,64 @@ pub struct FoldPartition {
     pub fence: Fence,
 }
 
-/// Takes fan-out partition `p`'s lease as `owner`, then loads its offset and state.
+/// A partition's lease, taken: what loading its state requires, so that the state is always read under it.
 ///
 /// The lease comes first: from then on the previous owner cannot commit, so the offset and the state read next
-/// are one checkpoint. (Read the other way round, a commit in between gave a state newer than its offset:
-/// re-processing a leave and a rejoin on it moved the member's join head forward and lost its unread.)
+/// are one checkpoint, whichever order (or connections) they are read in. (Read the other way round, a commit in
+/// between gave a state newer than its offset: re-processing a leave and a rejoin on it moved the member's join
+/// head forward and lost its unread.)
+#[derive(Debug, Clone, Copy)]
+pub struct Lease {
+    /// The lease generation taken: every commit of an older one is fenced from now on.
+    pub generation: i64,
+}
+
+/// Takes `stage`'s partition `p` lease as `owner` (bumps its generation).
+///
+/// Errors: PostgreSQL failing.
+pub async fn lease(store: &CheckpointStore, stage: Stage, p: i32, owner: &str) -> StateResult<Lease> {
+    Ok(Lease { generation: store.acquire(stage, p, owner).await? })
+}
+
+/// Loads fan-out partition `p`'s offset and state under `lease` (its four queries at once, on the pool's
+/// connections).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
 pub async fn fanout_partition(
     store: &CheckpointStore,
     topics: &Topics,
     p: i32,
-    owner: &str,
+    lease: Lease,
     diffusion: Diffusion,
 ) -> StateResult<FanOutPartition> {
-    let generation = store.acquire(Stage::FanOut, p, owner).await?;
     let topic = Input::ConversationEvents.topic(topics);
-    let next = store.offset(Stage::FanOut, topic, p).await?.unwrap_or(0);
-    let (rows, members) = (store.states(Stage::FanOut, Some(p)).await?, store.members(Some(p)).await?);
-    let RestoredFanOut { fanout, rewrite } = fanout_from_rows(rows, members, store.lists(Some(p)).await?, diffusion)?;
-    Ok(FanOutPartition { generation, next, fanout, rewrite })
+    let (next, rows, members, lists) = tokio::try_join!(
+        store.offset(Stage::FanOut, topic, p),
+        store.states(Stage::FanOut, Some(p)),
+        store.members(Some(p)),
+        store.lists(Some(p)),
+    )?;
+    let RestoredFanOut { fanout, rewrite } = fanout_from_rows(rows, members, lists, diffusion)?;
+    Ok(FanOutPartition { generation: lease.generation, next: next.unwrap_or(0), fanout, rewrite })
 }
 
-/// Takes fold partition `p`'s lease as `owner`, then loads both offsets, its users and its fence (lease first, as
-/// in [`fanout_partition`]).
+/// Loads fold partition `p`'s offsets, users and fence under `lease` (its queries at once).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
 pub async fn fold_partition(
     store: &CheckpointStore,
     topics: &Topics,
     p: i32,
-    owner: &str,
+    lease: Lease,
 ) -> StateResult<FoldPartition> {
-    let generation = store.acquire(Stage::Fold, p, owner).await?;
-    let next = FoldNext::load(store, topics, p).await?;
-    let fold = fold_from_rows(store.states(Stage::Fold, Some(p)).await?, store.notes(Some(p)).await?)?;
-    let fence = Fence::from_rows(store.fences(p).await?);
-    Ok(FoldPartition { generation, next, fold, fence })
+    let (next, rows, notes, fences) = tokio::try_join!(
+        FoldNext::load(store, topics, p),
+        store.states(Stage::Fold, Some(p)),
+        store.notes(Some(p)),
+        store.fences(p),
+    )?;
+    let (fold, fence) = (fold_from_rows(rows, notes)?, Fence::from_rows(fences));
+    Ok(FoldPartition { generation: lease.generation, next, fold, fence })
 }
 
 /// Every conversation and list of the namespace's fan-out (a resumed replay).
