@@ -82,14 +82,17 @@ pub struct ConvState {
     pub own: SeqSet,
 }
 
-/// What changed in one conversation's [`ConvState::own`] since the projection last heard: the conversation side's
-/// senders (`CONTRACT.md` § v3, receipts) follow it.
+/// What the read receipts of one conversation (`CONTRACT.md` § v3) have not heard yet of the user: the changes of
+/// its [`ConvState::own`] (the conversation side's senders follow them) and whether its membership changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnChange {
     /// Seqs the user sent as a member.
     pub added: SeqSet,
     /// Seqs no longer the user's as a member (the membership ended, or a recall).
     pub removed: SeqSet,
+    /// The user's [`ConvState::receipt_entry`] there changed (joined, left, or the cursor moved): the receipts'
+    /// join and cursor entries must be written. A message received leaves it unchanged, so most writes skip them.
+    pub membership: bool,
 }
 
 /// A conversation marked unread (`CONTRACT.md` § v3): `from_seq` S makes unread count as if the user's cursor were
@@ -109,6 +112,12 @@ impl ConvState {
     /// The read cursor: max(head at the latest join, floor); nothing at or below it is unread.
     pub fn cursor(&self) -> u64 {
         self.floor.max(self.joined_at.unwrap_or(0))
+    }
+
+    /// What the conversation's read receipts hold of the user: (head at the latest join, cursor) while a member,
+    /// `None` otherwise.
+    pub fn receipt_entry(&self) -> Option<(u64, u64)> {
+        self.is_member().then(|| (self.joined_at.unwrap_or(0), self.cursor()))
     }
 
     /// A non-member entry with nothing worth keeping.
@@ -434,6 +443,19 @@ impl UserState {
     /// The changes [`UserState::take_own_changes`] would take.
     pub fn own_changes(&self) -> &BTreeMap<String, OwnChange> {
         &self.own_changes.0
+    }
+
+    /// The receipts' entry of the user in `conversation_id` ([`ConvState::receipt_entry`]).
+    fn receipt_entry(&self, conversation_id: &str) -> Option<(u64, u64)> {
+        self.conversations.get(conversation_id).and_then(|c| c.receipt_entry())
+    }
+
+    /// Notes that the receipts must hear of the user's membership in `conversation_id` when its entry is no
+    /// longer `before` ([`OwnChange::membership`]).
+    fn note_membership(&mut self, conversation_id: &str, before: Option<(u64, u64)>) {
+        if self.receipt_entry(conversation_id) != before {
+            self.own_changes.0.entry(conversation_id.to_owned()).or_default().membership = true;
+        }
     }
 
     /// The remembered notifications.
@@ -829,6 +851,7 @@ impl Fold {
         self.stats.deltas += 1;
         let skip_own_changes = self.skip_own_changes;
         let user = self.user_mut(&delta.user_id);
+        let before = user.receipt_entry(&delta.conversation_id);
         let mut added = 0;
         for op in &delta.ops {
             added += match skip_own_changes {
@@ -838,6 +861,9 @@ impl Fold {
         }
         if delta.feed {
             user.mark_feed(&delta.conversation_id);
+        }
+        if !skip_own_changes {
+            user.note_membership(&delta.conversation_id, before);
         }
         let empty = user.is_empty();
         self.stats.increments += added;
@@ -849,8 +875,14 @@ impl Fold {
     /// Applies one of a user's own events.
     pub fn apply_user_event(&mut self, event: &UserEvent) {
         self.stats.user_events += 1;
+        let skip_own_changes = self.skip_own_changes;
         let user = self.user_mut(event.user_id());
+        let conversation_id = event.conversation_id().filter(|_| !skip_own_changes);
+        let before = conversation_id.and_then(|id| user.receipt_entry(id));
         user.apply_event(event);
+        if let Some(id) = conversation_id {
+            user.note_membership(id, before);
+        }
         if user.is_empty() {
             self.users.remove(event.user_id());
         }

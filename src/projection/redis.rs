@@ -313,6 +313,9 @@ pub struct ReceiptWrite {
     pub conversation_id: String,
     /// (head at the latest join, cursor) while a member; `None`: not a member (taken out of the receipts).
     pub member: Option<(u64, u64)>,
+    /// Whether `member` changed since the last write (always, in a whole write): when not, its two sorted-set
+    /// entries are left as they are. A message received changes neither, so a patch usually writes none.
+    pub member_changed: bool,
     /// Seqs the user sent as a member since the last write (or all of them, in a whole write).
     pub own_added: SeqSet,
     /// Seqs no longer the user's as a member (its membership ended, or a recall).
@@ -323,8 +326,8 @@ impl ReceiptWrite {
     /// The write of `c` (a user's state in `conversation_id`, `None` when none is kept), with `own_added` and
     /// `own_removed` as given.
     pub fn of(conversation_id: &str, c: Option<&ConvState>, own_added: SeqSet, own_removed: SeqSet) -> Self {
-        let member = c.filter(|c| c.is_member()).map(|c| (c.joined_at.unwrap_or(0), c.cursor()));
-        Self { conversation_id: conversation_id.to_owned(), member, own_added, own_removed }
+        let (conversation_id, member) = (conversation_id.to_owned(), c.and_then(ConvState::receipt_entry));
+        Self { conversation_id, member, member_changed: true, own_added, own_removed }
     }
 
     /// Every conversation of `state` whole: memberships and all own seqs.
@@ -333,14 +336,17 @@ impl ReceiptWrite {
         each.map(|(id, c)| Self::of(id, Some(c), c.own.clone(), SeqSet::new())).collect()
     }
 
-    /// The conversations of `state` named in `changed`, with the own seqs changed since the last write
-    /// ([`UserState::own_changes`]).
+    /// The conversations of `state` named in `changed`, with the own seqs and memberships changed since the last
+    /// write ([`UserState::own_changes`]). Where the user is not a member the entries are always taken out (a
+    /// few ZREMs of what is mostly absent): a user whose state emptied is dropped with its notes, and may come
+    /// back before the next write with an entry there but no note of the membership that ended.
     pub fn changed<'a>(state: Option<&UserState>, changed: impl IntoIterator<Item = &'a String>) -> Vec<Self> {
         let change = |id: &str| state.and_then(|s| s.own_changes().get(id)).cloned().unwrap_or_default();
         let conv = |id: &str| state.and_then(|s| s.conversations().get(id)).map(|c| &**c);
         let write = |id: &String| {
-            let OwnChange { added, removed } = change(id);
-            Self::of(id, conv(id), added, removed)
+            let (OwnChange { added, removed, membership }, c) = (change(id), conv(id));
+            let write = Self::of(id, c, added, removed);
+            Self { member_changed: membership || write.member.is_none(), ..write }
         };
         changed.into_iter().map(write).collect()
     }
@@ -755,12 +761,13 @@ impl RedisProjection {
         let mut cmds = Vec::new();
         for r in &w.receipts {
             let keys = super::receipt_keys(&self.prefix, &r.conversation_id);
-            match r.member {
-                Some((joined, cursor)) => {
+            match (r.member_changed, r.member) {
+                (false, _) => {} // unchanged since the last write
+                (true, Some((joined, cursor))) => {
                     cmds.push(redis::cmd("ZADD").arg(&keys.joins).arg(joined).arg(&w.user_id).clone());
                     cmds.push(redis::cmd("ZADD").arg(&keys.cursors).arg(cursor).arg(&w.user_id).clone());
                 }
-                None => {
+                (true, None) => {
                     cmds.push(redis::cmd("ZREM").arg(&keys.joins).arg(&w.user_id).clone());
                     cmds.push(redis::cmd("ZREM").arg(&keys.cursors).arg(&w.user_id).clone());
                 }

@@ -15,6 +15,7 @@ use unread::core::delta::Delta;
 use unread::core::fanout::FanOut;
 use unread::core::fold::Fold;
 use unread::core::hybrid::{Diffusion, ShareQuery};
+use unread::projection::redis::ReceiptWrite;
 
 const USERS: [&str; 5] = ["alice", "bob", "c {x}", "d/e%f", "ü ü"];
 const CONVS: [&str; 3] = ["team", "a:{b}", "z/1"];
@@ -483,6 +484,8 @@ fn run_scenario(
         ];
         // The fold task reads both topics' partitions; now and then it reads a stream's last records again.
         let mut pos = [0usize; 2];
+        // The receipts' entries of the user as the fold's publishes leave them (a publish now and then).
+        let mut receipts = PublishedReceipts::default();
         while pos[0] < inputs[0].len() || pos[1] < inputs[1].len() {
             let s = if pos[0] == inputs[0].len() {
                 1
@@ -498,10 +501,19 @@ fn run_scenario(
                 eprintln!("{user}: {:?}", inputs[s][pos[s]]);
             }
             match &inputs[s][pos[s]] {
-                Input::Delta(d) => fold.apply_delta(d),
-                Input::Event(e) => fold.apply_user_event(e),
+                Input::Delta(d) => {
+                    receipts.changed.insert(d.conversation_id.clone());
+                    fold.apply_delta(d)
+                }
+                Input::Event(e) => {
+                    receipts.changed.extend(e.conversation_id().map(str::to_owned));
+                    fold.apply_user_event(e)
+                }
             }
             pos[s] += 1;
+            if rng.chance(30) {
+                receipts.publish(&mut fold, user);
+            }
             if let Some(state) = fold.user(user) {
                 assert_eq!(state.totals(), state.recount(), "totals drifted from the sums");
             }
@@ -509,8 +521,45 @@ fn run_scenario(
         if let Some(state) = fold.user(user) {
             state.check().unwrap_or_else(|e| panic!("{user}: {e}"));
         }
+        receipts.publish(&mut fold, user);
+        let whole = fold.user(user).map(ReceiptWrite::whole).unwrap_or_default();
+        let own: BTreeSet<(String, u64)> =
+            whole.iter().flat_map(|r| r.own_added.iter().map(|seq| (r.conversation_id.clone(), seq))).collect();
+        let whole: BTreeMap<String, (u64, u64)> =
+            whole.into_iter().filter_map(|r| Some((r.conversation_id, r.member?))).collect();
+        assert_eq!(receipts.entries, whole, "{user}: the receipts' entries after patches differ from a whole write");
+        assert_eq!(receipts.own, own, "{user}: the senders' seqs after patches differ from a whole write");
     }
     (fold.views_at(&fanouts, today), expected)
+}
+
+/// One user's entries in the conversations' receipts (conversation → (head at join, cursor), and its seqs among
+/// the senders) as the fold's publishes write them: each publish writes only the memberships noted as changed
+/// ([`ReceiptWrite::member_changed`]) and the own seqs' changes, then forgets the notes.
+#[derive(Default)]
+struct PublishedReceipts {
+    entries: BTreeMap<String, (u64, u64)>,
+    /// The user's seqs in the conversations' senders.
+    own: BTreeSet<(String, u64)>,
+    /// The conversations changed since the last publish.
+    changed: BTreeSet<String>,
+}
+
+impl PublishedReceipts {
+    fn publish(&mut self, fold: &mut Fold, user: &str) {
+        for r in ReceiptWrite::changed(fold.user(user), &std::mem::take(&mut self.changed)) {
+            match (r.member_changed, r.member) {
+                (false, _) => {}
+                (true, Some(entry)) => drop(self.entries.insert(r.conversation_id.clone(), entry)),
+                (true, None) => drop(self.entries.remove(&r.conversation_id)),
+            }
+            r.own_removed.iter().for_each(|seq| drop(self.own.remove(&(r.conversation_id.clone(), seq))));
+            r.own_added.iter().for_each(|seq| drop(self.own.insert((r.conversation_id.clone(), seq))));
+        }
+        if let Some(state) = fold.user_mut_existing(user) {
+            state.take_own_changes();
+        }
+    }
 }
 
 /// The core's receipts, fed each conversation's events in order and every read ack at a random point, against the
