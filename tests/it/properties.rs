@@ -553,8 +553,12 @@ impl PublishedReceipts {
                 (true, Some(entry)) => drop(self.entries.insert(r.conversation_id.clone(), entry)),
                 (true, None) => drop(self.entries.remove(&r.conversation_id)),
             }
-            r.own_removed.iter().for_each(|seq| drop(self.own.remove(&(r.conversation_id.clone(), seq))));
-            r.own_added.iter().for_each(|seq| drop(self.own.insert((r.conversation_id.clone(), seq))));
+            for seq in r.own_removed.iter() {
+                self.own.remove(&(r.conversation_id.clone(), seq));
+            }
+            for seq in r.own_added.iter() {
+                self.own.insert((r.conversation_id.clone(), seq));
+            }
         }
         if let Some(state) = fold.user_mut_existing(user) {
             state.take_own_changes();
