@@ -61,19 +61,32 @@ struct FanOutTask {
 /// PostgreSQL, or by Kafka when a successor initialized the partition's transactional id); the dispatcher restarts
 /// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
-    let (p, started) = (input.partition, Instant::now());
-    let lease = load::lease(&shared.store, Stage::FanOut, p, &shared.owner).await?;
-    // After the lease (a zombie that checked its lease before is fenced from here on), the state loads while the
-    // producer initializes: a restart's pause is the longer of the two, not their sum.
-    let (leased, since) = (Instant::now(), |at: Instant| at.elapsed().as_millis() as u64);
-    let lease_ms = since(started);
-    let (loaded, producer) = tokio::join!(
-        async {
-            (load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion).await, since(leased))
-        },
-        async { (transactional_producer(&shared, p).await, since(leased)) },
+    let (loaded, producer) = start(&shared, input.partition).await?;
+    let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
+    // Conversations whose rows still hold their members are rewritten by the first commit that runs.
+    let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
+    input.rewind(&shared.topics.conversation_events, next).await;
+    let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
+    let mut task =
+        FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight, read };
+    let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
+    discard(task.producer);
+    result
+}
+
+/// Takes partition `p`'s lease, then loads its state while its transactional producer initializes: a restart's
+/// pause is the longer of the two, not their sum. Logs how long each step took.
+///
+/// Errors: as [`load::fanout_partition`] and [`transactional_producer`]; a producer initialized beside a failed
+/// load is discarded.
+async fn start(shared: &Shared, p: i32) -> Result<(load::FanOutPartition, FutureProducer), TaskError> {
+    let (lease, lease_ms) = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner)).await;
+    let lease = lease?;
+    // After the lease: a zombie that checked its lease before is fenced from here on.
+    let ((loaded, load_ms), (producer, producer_ms)) = tokio::join!(
+        timed(load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion)),
+        timed(transactional_producer(shared, p)),
     );
-    let ((loaded, load_ms), (producer, producer_ms)) = (loaded, producer);
     let (loaded, producer) = match (loaded, producer) {
         (Ok(loaded), Ok(producer)) => (loaded, producer),
         (Err(e), producer) => {
@@ -82,17 +95,16 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
         }
         (Ok(_), Err(e)) => return Err(e),
     };
-    let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
-    // Conversations whose rows still hold their members are rewritten by the first commit that runs.
-    let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
+    let (generation, next) = (loaded.generation, loaded.next);
     info!(partition = p, generation, next, lease_ms, load_ms, producer_ms, "fan-out task started");
-    input.rewind(&shared.topics.conversation_events, next).await;
-    let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
-    let mut task =
-        FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight, read };
-    let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
-    discard(task.producer);
-    result
+    Ok((loaded, producer))
+}
+
+/// `work`'s output and how long it took, in ms.
+async fn timed<T>(work: impl std::future::Future<Output = T>) -> (T, u64) {
+    let started = Instant::now();
+    let output = work.await;
+    (output, started.elapsed().as_millis() as u64)
 }
 
 /// `error`, or the producer's fatal error when Kafka fenced it: once a successor initializes the partition's
@@ -115,7 +127,8 @@ fn discard(producer: FutureProducer) {
 }
 
 /// Creates partition `p`'s transactional producer, fetches the cluster's metadata with it (up to 5 s) and
-/// initializes it (up to 60 s), which fences every earlier producer of the partition. Blocking calls run off the async threads.
+/// initializes it (up to 60 s), which fences every earlier producer of the partition. Blocking calls run off the
+/// async threads.
 ///
 /// Errors: the client cannot be created, or the initialization fails (the broker is unreachable, say).
 async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProducer, TaskError> {

@@ -550,8 +550,12 @@ impl PublishedReceipts {
         for r in ReceiptWrite::changed(fold.user(user), &std::mem::take(&mut self.changed)) {
             match (r.member_changed, r.member) {
                 (false, _) => {}
-                (true, Some(entry)) => drop(self.entries.insert(r.conversation_id.clone(), entry)),
-                (true, None) => drop(self.entries.remove(&r.conversation_id)),
+                (true, Some(entry)) => {
+                    self.entries.insert(r.conversation_id.clone(), entry);
+                }
+                (true, None) => {
+                    self.entries.remove(&r.conversation_id);
+                }
             }
             for seq in r.own_removed.iter() {
                 self.own.remove(&(r.conversation_id.clone(), seq));
