@@ -145,6 +145,21 @@ impl Fallback {
         Ok(Some(view))
     }
 
+    /// Refills the expired receipts keys of `conversation_id` (`--projection-ttl`) from the checkpoint of
+    /// `namespace` ([`crate::state::user::receipts`]), keeping what was written to them since they expired.
+    /// Returns false when another refill came first.
+    ///
+    /// Errors: PostgreSQL unreachable or a corrupt row; Redis failing.
+    pub async fn refill_receipts(
+        &self,
+        namespace: &str,
+        conversation_id: &str,
+        projection: &RedisProjection,
+    ) -> anyhow::Result<bool> {
+        let refill = crate::state::user::receipts(&self.store(namespace).await?, conversation_id).await?;
+        Ok(projection.refill_receipts(conversation_id, &refill).await?)
+    }
+
     /// Refills `users` (who have no hash) from the checkpoint of `namespace`, as [`Fallback::read_and_refill`]
     /// does for one. Returns the users with checkpointed state (written back unless Redis held newer state).
     ///

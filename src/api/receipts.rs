@@ -63,7 +63,22 @@ pub async fn receipts(
     };
     let (namespace, projection) = s.live.current();
     let list = query.list.unwrap_or(false);
-    let (read, recipients, readers) = match projection.read_receipts(&conversation_id, seq, requester, list).await? {
+    let mut receipts = projection.read_receipts(&conversation_id, seq, requester, list).await?;
+    if receipts == Receipts::Cold {
+        // Expired under --projection-ttl: refilled from the checkpoint, then read again.
+        let Some(fb) = &s.fallback else {
+            let message = "the receipts expired and this instance reads no checkpoint to refill them";
+            return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message));
+        };
+        fb.refill_receipts(&namespace, &conversation_id, &projection).await.map_err(super::unavailable)?;
+        s.metrics.read("checkpoint");
+        receipts = projection.read_receipts(&conversation_id, seq, requester, list).await?;
+    }
+    let (read, recipients, readers) = match receipts {
+        Receipts::Cold => {
+            let message = "the receipts expired again while being refilled; try again";
+            return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message));
+        }
         Receipts::Found { read, recipients, readers } => (read, recipients, readers),
         Receipts::NotMember => {
             let message = "only a current member of the conversation, or a service, may read its receipts";

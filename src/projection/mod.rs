@@ -235,12 +235,27 @@ pub struct ReceiptKeys {
     pub cursors: String,
     /// Hash: seq → sender, for the seqs whose sender is still in the membership it sent them in (the fold).
     pub senders: String,
+    /// String, with `--projection-ttl` only: present while the other keys are complete (a refill from the
+    /// checkpoint set it; they expire together, [`redis::receipts`]).
+    pub complete: String,
+    /// Set, with `--projection-ttl` only: what was written while `complete` was missing (`j:{user}`, `s:{seq}`,
+    /// `_sent`), which a refill leaves as written.
+    pub written: String,
 }
 
-/// The receipts keys of `conversation_id`: `{prefix}rl:{#id}`, `rj:`, `rc:`, `ro:`.
+impl ReceiptKeys {
+    /// The six keys in the order the receipts scripts take them: complete, written, sent, joins, cursors,
+    /// senders.
+    pub fn all(&self) -> [&str; 6] {
+        [&self.complete, &self.written, &self.sent, &self.joins, &self.cursors, &self.senders]
+    }
+}
+
+/// The receipts keys of `conversation_id`: `{prefix}rl:{#id}`, `rj:`, `rc:`, `ro:`, `rm:`, `rw:`.
 pub fn receipt_keys(prefix: &str, conversation_id: &str) -> ReceiptKeys {
     let key = |kind: &str| format!("{prefix}{kind}:{{#{conversation_id}}}");
-    ReceiptKeys { sent: key("rl"), joins: key("rj"), cursors: key("rc"), senders: key("ro") }
+    let (complete, written) = (key("rm"), key("rw"));
+    ReceiptKeys { sent: key("rl"), joins: key("rj"), cursors: key("rc"), senders: key("ro"), complete, written }
 }
 
 /// A seq set as the receipts' `sent` string: `"lo-hi lo-hi …"`.

@@ -9,6 +9,10 @@
 //! guarded by the fan-out task's lease generation; a user's read is one `EVALSHA` of [`READ_TEMPLATE`], which
 //! combines the user's cursors with the lists and the indexes.
 
+mod receipts;
+
+pub use receipts::{MalformedRanges, ReceiptWrite, Receipts, ReceiptsRefill, SentWrite, MAX_LISTED};
+
 use std::collections::BTreeMap;
 
 use std::sync::LazyLock;
@@ -24,8 +28,7 @@ use super::{
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp, NoLists};
 use crate::core::contract::{ConversationView, UserView};
-use crate::core::fold::{ConvState, OwnChange, UserState};
-use crate::core::seqset::SeqSet;
+use crate::core::fold::UserState;
 
 /// The `map_err` of every command: the client's error with what the projection was doing.
 fn redis_err(doing: &'static str) -> impl FnOnce(RedisError) -> ProjectionError {
@@ -305,105 +308,6 @@ pub struct ListWrite {
     pub replace: bool,
 }
 
-/// One conversation's part of a user's write that the conversation's read receipts follow (contract v3,
-/// [`super::receipt_keys`]): the user's membership there, and the seqs it sent as a member.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReceiptWrite {
-    /// The conversation.
-    pub conversation_id: String,
-    /// (head at the latest join, cursor) while a member; `None`: not a member (taken out of the receipts).
-    pub member: Option<(u64, u64)>,
-    /// Whether `member` changed since the last write (always, in a whole write): when not, its two sorted-set
-    /// entries are left as they are. A message received changes neither, so a patch usually writes none.
-    pub member_changed: bool,
-    /// Seqs the user sent as a member since the last write (or all of them, in a whole write).
-    pub own_added: SeqSet,
-    /// Seqs no longer the user's as a member (its membership ended, or a recall).
-    pub own_removed: SeqSet,
-}
-
-impl ReceiptWrite {
-    /// The write of `c` (a user's state in `conversation_id`, `None` when none is kept), with `own_added` and
-    /// `own_removed` as given.
-    pub fn of(conversation_id: &str, c: Option<&ConvState>, own_added: SeqSet, own_removed: SeqSet) -> Self {
-        let (conversation_id, member) = (conversation_id.to_owned(), c.and_then(ConvState::receipt_entry));
-        Self { conversation_id, member, member_changed: true, own_added, own_removed }
-    }
-
-    /// Every conversation of `state` whole: memberships and all own seqs.
-    pub fn whole(state: &UserState) -> Vec<Self> {
-        let each = state.conversations().iter();
-        each.map(|(id, c)| Self::of(id, Some(c), c.own.clone(), SeqSet::new())).collect()
-    }
-
-    /// The conversations of `state` named in `changed`, with the own seqs and memberships changed since the last
-    /// write ([`UserState::own_changes`]). Where the user is not a member the entries are always taken out (a
-    /// few ZREMs of what is mostly absent): a user whose state emptied is dropped with its notes, and may come
-    /// back before the next write with an entry there but no note of the membership that ended.
-    pub fn changed<'a>(state: Option<&UserState>, changed: impl IntoIterator<Item = &'a String>) -> Vec<Self> {
-        let change = |id: &str| state.and_then(|s| s.own_changes().get(id)).cloned().unwrap_or_default();
-        let conv = |id: &str| state.and_then(|s| s.conversations().get(id)).map(|c| &**c);
-        let write = |id: &String| {
-            let (OwnChange { added, removed, membership }, c) = (change(id), conv(id));
-            let write = Self::of(id, c, added, removed);
-            Self { member_changed: membership || write.member.is_none(), ..write }
-        };
-        changed.into_iter().map(write).collect()
-    }
-}
-
-/// Most members of a conversation whose readers `?list=true` names: 256.
-pub const MAX_LISTED: u64 = 256;
-
-/// What [`RedisProjection::read_receipts`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Receipts {
-    /// The requesting user is not a current member.
-    NotMember,
-    /// The seq was never sent, was a duplicate or was recalled.
-    NotSent,
-    /// Readers were asked for in a conversation of more than [`MAX_LISTED`] members (this many).
-    TooManyToList(u64),
-    /// The counts, and the readers when asked for.
-    Found {
-        /// Recipients who read it.
-        read: u64,
-        /// Current members but the sender who joined before it.
-        recipients: u64,
-        /// The readers' ids, sorted, when asked for.
-        readers: Option<Vec<String>>,
-    },
-}
-
-/// A reply of a receipts read, typed.
-fn parsed<T: FromRedisValue>(v: &Value) -> ProjectionResult<T> {
-    redis::from_redis_value_ref(v).map_err(|e| redis_err("reading receipts")(RedisError::from(e)))
-}
-
-/// A conversation's sent-seqs value is not ranges.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("receipts of conversation {conversation_id:?}: the sent seqs are not ranges")]
-pub struct MalformedRanges {
-    /// The conversation.
-    pub conversation_id: String,
-}
-
-/// The fan-out's writes of a conversation's sent seqs ([`super::ReceiptKeys::sent`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SentWrite {
-    /// The conversation.
-    pub conversation_id: String,
-    /// Its sent, not recalled seqs ([`super::ranges_value`]).
-    pub ranges: String,
-}
-
-impl SentWrite {
-    /// The write of conversation `id`'s sent seqs.
-    pub fn of(id: &str, c: &crate::core::fanout::ConversationState) -> Self {
-        SentWrite { conversation_id: id.to_owned(), ranges: super::ranges_value(&c.sent) }
-    }
-}
-
 /// What [`RedisProjection::write`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteOutcome {
@@ -589,10 +493,19 @@ struct UserRead {
 }
 
 /// The scripts, in the order of their SHA1s in [`SHAS`]: the templates filled with the layout ([`fill`]).
-static SCRIPTS: LazyLock<[String; 4]> =
-    LazyLock::new(|| [WRITE_TEMPLATE, LIST_TEMPLATE, READ_TEMPLATE, SHARE_TEMPLATE].map(fill));
+static SCRIPTS: LazyLock<[String; 7]> = LazyLock::new(|| TEMPLATES.map(fill));
+/// The script templates: the users', lists', reads' and shares', then the receipts' ([`receipts`]).
+const TEMPLATES: [&str; 7] = [
+    WRITE_TEMPLATE,
+    LIST_TEMPLATE,
+    READ_TEMPLATE,
+    SHARE_TEMPLATE,
+    receipts::WRITE_TEMPLATE,
+    receipts::READ_TEMPLATE,
+    receipts::REFILL_TEMPLATE,
+];
 /// The SHA1 of each of [`SCRIPTS`] (what `EVALSHA` takes).
-static SHAS: LazyLock<[String; 4]> =
+static SHAS: LazyLock<[String; 7]> =
     LazyLock::new(|| SCRIPTS.each_ref().map(|s| redis::Script::new(s).get_hash().to_owned()));
 
 /// The Redis layout's names as the scripts spell them: `${NAME}` → the constant of [`super`] that defines it.
@@ -621,6 +534,9 @@ const WRITE: usize = 0;
 const LIST: usize = 1;
 const READ: usize = 2;
 const SHARE: usize = 3;
+const RECEIPTS_WRITE: usize = 4;
+const RECEIPTS_READ: usize = 5;
+const RECEIPTS_REFILL: usize = 6;
 
 /// An `EVALSHA` of script `script` (an index into [`SCRIPTS`]) with `keys`; the caller adds the ARGV.
 fn evalsha(script: usize, keys: &[&str]) -> Cmd {
@@ -656,7 +572,8 @@ impl RedisProjection {
     }
 
     /// The same projection whose user hashes expire `ttl` after their last write or read (`--projection-ttl`;
-    /// `None`: never, the default). Broadcast lists, indexes and receipts never expire. Every role must be given
+    /// `None`: never, the default), and so do conversations' receipts keys after their last write or read
+    /// ([`receipts`]); broadcast lists and indexes never expire. Every role must be given
     /// the same ttl: the writer sets it and refuses to patch a hash that expired, readers set it again and refill
     /// a user with no hash from the checkpoint (docs/operations.md, "Redis as a bounded cache").
     pub fn with_ttl(mut self, ttl: Option<std::time::Duration>) -> Self {
@@ -741,10 +658,7 @@ impl RedisProjection {
                 return Err(ProjectionError::UnexpectedReply { doing: "writing users", reason });
             }
             let accepted = chunk.iter().zip(&results).filter(|(_, r)| **r == 1).map(|(w, _)| w);
-            let receipts: Vec<Cmd> = accepted.flat_map(|w| self.receipt_cmds(w)).collect();
-            if !receipts.is_empty() {
-                self.conn.run_all::<Value>(receipts).await.map_err(redis_err("writing receipts"))?;
-            }
+            self.write_receipts(accepted).await?;
             for (w, r) in chunk.iter().zip(&results) {
                 match r {
                     1 => outcome.written += 1,
@@ -754,123 +668,6 @@ impl RedisProjection {
             }
         }
         Ok(outcome)
-    }
-
-    /// The receipts commands of an accepted user write: its memberships' join heads and cursors, its own seqs.
-    fn receipt_cmds(&self, w: &UserWrite) -> Vec<Cmd> {
-        let mut cmds = Vec::new();
-        for r in &w.receipts {
-            let keys = super::receipt_keys(&self.prefix, &r.conversation_id);
-            match (r.member_changed, r.member) {
-                (false, _) => {} // unchanged since the last write
-                (true, Some((joined, cursor))) => {
-                    cmds.push(redis::cmd("ZADD").arg(&keys.joins).arg(joined).arg(&w.user_id).clone());
-                    cmds.push(redis::cmd("ZADD").arg(&keys.cursors).arg(cursor).arg(&w.user_id).clone());
-                }
-                (true, None) => {
-                    cmds.push(redis::cmd("ZREM").arg(&keys.joins).arg(&w.user_id).clone());
-                    cmds.push(redis::cmd("ZREM").arg(&keys.cursors).arg(&w.user_id).clone());
-                }
-            }
-            if !r.own_removed.is_empty() {
-                cmds.push(redis::cmd("HDEL").arg(&keys.senders).arg(r.own_removed.iter().collect::<Vec<_>>()).clone());
-            }
-            if !r.own_added.is_empty() {
-                let mut hset = redis::cmd("HSET");
-                hset.arg(&keys.senders);
-                r.own_added.iter().for_each(|seq| {
-                    hset.arg(seq).arg(&w.user_id);
-                });
-                cmds.push(hset);
-            }
-        }
-        cmds
-    }
-
-    /// Writes conversations' sent seqs (receipts, v3): one `SET` each (a `DEL` when none).
-    ///
-    /// Errors: [`ProjectionError::Redis`].
-    pub async fn write_sent(&self, writes: &[SentWrite]) -> ProjectionResult<()> {
-        let cmds: Vec<Cmd> = writes
-            .iter()
-            .map(|w| {
-                let key = super::receipt_keys(&self.prefix, &w.conversation_id).sent;
-                match w.ranges.is_empty() {
-                    true => redis::cmd("DEL").arg(key).clone(),
-                    false => redis::cmd("SET").arg(key).arg(&w.ranges).clone(),
-                }
-            })
-            .collect();
-        if !cmds.is_empty() {
-            self.conn.run_all::<Value>(cmds).await.map_err(redis_err("writing sent seqs"))?;
-        }
-        Ok(())
-    }
-
-    /// The read receipts of message `seq` of `conversation_id` (contract v3): three O(log members) counts and a
-    /// lookup, in one round trip; with `list`, the readers' ids too (conversations of at most [`MAX_LISTED`]
-    /// members). `requester`: a user who must be a current member (`None`: a service).
-    ///
-    /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::MalformedSent`] when a sent-seqs
-    /// value is not ranges (a bug or a foreign writer, not an outage).
-    pub async fn read_receipts(
-        &self,
-        conversation_id: &str,
-        seq: u64,
-        requester: Option<&str>,
-        list: bool,
-    ) -> ProjectionResult<Receipts> {
-        let keys = super::receipt_keys(&self.prefix, conversation_id);
-        let below = format!("({seq}");
-        let cmds = vec![
-            redis::cmd("ZSCORE").arg(&keys.joins).arg(requester.unwrap_or_default()).clone(),
-            redis::cmd("GET").arg(&keys.sent).clone(),
-            redis::cmd("ZCOUNT").arg(&keys.joins).arg("-inf").arg(&below).clone(),
-            redis::cmd("ZCOUNT").arg(&keys.cursors).arg("-inf").arg(&below).clone(),
-            redis::cmd("HGET").arg(&keys.senders).arg(seq).clone(),
-            redis::cmd("ZCARD").arg(&keys.joins).clone(),
-        ];
-        let v: Vec<Value> = self.conn.run_all(cmds).await.map_err(redis_err("reading receipts"))?;
-        let parse = |i: usize| v.get(i).unwrap_or(&Value::Nil);
-        let member: Option<f64> = parsed(parse(0))?;
-        if requester.is_some() && member.is_none() {
-            return Ok(Receipts::NotMember);
-        }
-        let sent: Option<String> = parsed(parse(1))?;
-        let malformed = || MalformedRanges { conversation_id: conversation_id.to_owned() };
-        if !super::ranges_contain(sent.as_deref().unwrap_or_default(), seq).ok_or_else(malformed)? {
-            return Ok(Receipts::NotSent);
-        }
-        let (before, unread): (u64, u64) = (parsed(parse(2))?, parsed(parse(3))?);
-        let sender: Option<String> = parsed(parse(4))?;
-        let members: u64 = parsed(parse(5))?;
-        let own = u64::from(sender.is_some());
-        let (read, recipients) = (before.saturating_sub(unread + own), before.saturating_sub(own));
-        let readers = match list {
-            false => None,
-            true if members > MAX_LISTED => return Ok(Receipts::TooManyToList(members)),
-            true => Some(self.readers(&keys, seq, sender.as_deref()).await?),
-        };
-        Ok(Receipts::Found { read, recipients, readers })
-    }
-
-    /// The members who read `seq`: joined before it, cursor at or above it, not its sender; sorted.
-    async fn readers(
-        &self,
-        keys: &super::ReceiptKeys,
-        seq: u64,
-        sender: Option<&str>,
-    ) -> ProjectionResult<Vec<String>> {
-        let cmds = vec![
-            redis::cmd("ZRANGE").arg(&keys.joins).arg("-inf").arg(format!("({seq}")).arg("BYSCORE").clone(),
-            redis::cmd("ZRANGE").arg(&keys.cursors).arg(seq).arg("+inf").arg("BYSCORE").clone(),
-        ];
-        let v: Vec<Vec<String>> = self.conn.run_all(cmds).await.map_err(redis_err("reading receipts"))?;
-        let joined: std::collections::HashSet<&String> = v[0].iter().collect();
-        let mut readers: Vec<String> =
-            v[1].iter().filter(|u| joined.contains(u) && Some(u.as_str()) != sender).cloned().collect();
-        readers.sort_unstable();
-        Ok(readers)
     }
 
     /// One call of [`WRITE_TEMPLATE`] with the writes of `users` (one on a cluster: its keys must share a slot).
@@ -1163,9 +960,7 @@ mod tests {
 
     #[test]
     fn every_script_names_the_layout_only_through_its_constants() {
-        for (template, script) in
-            [WRITE_TEMPLATE, LIST_TEMPLATE, READ_TEMPLATE, SHARE_TEMPLATE].iter().zip(SCRIPTS.iter())
-        {
+        for (template, script) in TEMPLATES.iter().zip(SCRIPTS.iter()) {
             assert!(!script.contains("${"), "a placeholder left unfilled:\n{script}");
             for (name, value) in LAYOUT {
                 assert_eq!(template.matches(name).count(), script.matches(&format!("'{value}'")).count(), "{name}");

@@ -1,10 +1,11 @@
 //! One reader of users' checkpointed state: each user's decoded state with its fold partition and the projection
 //! version of its checkpoint, from which a view (with the checkpoint's shared lists) and a Redis write follow. The
-//! API's degraded reads, `verify`, `projection rebuild` and `inspect` all read users through here.
+//! API's degraded reads, `verify`, `projection rebuild` and `inspect` all read users through here, and so does the
+//! refill of a conversation's expired read receipts ([`receipts`]).
 
 use chrono::{DateTime, Utc};
 
-use super::load::shared_lists;
+use super::load::{conversation_from_rows, shared_lists};
 use super::offsets::CheckpointVersions;
 use super::FoldNext;
 use super::{StateError, StateResult};
@@ -13,7 +14,8 @@ use crate::checkpoint::Stage;
 use crate::core::broadcast::Lists;
 use crate::core::contract::UserView;
 use crate::core::fold::UserState;
-use crate::projection::redis::UserWrite;
+use crate::projection::ranges_value;
+use crate::projection::redis::{ReceiptsRefill, UserWrite};
 use crate::projection::ProjectionVersion;
 use crate::state::codec;
 use crate::topology::Topics;
@@ -130,4 +132,29 @@ pub async fn user_state(store: &CheckpointStore, user_id: &str) -> StateResult<O
 pub async fn user_view(store: &CheckpointStore, user_id: &str, today: i64) -> StateResult<Option<UserView>> {
     let Some(state) = user_state(store, user_id).await? else { return Ok(None) };
     Ok(Some(view_from(store, user_id, &state, today).await?))
+}
+
+/// What the checkpoint holds of `conversation_id`'s read receipts (contract v3), for a refill of its expired
+/// receipts keys (`--projection-ttl`): the fan-out's sent seqs, and the entry and sent seqs of each member the
+/// fan-out's checkpoint names, from that member's checkpointed state. A conversation the checkpoint does not know
+/// gives an empty refill. Reads one fold row per member: O(members).
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn receipts(store: &CheckpointStore, conversation_id: &str) -> StateResult<ReceiptsRefill> {
+    let (row, members) =
+        tokio::try_join!(store.state_row(Stage::FanOut, conversation_id), store.members_of(conversation_id))?;
+    let mut refill = ReceiptsRefill::default();
+    let Some(row) = row else { return Ok(refill) };
+    let members = members.into_iter().map(|m| (m.user_id, u64::try_from(m.joined_head).unwrap_or(0))).collect();
+    let (conversation, _) = conversation_from_rows(&row.row, members)?;
+    refill.sent = ranges_value(&conversation.sent);
+    let ids: Vec<String> = conversation.members.into_keys().collect();
+    if ids.is_empty() {
+        return Ok(refill);
+    }
+    for row in store.states_of(Stage::Fold, &ids).await? {
+        let state = codec::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
+        refill.add(&row.id, state.conversations().get(conversation_id).map(|c| &**c));
+    }
+    Ok(refill)
 }

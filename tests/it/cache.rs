@@ -151,3 +151,110 @@ fn a_projection_ttl_under_the_floor_is_refused_with_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--projection-ttl 30s: at least 5m"), "{err}");
 }
+
+/// How many receipts keys (`rl:`, `rj:`, `rc:`, `ro:`, `rm:`, `rw:`) the namespace holds in Redis.
+fn receipts_keys(rt: &tokio::runtime::Runtime, ns: &Ns) -> usize {
+    rt.block_on(async {
+        let client = redis::Client::open(ns.redis_url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut keys: redis::AsyncIter<String> = conn.scan_match(format!("{}:r?:*", ns.name)).await.unwrap();
+        let mut n = 0;
+        while futures::StreamExt::next(&mut keys).await.is_some() {
+            n += 1;
+        }
+        n
+    })
+}
+
+#[test]
+fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_exact() {
+    let test = "with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_exact";
+    let Some(stack) = stack(test) else { return };
+    let ns = Ns::new(&stack, "rcache");
+    let svc = ns.start_with_env(&["--projection-ttl", TTL], &[SHORT_TTL_OK]);
+    ns.ok(&["produce", &v3_dev_events()]);
+    ns.ok(&["lag", "--wait", "2m"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert!(receipts_keys(&rt, &ns) > 0, "the fold and the fan-out wrote receipts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while receipts_keys(&rt, &ns) > 0 {
+        assert!(Instant::now() < deadline, "receipts keys still in Redis 60 s on");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Every message of the set, each conversation refilled from the checkpoint at its first read.
+    let receipts = crate::v3::v3_dev_receipts();
+    let before = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}");
+    crate::v3::assert_receipts(svc.port, &receipts, 1);
+    let conversations: std::collections::BTreeSet<&str> =
+        receipts.iter().map(|r| r["conversation_id"].as_str().unwrap()).collect();
+    let refills = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}") - before;
+    assert_eq!(refills, conversations.len() as f64, "one refill per conversation, then reads from Redis");
+    // A read sets the keys' expiry again: the conversation read last is complete in Redis.
+    let last = receipts.last().unwrap()["conversation_id"].as_str().unwrap();
+    let key = format!("{}:rm:{{#{last}}}", ns.name);
+    let complete: i64 = rt.block_on(async {
+        let mut conn =
+            redis::Client::open(ns.redis_url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await.unwrap()
+    });
+    assert_eq!(complete, 1, "{key}");
+    svc.stop();
+}
+
+#[test]
+fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
+    use unread::core::seqset::SeqSet;
+    use unread::projection::redis::{ReceiptWrite, Receipts, ReceiptsRefill, SentWrite, UserWrite};
+    use unread::projection::ProjectionVersion;
+    let test = "a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired";
+    let Some(stack) = stack(test) else { return };
+    let ns = Ns::new(&stack, "rrefill");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ttl = Some(Duration::from_secs(60));
+    let p = rt.block_on(RedisProjection::connect(&ns.redis_url, &format!("{}:", ns.name))).unwrap().with_ttl(ttl);
+    let seqs = |s: &[u64]| s.iter().copied().collect::<SeqSet>();
+    let write = |user: &str, member: Option<(u64, u64)>, added: &[u64], events: i64| {
+        let version = ProjectionVersion { generation: 1, user_events: events, user_deltas: 0 };
+        let mut w = UserWrite::of_state(user, None, version);
+        let (conversation_id, own_added, own_removed) = ("g".to_owned(), seqs(added), SeqSet::new());
+        w.receipts = vec![ReceiptWrite { conversation_id, member, member_changed: true, own_added, own_removed }];
+        w
+    };
+    let read = |seq: u64| rt.block_on(p.read_receipts("g", seq, None, true)).unwrap();
+    // The keys expired; then, before any read: b read up to 3, d left, c sent 4 (the fan-out wrote 1-4).
+    let sent = [SentWrite { conversation_id: "g".into(), ranges: "1-4".into() }];
+    rt.block_on(p.write_sent(&sent)).unwrap();
+    let writes = [write("b", Some((0, 3)), &[], 1), write("d", None, &[], 1), write("c", Some((0, 4)), &[4], 1)];
+    assert_eq!(rt.block_on(p.write(&writes)).unwrap().counts(), (3, 0));
+    assert_eq!(read(3), Receipts::Cold, "no read answers from keys that are not complete");
+    // A refill from a checkpoint that is older for b, d, the sent seqs and seq 4, and a stray entry e that neither
+    // the checkpoint nor a write since the expiry holds.
+    let mut conn = p.connection();
+    let key = format!("{}:rj:{{#g}}", ns.name);
+    let _: i64 = rt.block_on(redis::cmd("ZADD").arg(&key).arg(0).arg("e").query_async(&mut conn)).unwrap();
+    let (a, b, c, d) = (("a".into(), 0, 3), ("b".into(), 0, 1), ("c".into(), 0, 0), ("d".into(), 0, 2));
+    let senders = vec![(1, "a".into()), (2, "b".into()), (3, "a".into())];
+    let refill = ReceiptsRefill { sent: "1-3".into(), members: vec![a, b, c, d], senders };
+    assert!(rt.block_on(p.refill_receipts("g", &refill)).unwrap(), "the first refill writes");
+    assert!(!rt.block_on(p.refill_receipts("g", &ReceiptsRefill::default())).unwrap(), "a second one does not");
+    // Seq 3 (sent by a): recipients b and c, who both read it (b: its write since the expiry, not the checkpoint's
+    // cursor 1).
+    let found = |read: u64, recipients: u64, readers: &[&str]| Receipts::Found {
+        read,
+        recipients,
+        readers: Some(readers.iter().map(|r| r.to_string()).collect()),
+    };
+    assert_eq!(read(3), found(2, 2, &["b", "c"]), "d left and e is gone, b's cursor is its write's");
+    assert_eq!(read(4), found(0, 2, &[]), "sent 1-4 and c's seq 4 are the writes', not the checkpoint's");
+    // Complete now: a write is not noted, and every key expires with the others.
+    assert_eq!(rt.block_on(p.write(&[write("a", Some((0, 4)), &[], 2)])).unwrap().counts(), (1, 0));
+    assert_eq!(read(4), found(1, 2, &["a"]));
+    for kind in ["rm", "rl", "rj", "rc", "ro"] {
+        let key = format!("{}:{kind}:{{#g}}", ns.name);
+        let pttl: i64 = rt.block_on(redis::cmd("PTTL").arg(&key).query_async(&mut conn)).unwrap();
+        assert!((1..=60_000).contains(&pttl), "{key}: PTTL {pttl}");
+    }
+    let written: i64 =
+        rt.block_on(redis::cmd("EXISTS").arg(format!("{}:rw:{{#g}}", ns.name)).query_async(&mut conn)).unwrap();
+    assert_eq!(written, 0, "the notes went with the refill");
+}
