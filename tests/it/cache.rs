@@ -3,12 +3,17 @@
 //! hash expired (or was refilled) whole at its next change rather than patch a hash that is not there; `verify`
 //! counts expired users as evicted, not as differing.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 use redis::AsyncCommands;
 use unread::core::contract::UserView;
 use unread::core::expiry::NEVER;
-use unread::projection::redis::RedisProjection;
+use unread::core::seqset::SeqSet;
+use unread::projection::redis::{ReceiptWrite, Receipts, ReceiptsRefill, RedisProjection, SentWrite, UserWrite};
+use unread::projection::ProjectionVersion;
 
 use crate::support::*;
 
@@ -203,9 +208,6 @@ fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_
 
 #[test]
 fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
-    use unread::core::seqset::SeqSet;
-    use unread::projection::redis::{ReceiptWrite, Receipts, ReceiptsRefill, SentWrite, UserWrite};
-    use unread::projection::ProjectionVersion;
     let test = "a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired";
     let Some(stack) = stack(test) else { return };
     let ns = Ns::new(&stack, "rrefill");
@@ -257,4 +259,154 @@ fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
     let written: i64 =
         rt.block_on(redis::cmd("EXISTS").arg(format!("{}:rw:{{#g}}", ns.name)).query_async(&mut conn)).unwrap();
     assert_eq!(written, 0, "the notes went with the refill");
+}
+
+/// One step of [`a_refill_of_expired_receipts_is_exact_under_any_interleaving`].
+#[derive(Debug, Clone)]
+enum ReceiptsStep {
+    /// User `.0` joins (join head, cursor) or leaves (`None`).
+    Member(usize, Option<(u64, u64)>),
+    /// Seq `.0` sent by user `.1`, or no longer a member's (`None`: a recall, or its sender left).
+    Own(u64, Option<usize>),
+    /// The fan-out's sent seqs: `1-n` (`0`: none).
+    Sent(u64),
+    /// The checkpoint catches up with what was written.
+    Checkpoint,
+    /// The keys expire (the checkpoint held everything written before: the ttl's floor).
+    Expire,
+    /// A cold read starts a refill: it reads the checkpoint as it is now.
+    RefillRead,
+    /// That refill writes.
+    RefillWrite,
+}
+
+/// Users of [`a_refill_of_expired_receipts_is_exact_under_any_interleaving`].
+const USERS: [&str; 4] = ["a", "b {x}", "c", "d"];
+
+/// A random [`ReceiptsStep`].
+fn receipts_step() -> impl Strategy<Value = ReceiptsStep> {
+    let entry = proptest::option::of((0u64..3, 0u64..6));
+    prop_oneof![
+        3 => (0usize..4, entry).prop_map(|(u, e)| ReceiptsStep::Member(u, e)),
+        2 => (1u64..6, proptest::option::of(0usize..4)).prop_map(|(s, u)| ReceiptsStep::Own(s, u)),
+        1 => (0u64..6).prop_map(ReceiptsStep::Sent),
+        1 => Just(ReceiptsStep::Checkpoint),
+        1 => Just(ReceiptsStep::Expire),
+        1 => Just(ReceiptsStep::RefillRead),
+        1 => Just(ReceiptsStep::RefillWrite),
+    ]
+}
+
+/// What a conversation's receipts hold: members → (join head, cursor), seq → sender, sent seqs.
+type ReceiptsModel = (BTreeMap<String, (u64, u64)>, BTreeMap<u64, String>, String);
+
+/// Conversation `g`'s receipts keys under `prefix`: complete, written, sent, joins, cursors, senders.
+fn g_keys(prefix: &str) -> [String; 6] {
+    ["rm", "rw", "rl", "rj", "rc", "ro"].map(|kind| format!("{prefix}{kind}:{{#g}}"))
+}
+
+/// What conversation `g`'s receipts keys hold, when they are complete.
+fn complete_receipts(rt: &tokio::runtime::Runtime, p: &RedisProjection) -> Option<ReceiptsModel> {
+    let [rm, _, rl, rj, rc, ro] = g_keys(p.prefix());
+    let mut conn = p.connection();
+    let range = |k: &str| redis::cmd("ZRANGE").arg(k).arg(0).arg(-1).arg("WITHSCORES").clone();
+    let (complete, joins, cursors, senders, sent): (bool, Vec<(String, u64)>, BTreeMap<String, u64>, _, Option<_>) = rt
+        .block_on(async {
+            let complete = redis::cmd("EXISTS").arg(&rm).query_async(&mut conn).await.unwrap();
+            let joins = range(&rj).query_async(&mut conn).await.unwrap();
+            let cursors: Vec<(String, u64)> = range(&rc).query_async(&mut conn).await.unwrap();
+            let senders: Vec<(u64, String)> = redis::cmd("HGETALL").arg(&ro).query_async(&mut conn).await.unwrap();
+            let sent = redis::cmd("GET").arg(&rl).query_async(&mut conn).await.unwrap();
+            (complete, joins, cursors.into_iter().collect(), senders, sent)
+        });
+    let cursor = |u: &String| cursors.get(u).copied().unwrap_or(u64::MAX);
+    let members = joins.into_iter().map(|(u, j)| (u.clone(), (j, cursor(&u)))).collect();
+    complete.then(|| (members, senders.into_iter().collect(), sent.unwrap_or_default()))
+}
+
+/// Conversation `g`'s receipts keys expire (all six at once).
+fn expire_receipts(rt: &tokio::runtime::Runtime, p: &RedisProjection) {
+    let mut conn = p.connection();
+    let _: i64 = rt.block_on(redis::cmd("DEL").arg(&g_keys(p.prefix())).query_async(&mut conn)).unwrap();
+}
+
+/// One user's receipts write in conversation `g` at a version above every earlier one: its membership (`None`:
+/// unchanged), the seqs it sent and no longer sent.
+fn receipts_write(user: &str, member: Option<Option<(u64, u64)>>, own: [&[u64]; 2], n: i64) -> UserWrite {
+    let version = ProjectionVersion { generation: 1, user_events: n, user_deltas: 0 };
+    let mut w = UserWrite::of_state(user, None, version);
+    let (member_changed, member) = (member.is_some(), member.flatten());
+    let [own_added, own_removed] = own.map(|seqs| seqs.iter().copied().collect::<SeqSet>());
+    let conversation_id = "g".to_owned();
+    w.receipts = vec![ReceiptWrite { conversation_id, member, member_changed, own_added, own_removed }];
+    w
+}
+
+/// Writes and expiries and refills of one conversation's receipts in any order (`--projection-ttl`): whenever the
+/// keys are complete they hold exactly what was written last, item by item.
+#[test]
+fn a_refill_of_expired_receipts_is_exact_under_any_interleaving() {
+    let test = "a_refill_of_expired_receipts_is_exact_under_any_interleaving";
+    let Some(stack) = stack(test) else { return };
+    let ns = Ns::new(&stack, "rprop");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ttl = Some(Duration::from_secs(600));
+    let p = rt.block_on(RedisProjection::connect(&ns.redis_url, &format!("{}:", ns.name))).unwrap().with_ttl(ttl);
+    let config = ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() };
+    let events = std::cell::Cell::new(0);
+    let write = |w: UserWrite| assert_eq!(rt.block_on(p.write(&[w])).unwrap().counts(), (1, 0));
+    let next = || {
+        events.set(events.get() + 1);
+        events.get()
+    };
+    TestRunner::new(config)
+        .run(&proptest::collection::vec(receipts_step(), 1..30), |steps| {
+            expire_receipts(&rt, &p);
+            let (mut truth, mut checkpoint, mut pending): (ReceiptsModel, ReceiptsModel, Option<ReceiptsModel>) =
+                Default::default();
+            for step in steps.iter().chain(&[ReceiptsStep::RefillRead, ReceiptsStep::RefillWrite]) {
+                match step.clone() {
+                    ReceiptsStep::Member(u, e) => {
+                        let _ = match e {
+                            Some(e) => truth.0.insert(USERS[u].to_owned(), e),
+                            None => truth.0.remove(USERS[u]),
+                        };
+                        write(receipts_write(USERS[u], Some(e), [&[], &[]], next()));
+                    }
+                    ReceiptsStep::Own(seq, Some(u)) => {
+                        truth.1.insert(seq, USERS[u].to_owned());
+                        write(receipts_write(USERS[u], None, [&[seq], &[]], next()));
+                    }
+                    ReceiptsStep::Own(seq, None) => {
+                        let sender = truth.1.remove(&seq).unwrap_or_else(|| USERS[0].to_owned());
+                        write(receipts_write(&sender, None, [&[], &[seq]], next()));
+                    }
+                    ReceiptsStep::Sent(n) => {
+                        truth.2 = if n == 0 { String::new() } else { format!("1-{n}") };
+                        let sent = [SentWrite { conversation_id: "g".into(), ranges: truth.2.clone() }];
+                        rt.block_on(p.write_sent(&sent)).unwrap();
+                    }
+                    ReceiptsStep::Checkpoint => checkpoint = truth.clone(),
+                    ReceiptsStep::Expire => {
+                        expire_receipts(&rt, &p);
+                        checkpoint = truth.clone(); // the ttl's floor: it held everything written before
+                        pending = None; // a refill takes less than the ttl
+                    }
+                    ReceiptsStep::RefillRead => pending = Some(checkpoint.clone()),
+                    ReceiptsStep::RefillWrite => {
+                        if let Some((members, senders, sent)) = pending.take() {
+                            let members = members.into_iter().map(|(u, (j, c))| (u, j, c)).collect();
+                            let refill = ReceiptsRefill { sent, members, senders: senders.into_iter().collect() };
+                            rt.block_on(p.refill_receipts("g", &refill)).unwrap();
+                        }
+                    }
+                }
+                if let Some(got) = complete_receipts(&rt, &p) {
+                    prop_assert_eq!(&got, &truth, "complete keys after {:?}", step);
+                }
+            }
+            prop_assert!(complete_receipts(&rt, &p).is_some(), "the last refill completed the keys");
+            Ok(())
+        })
+        .unwrap();
 }
