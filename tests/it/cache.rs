@@ -310,15 +310,14 @@ fn complete_receipts(rt: &tokio::runtime::Runtime, p: &RedisProjection) -> Optio
     let [rm, _, rl, rj, rc, ro] = g_keys(p.prefix());
     let mut conn = p.connection();
     let range = |k: &str| redis::cmd("ZRANGE").arg(k).arg(0).arg(-1).arg("WITHSCORES").clone();
-    let (complete, joins, cursors, senders, sent): (bool, Vec<(String, u64)>, BTreeMap<String, u64>, _, Option<_>) = rt
-        .block_on(async {
-            let complete = redis::cmd("EXISTS").arg(&rm).query_async(&mut conn).await.unwrap();
-            let joins = range(&rj).query_async(&mut conn).await.unwrap();
-            let cursors: Vec<(String, u64)> = range(&rc).query_async(&mut conn).await.unwrap();
-            let senders: Vec<(u64, String)> = redis::cmd("HGETALL").arg(&ro).query_async(&mut conn).await.unwrap();
-            let sent = redis::cmd("GET").arg(&rl).query_async(&mut conn).await.unwrap();
-            (complete, joins, cursors.into_iter().collect(), senders, sent)
-        });
+    let (complete, joins, cursors, senders, sent) = rt.block_on(async {
+        let complete: bool = redis::cmd("EXISTS").arg(&rm).query_async(&mut conn).await.unwrap();
+        let joins: Vec<(String, u64)> = range(&rj).query_async(&mut conn).await.unwrap();
+        let cursors: Vec<(String, u64)> = range(&rc).query_async(&mut conn).await.unwrap();
+        let senders: Vec<(u64, String)> = redis::cmd("HGETALL").arg(&ro).query_async(&mut conn).await.unwrap();
+        let sent: Option<String> = redis::cmd("GET").arg(&rl).query_async(&mut conn).await.unwrap();
+        (complete, joins, cursors.into_iter().collect::<BTreeMap<_, _>>(), senders, sent)
+    });
     let cursor = |u: &String| cursors.get(u).copied().unwrap_or(u64::MAX);
     let members = joins.into_iter().map(|(u, j)| (u.clone(), (j, cursor(&u)))).collect();
     complete.then(|| (members, senders.into_iter().collect(), sent.unwrap_or_default()))
