@@ -238,8 +238,8 @@ pub struct ReceiptKeys {
     /// String, with `--projection-ttl` only: present while the other keys are complete (a refill from the
     /// checkpoint set it; they expire together, [`redis::receipts`]).
     pub complete: String,
-    /// Set, with `--projection-ttl` only: what was written while `complete` was missing (`j:{user}`, `s:{seq}`,
-    /// `_sent`), which a refill leaves as written.
+    /// Hash, with `--projection-ttl` only: what was written while `complete` was missing (fields `j:{user}`,
+    /// `s:{seq}`, `_sent`), which a refill leaves as written.
     pub written: String,
 }
 

@@ -27,7 +27,7 @@ use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::ConversationEvent;
 use crate::core::delta::DeltaSource;
-use crate::core::fanout::FanOut;
+use crate::core::fanout::{ConversationState, FanOut};
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::{ListWrite, SentWrite};
@@ -49,6 +49,9 @@ struct FanOutTask {
     next: i64,
     /// The conversations, members and lists changed since the last commit.
     dirty: HashSet<FanOutKey>,
+    /// The conversations first seen since the last commit (not in the checkpointed state): their sent-seqs write
+    /// marks their receipts keys complete ([`SentWrite::new`]).
+    created: HashSet<String>,
     in_flight: Vec<DeliveryFuture>,
     /// When each batch of the open transaction was taken, and its records: for the live path's
     /// [`Step::FanOutReadToCommitted`].
@@ -67,8 +70,20 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     input.rewind(&shared.topics.conversation_events, next).await;
     let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
-    let mut task =
-        FanOutTask { shared, input, producer, transaction_since, generation, fanout, next, dirty, in_flight, read };
+    let created = HashSet::new();
+    let mut task = FanOutTask {
+        shared,
+        input,
+        producer,
+        transaction_since,
+        generation,
+        fanout,
+        next,
+        dirty,
+        created,
+        in_flight,
+        read,
+    };
     let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
     discard(task.producer);
     result
@@ -218,9 +233,18 @@ impl FanOutTask {
             if let Some(delay) = sh.produce_delay {
                 tokio::time::sleep(delay).await; // fault injection: widens the window a zombie produces in
             }
+            let keys: Vec<FanOutKey> = events.iter().flat_map(FanOutKey::of_event).collect();
+            for key in &keys {
+                match key {
+                    FanOutKey::Conversation(id) if self.fanout.conversation(id).is_none() => {
+                        self.created.insert(id.clone());
+                    }
+                    _ => {}
+                }
+            }
             let (deltas, stats) = self.fanout.process_batch(&events);
             sh.metrics.fanout_batch(&stats);
-            self.dirty.extend(events.iter().flat_map(FanOutKey::of_event));
+            self.dirty.extend(keys);
             let source = DeltaSource { partition: p, generation: self.generation };
             produce(&self.producer, &sh.topics.user_deltas, &deltas, source, &mut self.in_flight).await?;
         }
@@ -242,7 +266,7 @@ impl FanOutTask {
         let ops = self.fanout.take_list_ops();
         let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
         let sent = match full {
-            true => self.fanout.conversations().map(|(id, c)| SentWrite::of(id, c)).collect(),
+            true => self.fanout.conversations().map(|(id, c)| self.sent(id, c)).collect(),
             false => self.dirty.iter().filter_map(|k| self.sent_of(k)).collect::<Vec<_>>(),
         };
         let nothing = writes.is_empty() && sent.is_empty() && !full;
@@ -252,7 +276,12 @@ impl FanOutTask {
     /// The sent-seqs write of a changed conversation (`None` for a list).
     fn sent_of(&self, key: &FanOutKey) -> Option<SentWrite> {
         let FanOutKey::Conversation(id) = key else { return None };
-        self.fanout.conversation(id).map(|c| SentWrite::of(id, c))
+        self.fanout.conversation(id).map(|c| self.sent(id, c))
+    }
+
+    /// The sent-seqs write of conversation `id`, marked new when it was first seen since the last commit.
+    fn sent(&self, id: &str, c: &ConversationState) -> SentWrite {
+        SentWrite { new: self.created.contains(id), ..SentWrite::of(id, c) }
     }
 }
 
@@ -309,6 +338,7 @@ impl StageTask for &mut FanOutTask {
 
     fn committed(&mut self, _whole: Vec<String>) {
         self.dirty.clear();
+        self.created.clear();
     }
 }
 

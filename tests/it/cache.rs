@@ -157,12 +157,12 @@ fn a_projection_ttl_under_the_floor_is_refused_with_one_line() {
     assert!(!out.status.success() && err.contains("--projection-ttl 30s: at least 5m"), "{err}");
 }
 
-/// How many receipts keys (`rl:`, `rj:`, `rc:`, `ro:`, `rm:`, `rw:`) the namespace holds in Redis.
-fn receipts_keys(rt: &tokio::runtime::Runtime, ns: &Ns) -> usize {
+/// How many keys of `kind` (a glob: `r?` for every receipts key) the namespace holds in Redis.
+fn receipts_keys(rt: &tokio::runtime::Runtime, ns: &Ns, kind: &str) -> usize {
     rt.block_on(async {
         let client = redis::Client::open(ns.redis_url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let mut keys: redis::AsyncIter<String> = conn.scan_match(format!("{}:r?:*", ns.name)).await.unwrap();
+        let mut keys: redis::AsyncIter<String> = conn.scan_match(format!("{}:{kind}:*", ns.name)).await.unwrap();
         let mut n = 0;
         while futures::StreamExt::next(&mut keys).await.is_some() {
             n += 1;
@@ -179,15 +179,15 @@ fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_
     let svc = ns.start_with_env(&["--projection-ttl", TTL], &[SHORT_TTL_OK]);
     ns.ok(&["produce", &v3_dev_events()]);
     ns.ok(&["lag", "--wait", "2m"]);
+    let receipts = crate::v3::v3_dev_receipts();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    assert!(receipts_keys(&rt, &ns) > 0, "the fold and the fan-out wrote receipts");
+    assert!(receipts_keys(&rt, &ns, "r?") > 0, "the fold and the fan-out wrote receipts");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while receipts_keys(&rt, &ns) > 0 {
+    while receipts_keys(&rt, &ns, "r?") > 0 {
         assert!(Instant::now() < deadline, "receipts keys still in Redis 60 s on");
         std::thread::sleep(Duration::from_millis(250));
     }
     // Every message of the set, each conversation refilled from the checkpoint at its first read.
-    let receipts = crate::v3::v3_dev_receipts();
     let before = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}");
     crate::v3::assert_receipts(svc.port, &receipts, 1);
     let conversations: std::collections::BTreeSet<&str> =
@@ -203,6 +203,25 @@ fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_
         redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await.unwrap()
     });
     assert_eq!(complete, 1, "{key}");
+    // A conversation new to the fan-out: its first write marks the keys complete, and nothing is noted.
+    let new = [
+        r#"{"type":"conversation.created","event_id":"n#0","occurred_at":"2016-12-20T00:00:00Z","conversation_id":"new","kind":"group","members":["x","y"]}"#,
+        r#"{"type":"message.sent","event_id":"n#1","occurred_at":"2016-12-20T00:00:00Z","conversation_id":"new","seq":1,"sender_id":"x","mentions":[]}"#,
+    ];
+    produce_lines(&ns, "new", new.join("\n") + "\n");
+    ns.ok(&["lag", "--wait", "2m"]);
+    let (complete, noted) = rt.block_on(async {
+        let mut conn =
+            redis::Client::open(ns.redis_url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let exists = |kind: &str| redis::cmd("EXISTS").arg(format!("{}:{kind}:{{#new}}", ns.name)).clone();
+        let complete: i64 = exists("rm").query_async(&mut conn).await.unwrap();
+        (complete, exists("rw").query_async::<i64>(&mut conn).await.unwrap())
+    });
+    assert_eq!((complete, noted), (1, 0), "a new conversation's receipts: complete, nothing noted");
+    let before = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}");
+    let (code, body) = http_get(svc.port, "/v1/conversations/new/messages/1/receipts").unwrap();
+    assert!(code == 200 && body.contains(r#""read":0,"recipients":1"#), "{code} {body}");
+    assert_eq!(metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}"), before, "read without a refill");
     svc.stop();
 }
 
@@ -224,7 +243,7 @@ fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
     };
     let read = |seq: u64| rt.block_on(p.read_receipts("g", seq, None, true)).unwrap();
     // The keys expired; then, before any read: b read up to 3, d left, c sent 4 (the fan-out wrote 1-4).
-    let sent = [SentWrite { conversation_id: "g".into(), ranges: "1-4".into() }];
+    let sent = [SentWrite { conversation_id: "g".into(), ranges: "1-4".into(), new: false }];
     rt.block_on(p.write_sent(&sent)).unwrap();
     let writes = [write("b", Some((0, 3)), &[], 1), write("d", None, &[], 1), write("c", Some((0, 4)), &[4], 1)];
     assert_eq!(rt.block_on(p.write(&writes)).unwrap().counts(), (3, 0));
@@ -268,8 +287,9 @@ enum ReceiptsStep {
     Member(usize, Option<(u64, u64)>),
     /// Seq `.0` sent by user `.1`, or no longer a member's (`None`: a recall, or its sender left).
     Own(u64, Option<usize>),
-    /// The fan-out's sent seqs: `1-n` (`0`: none).
-    Sent(u64),
+    /// The fan-out's sent seqs: `1-n` (`0`: none); marked new (honoured until the first expiry: the conversation
+    /// began with the case).
+    Sent(u64, bool),
     /// The checkpoint catches up with what was written.
     Checkpoint,
     /// The keys expire (the checkpoint held everything written before: the ttl's floor).
@@ -289,7 +309,7 @@ fn receipts_step() -> impl Strategy<Value = ReceiptsStep> {
     prop_oneof![
         3 => (0usize..4, entry).prop_map(|(u, e)| ReceiptsStep::Member(u, e)),
         2 => (1u64..6, proptest::option::of(0usize..4)).prop_map(|(s, u)| ReceiptsStep::Own(s, u)),
-        1 => (0u64..6).prop_map(ReceiptsStep::Sent),
+        1 => (0u64..6, any::<bool>()).prop_map(|(n, new)| ReceiptsStep::Sent(n, new)),
         1 => Just(ReceiptsStep::Checkpoint),
         1 => Just(ReceiptsStep::Expire),
         1 => Just(ReceiptsStep::RefillRead),
@@ -363,6 +383,7 @@ fn a_refill_of_expired_receipts_is_exact_under_any_interleaving() {
             expire_receipts(&rt, &p);
             let (mut truth, mut checkpoint, mut pending): (ReceiptsModel, ReceiptsModel, Option<ReceiptsModel>) =
                 Default::default();
+            let mut expired = false;
             for step in steps.iter().chain(&[ReceiptsStep::RefillRead, ReceiptsStep::RefillWrite]) {
                 match step.clone() {
                     ReceiptsStep::Member(u, e) => {
@@ -380,14 +401,16 @@ fn a_refill_of_expired_receipts_is_exact_under_any_interleaving() {
                         let sender = truth.1.remove(&seq).unwrap_or_else(|| USERS[0].to_owned());
                         write(receipts_write(&sender, None, [&[], &[seq]], next()));
                     }
-                    ReceiptsStep::Sent(n) => {
+                    ReceiptsStep::Sent(n, new) => {
                         truth.2 = if n == 0 { String::new() } else { format!("1-{n}") };
-                        let sent = [SentWrite { conversation_id: "g".into(), ranges: truth.2.clone() }];
+                        let (ranges, new) = (truth.2.clone(), new && !expired);
+                        let sent = [SentWrite { conversation_id: "g".into(), ranges, new }];
                         rt.block_on(p.write_sent(&sent)).unwrap();
                     }
                     ReceiptsStep::Checkpoint => checkpoint = truth.clone(),
                     ReceiptsStep::Expire => {
                         expire_receipts(&rt, &p);
+                        expired = true;
                         checkpoint = truth.clone(); // the ttl's floor: it held everything written before
                         pending = None; // a refill takes less than the ttl
                     }

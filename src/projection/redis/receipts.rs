@@ -10,7 +10,8 @@
 //!   and the reader refills them from the checkpoint ([`ReceiptsRefill`]: the fan-out's sent seqs and members,
 //!   each member's checkpointed state) with [`REFILL_TEMPLATE`];
 //! - a write that finds `complete` missing still applies, and notes what it wrote (`j:{user}`, `s:{seq}`,
-//!   `_sent`) in the `written` set. A refill leaves every noted item as written and takes the rest from the
+//!   `_sent`) in the `written` hash; the fan-out's first write of a conversation new to it sets `complete`
+//!   instead (whatever the keys hold was written since the conversation began). A refill leaves every noted item as written and takes the rest from the
 //!   checkpoint. That is exact: an item not noted was last written before the keys expired, at least the ttl
 //!   (5 minutes at the least) before, so the checkpoint holds it; a noted one was written since, from the
 //!   writer's memory, which is newer than any checkpoint row the refill read. The script runs atomically, so a
@@ -33,13 +34,14 @@ macro_rules! expire_all {
 
 /// One member's or the fan-out's receipts write with `--projection-ttl`. KEYS: [`ReceiptKeys::all`]. ARGV: ttl
 /// (ms), user, op (`j`: joined with ARGV[4] join head and ARGV[5] cursor; `x`: not a member; `-`: membership
-/// unchanged; `s`: the fan-out's sent seqs ARGV[4], `""` for none), then the count and the seqs the user no longer
-/// sent, then the count and the seqs it sent. While `complete` is missing each item written is noted in
-/// `written`. Returns 1.
+/// unchanged; `s`: the fan-out's sent seqs ARGV[4], `""` for none, and ARGV[5] `1` when the conversation is new
+/// ([`SentWrite::new`])), then the count and the seqs the user no longer sent, then the count and the seqs it
+/// sent. While `complete` is missing each item written is noted in `written`; the sent seqs of a new conversation
+/// set `complete` instead. Returns 1.
 pub const WRITE_TEMPLATE: &str = concat!(
     expire_all!(),
     r#"local complete = redis.call('EXISTS', KEYS[1]) == 1
-local function noted(item) if not complete then redis.call('SADD', KEYS[2], item) end end
+local function noted(item) if not complete then redis.call('HSET', KEYS[2], item, 1) end end
 local user, op = ARGV[2], ARGV[3]
 if op == 'j' then
   redis.call('ZADD', KEYS[4], ARGV[4], user)
@@ -51,7 +53,13 @@ elseif op == 'x' then
   noted('j:' .. user)
 elseif op == 's' then
   if ARGV[4] == '' then redis.call('DEL', KEYS[3]) else redis.call('SET', KEYS[3], ARGV[4]) end
-  noted('_sent')
+  if ARGV[5] == '1' then
+    redis.call('SET', KEYS[1], '1')
+    redis.call('DEL', KEYS[2])
+    complete = true
+  else
+    noted('_sent')
+  end
 end
 local i = 6
 local n = tonumber(ARGV[i])
@@ -92,7 +100,7 @@ return {redis.call('ZSCORE', KEYS[4], ARGV[2]), redis.call('GET', KEYS[3]),
 pub const REFILL_TEMPLATE: &str = concat!(
     expire_all!(),
     r#"if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local function fresh(item) return redis.call('SISMEMBER', KEYS[2], item) == 0 end
+local function fresh(item) return redis.call('HEXISTS', KEYS[2], item) == 0 end
 if fresh('_sent') then
   if ARGV[2] == '' then redis.call('DEL', KEYS[3]) else redis.call('SET', KEYS[3], ARGV[2]) end
 end
@@ -244,12 +252,15 @@ pub struct SentWrite {
     pub conversation_id: String,
     /// Its sent, not recalled seqs ([`crate::projection::ranges_value`]).
     pub ranges: String,
+    /// The conversation is new to the fan-out since its last checkpoint (`--projection-ttl`): every receipts entry
+    /// was written since it began, so this write marks its receipts keys complete.
+    pub new: bool,
 }
 
 impl SentWrite {
     /// The write of conversation `id`'s sent seqs.
     pub fn of(id: &str, c: &crate::core::fanout::ConversationState) -> Self {
-        SentWrite { conversation_id: id.to_owned(), ranges: crate::projection::ranges_value(&c.sent) }
+        SentWrite { conversation_id: id.to_owned(), ranges: crate::projection::ranges_value(&c.sent), new: false }
     }
 }
 
@@ -340,7 +351,7 @@ impl RedisProjection {
             match (self.expires(), w.ranges.is_empty()) {
                 (true, _) => {
                     let mut cmd = super::evalsha(super::RECEIPTS_WRITE, &keys.all());
-                    cmd.arg(self.ttl_ms).arg("").arg("s").arg(&w.ranges).arg(0).arg(0).arg(0);
+                    cmd.arg(self.ttl_ms).arg("").arg("s").arg(&w.ranges).arg(u8::from(w.new)).arg(0).arg(0);
                     cmd
                 }
                 (false, true) => redis::cmd("DEL").arg(keys.sent).clone(),
