@@ -21,12 +21,12 @@ use crate::support::*;
 const TTL: &str = "4s";
 const SHORT_TTL_OK: (&str, &str) = ("UNREAD_TEST_SHORT_PROJECTION_TTL", "1");
 
-/// How many user hashes the namespace holds in Redis.
-fn user_hashes(rt: &tokio::runtime::Runtime, ns: &Ns) -> usize {
+/// How many keys of `kind` (`u` for user hashes, a glob: `r?` for every receipts key) the namespace holds.
+fn keys_of(rt: &tokio::runtime::Runtime, ns: &Ns, kind: &str) -> usize {
     rt.block_on(async {
         let client = redis::Client::open(ns.redis_url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let mut keys: redis::AsyncIter<String> = conn.scan_match(format!("{}:u:*", ns.name)).await.unwrap();
+        let mut keys: redis::AsyncIter<String> = conn.scan_match(format!("{}:{kind}:*", ns.name)).await.unwrap();
         let mut n = 0;
         while futures::StreamExt::next(&mut keys).await.is_some() {
             n += 1;
@@ -35,13 +35,23 @@ fn user_hashes(rt: &tokio::runtime::Runtime, ns: &Ns) -> usize {
     })
 }
 
-/// Waits until Redis holds none of the namespace's user hashes (all expired).
-fn wait_until_evicted(rt: &tokio::runtime::Runtime, ns: &Ns) {
+/// How many user hashes the namespace holds in Redis.
+fn user_hashes(rt: &tokio::runtime::Runtime, ns: &Ns) -> usize {
+    keys_of(rt, ns, "u")
+}
+
+/// Waits until Redis holds none of the namespace's keys of `kind` (all expired).
+fn wait_until_gone(rt: &tokio::runtime::Runtime, ns: &Ns, kind: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while user_hashes(rt, ns) > 0 {
-        assert!(Instant::now() < deadline, "user hashes still in Redis 60 s on");
+    while keys_of(rt, ns, kind) > 0 {
+        assert!(Instant::now() < deadline, "{kind} keys still in Redis 60 s on");
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// Waits until Redis holds none of the namespace's user hashes (all expired).
+fn wait_until_evicted(rt: &tokio::runtime::Runtime, ns: &Ns) {
+    wait_until_gone(rt, ns, "u")
 }
 
 /// Every user of `expected` through the batch route, in batches of 1,000.
@@ -157,20 +167,6 @@ fn a_projection_ttl_under_the_floor_is_refused_with_one_line() {
     assert!(!out.status.success() && err.contains("--projection-ttl 30s: at least 5m"), "{err}");
 }
 
-/// How many keys of `kind` (a glob: `r?` for every receipts key) the namespace holds in Redis.
-fn receipts_keys(rt: &tokio::runtime::Runtime, ns: &Ns, kind: &str) -> usize {
-    rt.block_on(async {
-        let client = redis::Client::open(ns.redis_url.as_str()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let mut keys: redis::AsyncIter<String> = conn.scan_match(format!("{}:{kind}:*", ns.name)).await.unwrap();
-        let mut n = 0;
-        while futures::StreamExt::next(&mut keys).await.is_some() {
-            n += 1;
-        }
-        n
-    })
-}
-
 #[test]
 fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_exact() {
     let test = "with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_exact";
@@ -181,12 +177,8 @@ fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_
     ns.ok(&["lag", "--wait", "2m"]);
     let receipts = crate::v3::v3_dev_receipts();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    assert!(receipts_keys(&rt, &ns, "r?") > 0, "the fold and the fan-out wrote receipts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while receipts_keys(&rt, &ns, "r?") > 0 {
-        assert!(Instant::now() < deadline, "receipts keys still in Redis 60 s on");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    assert!(keys_of(&rt, &ns, "r?") > 0, "the fold and the fan-out wrote receipts");
+    wait_until_gone(&rt, &ns, "r?");
     // Every message of the set, each conversation refilled from the checkpoint at its first read.
     let before = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}");
     crate::v3::assert_receipts(svc.port, &receipts, 1);
