@@ -89,6 +89,9 @@ pub struct PartitionInput {
     /// Started again after the previous task of this partition failed, without a rebalance: the records since
     /// the checkpoint went to the failed task, so the new one must [`PartitionInput::rewind`].
     pub restarted: bool,
+    /// Records dropped as already covered by the checkpoint ([`Verdict::Skip`]): a task starts where the group's
+    /// committed offsets are, which may trail the checkpoint (logged with the task's first output).
+    pub skipped: u64,
 }
 
 /// The records of one topic a task got since the consumer last started a sequence (at an assignment's committed
@@ -152,6 +155,7 @@ impl PartitionInput {
             self.runs.insert(topic.to_owned(), Run::new()); // once per topic: no allocation per record
         }
         if let Some(verdict) = self.runs.get_mut(topic).expect("inserted above").observe(offset, next) {
+            self.skipped += u64::from(verdict == Verdict::Skip);
             return verdict;
         }
         if self.nothing_visible_between(topic, next, offset) {
@@ -176,10 +180,12 @@ impl PartitionInput {
         let first = match self.probed.get(topic) {
             Some((from, first)) if *from == next => Some(*first),
             _ => {
-                let brokers = &self.brokers;
+                let (brokers, started) = (&self.brokers, Instant::now());
                 let probe = tokio::task::block_in_place(|| {
                     crate::kafka::first_visible(brokers, topic, &[(p, next)], Duration::from_secs(5))
                 });
+                let ms = started.elapsed().as_millis();
+                info!(topic, partition = p, next, offset, ms, "probed for the first visible record at the checkpoint");
                 let first = probe.map_err(|e| warn!(topic, partition = p, error = %format!("{e:#}"), "probe failed"));
                 let first = first.ok().and_then(|found| found.get(&p).copied().flatten());
                 // Only an answer is kept: a failed probe, or one that saw nothing, is asked again.
@@ -421,6 +427,7 @@ impl Tasks {
             runs: HashMap::new(),
             probed: HashMap::new(),
             restarted,
+            skipped: 0,
         };
         self.running.insert(p, Running { records, priority, handle: (self.spawn)(input) });
     }
@@ -602,6 +609,7 @@ mod tests {
             runs,
             probed,
             restarted,
+            skipped: 0,
         };
         (records, priority, p)
     }

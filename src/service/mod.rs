@@ -315,22 +315,26 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let ttl = s.checked_projection_ttl()?;
     // Kafka answers and accepts us (credentials, TLS) before anything joins a group (issue 23: fail fast). The
     // three services are reached at once: a restart waits for the slowest, not for their sum.
-    let brokers = s.brokers.clone();
+    let (brokers, started) = (s.brokers.clone(), std::time::Instant::now());
+    let ms = move || started.elapsed().as_millis();
     let kafka = async {
         let counts = tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers));
-        counts.await.context("checking Kafka")?.map(drop)
+        counts.await.context("checking Kafka")?.map(|_| ms())
     };
     let store = async {
         let store =
             CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await.context("checkpoint store")?;
+        let connected = ms();
         store.migrate().await?;
-        anyhow::Ok(store)
+        anyhow::Ok((store, connected, ms()))
     };
     let projection = async {
         let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?;
-        anyhow::Ok(projection.with_ttl(ttl))
+        anyhow::Ok((projection.with_ttl(ttl), ms()))
     };
-    let ((), store, projection) = tokio::try_join!(kafka, store, projection)?;
+    let (kafka_ms, (store, postgres_ms, migrated_ms), (projection, redis_ms)) =
+        tokio::try_join!(kafka, store, projection)?;
+    info!(kafka_ms, postgres_ms, migrated_ms, redis_ms, "connected");
     Ok(Arc::new(Shared {
         topics: s.topics(),
         store,

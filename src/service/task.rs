@@ -107,7 +107,8 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
 /// --restart` measures each partition's pause from the SIGTERM to it.
 fn log_first<T: StageTask>(task: &mut T, first: &mut bool) {
     if std::mem::take(first) {
-        tracing::info!(stage = %T::STAGE, partition = task.parts().0.partition, "first records published");
+        let (partition, skipped) = (task.parts().0.partition, task.parts().0.skipped);
+        tracing::info!(stage = %T::STAGE, partition, skipped, "first records published");
     }
 }
 
