@@ -274,7 +274,13 @@ pub async fn read_conversation(
     let ReadBody { read_seq } = optional_json(&body)?;
     let read_seq = match read_seq {
         Some(seq) => Some(seq),
-        None => newest_unread(&s, &user_id, |id, _| id == conversation_id).await?.into_iter().next().map(|(_, n)| n),
+        // Acked at the cursor when the checkpoint shows nothing unread: a mark the checkpoint does not hold yet
+        // (it trails Redis by a flush) is cleared all the same (§ v3: any later read ack clears it).
+        None => newest_unread(&s, &user_id, |_| true, |id, _| id == conversation_id)
+            .await?
+            .into_iter()
+            .next()
+            .map(|(_, n)| n),
     };
     let event = |read_seq| read_ack(&user_id, conversation_id.clone(), read_seq);
     publish(&s, &user_id, &headers, read_seq.into_iter().map(event).collect()).await
@@ -326,8 +332,8 @@ pub async fn read_all(
     ack_newest(&s, &access, path, &headers, |_, c| !c.feed && !c.muted).await
 }
 
-/// A `read.ack` of each conversation `pick` selects that has unread messages (or a mark), at the newest the user
-/// has: the body of `read-all` and `feed/read`.
+/// A `read.ack` of each conversation `pick` selects that has unread messages (or a mark, in the checkpoint or in
+/// Redis), at the newest the user has: the body of `read-all` and `feed/read`.
 async fn ack_newest(
     s: &ApiState,
     access: &Access,
@@ -337,7 +343,12 @@ async fn ack_newest(
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     authorized(access, &[("user_id", &user_id)])?;
-    let newest = newest_unread(s, &user_id, pick).await?;
+    // Conversations Redis shows marked: the checkpoint, a flush behind, may not hold a mark made a moment ago.
+    let live = s.live.current().1.read_existing(&user_id, crate::core::expiry::NEVER).await.ok().flatten();
+    let marked: std::collections::HashSet<String> = live
+        .map(|v| v.conversations.into_iter().filter(|(_, c)| c.marked_unread).map(|(id, _)| id).collect())
+        .unwrap_or_default();
+    let newest = newest_unread(s, &user_id, |id| marked.contains(id), pick).await?;
     let events = newest.into_iter().map(|(id, seq)| read_ack(&user_id, id, seq)).collect();
     publish(s, &user_id, headers, events).await
 }
@@ -349,10 +360,12 @@ fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent 
 }
 
 /// Each conversation of the user's checkpointed state that `pick` selects and that has unread messages, with the
-/// newest of them; or that is marked unread (v3), with its cursor: an ack there clears the mark.
+/// newest of them; or that is marked unread (v3), or that `at_cursor` names (read past seq 0), with its cursor: an
+/// ack there clears a mark, also one the checkpoint does not hold yet.
 async fn newest_unread(
     s: &ApiState,
     user_id: &str,
+    at_cursor: impl Fn(&str) -> bool,
     pick: impl Fn(&str, &crate::core::fold::ConvState) -> bool,
 ) -> Result<Vec<(String, u64)>, ApiError> {
     let fallback = s.fallback.as_ref().ok_or_else(|| {
@@ -366,7 +379,10 @@ async fn newest_unread(
         .iter()
         .flat_map(|state| state.conversations())
         .filter(|(id, c)| c.is_member() && pick(id, c))
-        .filter_map(|(id, c)| Some((id.clone(), c.unread.max().or_else(|| c.is_marked().then(|| c.cursor()))?)))
+        .filter_map(|(id, c)| {
+            let cursor = (c.is_marked() || (at_cursor(id) && c.cursor() > 0)).then(|| c.cursor());
+            Some((id.clone(), c.unread.max().or(cursor)?))
+        })
         .collect())
 }
 
