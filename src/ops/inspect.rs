@@ -49,11 +49,11 @@ pub async fn inspect_conversation(
     store: &CheckpointStore,
     conversation_id: &str,
 ) -> anyhow::Result<Option<serde_json::Value>> {
-    let Some(row) = store.state_row(Stage::FanOut, conversation_id).await? else { return Ok(None) };
+    let conversation = load::conversation(store, conversation_id).await;
+    let Some((row, state)) = conversation.with_context(|| format!("checkpoint of {conversation_id:?}"))? else {
+        return Ok(None);
+    };
     let (partition, bytes) = (row.row.partition, &row.row.state);
-    let members = store.members_of(conversation_id).await?.into_iter().map(|m| (m.user_id, m.joined_head as u64));
-    let (state, _) = load::conversation_from_rows(&row.row, members.collect())
-        .with_context(|| format!("checkpoint of {conversation_id:?}"))?;
     let topic = settings.topics().conversation_events;
     let offsets = store.offsets(Stage::FanOut).await?;
     Ok(Some(serde_json::json!({

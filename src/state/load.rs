@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::offsets::{FoldNext, Input, Offsets};
 use super::{StateError, StateResult};
-use crate::checkpoint::store::{CheckpointStore, MemberRow, NoteRow, StateRow};
+use crate::checkpoint::store::{CheckpointStore, MemberRow, NoteRow, StateRow, TimedStateRow};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::SharedLists;
 use crate::core::delta::Fence;
@@ -167,6 +167,22 @@ pub fn fanout_from_rows(
         fanout.restore_list(row.id, state);
     }
     Ok(RestoredFanOut { fanout, rewrite })
+}
+
+/// One conversation's checkpointed fan-out state with its row (partition, bytes, commit time), its member rows read
+/// at the same time; `None` when the checkpoint has no state for it. For `inspect` and the refill of receipts.
+///
+/// Errors: PostgreSQL failing, or a corrupt row.
+pub async fn conversation(
+    store: &CheckpointStore,
+    conversation_id: &str,
+) -> StateResult<Option<(TimedStateRow, ConversationState)>> {
+    let (row, members) =
+        tokio::try_join!(store.state_row(Stage::FanOut, conversation_id), store.members_of(conversation_id))?;
+    let Some(row) = row else { return Ok(None) };
+    let members = members.into_iter().map(|m| (m.user_id, m.joined_head as u64)).collect();
+    let (state, _) = conversation_from_rows(&row.row, members)?;
+    Ok(Some((row, state)))
 }
 
 /// One conversation from its checkpoint row and its member rows ((user, join head)), checked; and whether the row

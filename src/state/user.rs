@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::load::{conversation_from_rows, shared_lists};
+use super::load::shared_lists;
 use super::offsets::CheckpointVersions;
 use super::FoldNext;
 use super::{StateError, StateResult};
@@ -141,12 +141,8 @@ pub async fn user_view(store: &CheckpointStore, user_id: &str, today: i64) -> St
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
 pub async fn receipts(store: &CheckpointStore, conversation_id: &str) -> StateResult<ReceiptsRefill> {
-    let (row, members) =
-        tokio::try_join!(store.state_row(Stage::FanOut, conversation_id), store.members_of(conversation_id))?;
     let mut refill = ReceiptsRefill::default();
-    let Some(row) = row else { return Ok(refill) };
-    let members = members.into_iter().map(|m| (m.user_id, u64::try_from(m.joined_head).unwrap_or(0))).collect();
-    let (conversation, _) = conversation_from_rows(&row.row, members)?;
+    let Some((_, conversation)) = super::load::conversation(store, conversation_id).await? else { return Ok(refill) };
     refill.sent = ranges_value(&conversation.sent);
     let ids: Vec<String> = conversation.members.into_keys().collect();
     if ids.is_empty() {

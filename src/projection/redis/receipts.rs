@@ -11,11 +11,12 @@
 //!   each member's checkpointed state) with [`REFILL_TEMPLATE`];
 //! - a write that finds `complete` missing still applies, and notes what it wrote (`j:{user}`, `s:{seq}`,
 //!   `_sent`) in the `written` hash; the fan-out's first write of a conversation new to it sets `complete`
-//!   instead (whatever the keys hold was written since the conversation began). A refill leaves every noted item as written and takes the rest from the
-//!   checkpoint. That is exact: an item not noted was last written before the keys expired, at least the ttl
-//!   (5 minutes at the least) before, so the checkpoint holds it; a noted one was written since, from the
-//!   writer's memory, which is newer than any checkpoint row the refill read. The script runs atomically, so a
-//!   write lands either before the refill (noted, kept) or after it (on complete keys).
+//!   instead (whatever the keys hold was written since the conversation began). A refill leaves every noted item
+//!   as written and takes the rest from the checkpoint. That is exact: an item not noted was last written before
+//!   the keys expired, at least the ttl (5 minutes at the least) before, so the checkpoint holds it; a noted one
+//!   was written since, from the writer's memory, which is newer than any checkpoint row the refill read. The
+//!   script runs atomically, so a write lands either before the refill (noted, kept) or after it (on complete
+//!   keys).
 
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
