@@ -314,6 +314,48 @@ impl CheckpointStore {
         .map_err(db("taking a lease"))
     }
 
+    /// The partitions, both stages, whose lease an owner whose name starts with `prefix` holds now, as (stage,
+    /// partition) in ascending order: at a static member's start, those its previous incarnation held, unless
+    /// another process took them since.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn leases_held(&self, prefix: &str) -> StoreResult<Vec<(Stage, i32)>> {
+        let rows: Vec<(String, i32)> = sqlx::query_as(
+            "SELECT stage, partition FROM partition_leases WHERE starts_with(owner, $1) ORDER BY stage, partition",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading the leases"))?;
+        let stage = |name: &str| Stage::ALL.into_iter().find(|s| s.as_str() == name); // the table's CHECK: one of them
+        Ok(rows.into_iter().filter_map(|(name, p)| Some((stage(&name)?, p))).collect())
+    }
+
+    /// Takes the lease of one partition as `owner` (as [`CheckpointStore::acquire`]) only if another owner whose
+    /// name starts with `prefix` holds it now: its generation, or `None` when a different owner took it meanwhile
+    /// (or `owner` itself already holds it).
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn acquire_held(
+        &self,
+        stage: Stage,
+        partition: i32,
+        prefix: &str,
+        owner: &str,
+    ) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(
+            "UPDATE partition_leases SET generation = generation + 1, owner = $4, acquired_at = now() \
+             WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3) AND owner <> $4 RETURNING generation",
+        )
+        .bind(stage.as_str())
+        .bind(partition)
+        .bind(prefix)
+        .bind(owner)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db("taking a lease held before"))
+    }
+
     /// The current generation of a partition's lease (0 if never taken).
     ///
     /// Errors: [`StoreError::Db`].

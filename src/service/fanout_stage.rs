@@ -2,7 +2,8 @@
 //!
 //! A task takes its partition's lease, loads its conversations and next offset from the checkpoint, and
 //! initializes its own transactional producer (`transactional.id` `{group}.fanout.{partition}`, which fences the
-//! producer of any earlier owner: a zombie). Then it repeats: take a batch of records, decode them (bad ones go to
+//! producer of any earlier owner: a zombie); a restarted static member does those three before it rejoins
+//! ([`super::prepare`]). Then it repeats: take a batch of records, decode them (bad ones go to
 //! the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas` keyed by user
 //! inside a Kafka transaction, commit the transaction every transaction interval, and every flush interval (or
 //! flush events) commit it, then checkpoint the changed conversations with the next offset in one PostgreSQL
@@ -64,8 +65,14 @@ struct FanOutTask {
 /// PostgreSQL, or by Kafka when a successor initialized the partition's transactional id); the dispatcher restarts
 /// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
-    let (loaded, producer) = start(&shared, input.partition).await?;
+    let p = input.partition;
+    let (Started { loaded, producer, ms: [lease_ms, load_ms, producer_ms] }, prepared) =
+        match shared.prepared.fanout(p).await {
+            Some(started) => (started, true),
+            None => (start(&shared, p).await?, false),
+        };
     let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
+    info!(partition = p, generation, next, lease_ms, load_ms, producer_ms, prepared, "fan-out task started");
     // Conversations whose rows still hold their members are rewritten by the first commit that runs.
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     input.rewind(&shared.topics.conversation_events, next).await;
@@ -89,30 +96,52 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     result
 }
 
-/// Takes partition `p`'s lease, then loads its state while its transactional producer initializes: a restart's
-/// pause is the longer of the two, not their sum. Logs how long each step took.
+/// A fan-out task's start: its state loaded under its lease, its transactional producer initialized, and how long
+/// the lease, the load and the producer took (ms).
+pub struct Started {
+    loaded: load::FanOutPartition,
+    producer: FutureProducer,
+    ms: [u64; 3],
+}
+
+/// Takes partition `p`'s lease, then [`begin`]s.
+///
+/// Errors: as [`load::lease`] and [`begin`].
+async fn start(shared: &Shared, p: i32) -> Result<Started, TaskError> {
+    let (lease, lease_ms) = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner)).await;
+    begin(shared, p, lease?, lease_ms).await
+}
+
+/// Partition `p`'s start made before the assignment by a static member ([`super::prepare`]): [`begin`] under the
+/// lease its previous incarnation (owner `{prefix}…`) held; `None` when another process took the lease since.
+///
+/// Errors: as [`load::lease_if_held`] and [`begin`].
+pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Option<Started>, TaskError> {
+    let held = load::lease_if_held(&shared.store, Stage::FanOut, p, &prefix, &shared.owner);
+    let (lease, lease_ms) = timed(held).await;
+    let Some(lease) = lease? else { return Ok(None) };
+    begin(&shared, p, lease, lease_ms).await.map(Some)
+}
+
+/// Under `lease` (taken in `lease_ms`), loads partition `p`'s state while its transactional producer initializes:
+/// a restart's pause is the longer of the two, not their sum. After the lease: a zombie that checked its lease
+/// before is fenced from here on.
 ///
 /// Errors: as [`load::fanout_partition`] and [`transactional_producer`]; a producer initialized beside a failed
 /// load is discarded.
-async fn start(shared: &Shared, p: i32) -> Result<(load::FanOutPartition, FutureProducer), TaskError> {
-    let (lease, lease_ms) = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner)).await;
-    let lease = lease?;
-    // After the lease: a zombie that checked its lease before is fenced from here on.
+async fn begin(shared: &Shared, p: i32, lease: load::Lease, lease_ms: u64) -> Result<Started, TaskError> {
     let ((loaded, load_ms), (producer, producer_ms)) = tokio::join!(
         timed(load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion)),
         timed(transactional_producer(shared, p)),
     );
-    let (loaded, producer) = match (loaded, producer) {
-        (Ok(loaded), Ok(producer)) => (loaded, producer),
+    match (loaded, producer) {
+        (Ok(loaded), Ok(producer)) => Ok(Started { loaded, producer, ms: [lease_ms, load_ms, producer_ms] }),
         (Err(e), producer) => {
             producer.map(discard).ok();
-            return Err(e.into());
+            Err(e.into())
         }
-        (Ok(_), Err(e)) => return Err(e),
-    };
-    let (generation, next) = (loaded.generation, loaded.next);
-    info!(partition = p, generation, next, lease_ms, load_ms, producer_ms, "fan-out task started");
-    Ok((loaded, producer))
+        (Ok(_), Err(e)) => Err(e),
+    }
 }
 
 /// `work`'s output and how long it took, in ms.

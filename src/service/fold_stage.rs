@@ -24,6 +24,7 @@ use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::{ReceiptWrite, UserWrite};
 use crate::state::commit::{fold_changes, publish, Commit, RedisWrites};
+use crate::state::load::{self, FoldPartition};
 use crate::state::retry::retry;
 use crate::state::FoldNext;
 
@@ -52,22 +53,33 @@ struct FoldTask {
 /// Errors: PostgreSQL, Redis or Kafka failing (after retries), a corrupt checkpoint, or a fencing; the dispatcher
 /// restarts the task from its checkpoint.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
-    let p = input.partition;
-    let lease = crate::state::load::lease(&shared.store, Stage::Fold, p, &shared.owner).await?;
-    let loaded = crate::state::load::fold_partition(&shared.store, &shared.topics, p, lease).await?;
-    let (generation, next) = (loaded.generation, loaded.next);
-    info!(
-        partition = p,
-        generation,
-        user_events = next.user_events,
-        user_deltas = next.user_deltas,
-        "fold task started"
-    );
+    let (p, started) = (input.partition, Instant::now());
+    let (loaded, prepared) = match shared.prepared.fold(p).await {
+        Some(loaded) => (loaded, true),
+        None => {
+            let lease = load::lease(&shared.store, Stage::Fold, p, &shared.owner).await?;
+            (load::fold_partition(&shared.store, &shared.topics, p, lease).await?, false)
+        }
+    };
+    let (generation, next, ms) = (loaded.generation, loaded.next, started.elapsed().as_millis() as u64);
+    let (user_events, user_deltas) = (next.user_events, next.user_deltas);
+    info!(partition = p, generation, user_events, user_deltas, ms, prepared, "fold task started");
     input.rewind(&shared.topics.user_events, next.user_events).await;
     input.rewind(&shared.topics.user_deltas, next.user_deltas).await;
     let (fold, fence, unpublished, uncommitted) = (loaded.fold, loaded.fence, HashMap::new(), HashSet::new());
     let (read, whole) = (Vec::new(), HashSet::new());
     task::run(FoldTask { shared, input, generation, fold, next, unpublished, whole, uncommitted, read, fence }).await
+}
+
+/// Partition `p`'s start made before the assignment by a static member ([`super::prepare`]): its state loaded under
+/// the lease its previous incarnation (owner `{prefix}…`) held; `None` when another process took the lease since.
+///
+/// Errors: PostgreSQL failing, or a corrupt checkpoint.
+pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Option<FoldPartition>, TaskError> {
+    let Some(lease) = load::lease_if_held(&shared.store, Stage::Fold, p, &prefix, &shared.owner).await? else {
+        return Ok(None);
+    };
+    Ok(Some(load::fold_partition(&shared.store, &shared.topics, p, lease).await?))
 }
 
 impl StageTask for FoldTask {

@@ -92,6 +92,9 @@ pub struct PartitionInput {
     /// Records dropped as already covered by the checkpoint ([`Verdict::Skip`]): a task starts where the group's
     /// committed offsets are, which may trail the checkpoint (logged with the task's first output).
     pub skipped: u64,
+    /// When the task was started (at its assignment), and when its first batch came (empty or not): logged with
+    /// its first output, so a restart's pause splits into the task's start, its first batch and its first output.
+    pub timing: (Instant, Option<Instant>),
 }
 
 /// The records of one topic a task got since the consumer last started a sequence (at an assignment's committed
@@ -305,6 +308,9 @@ impl PartitionInput {
             take_ready(&mut self.priority, &mut batch, max);
         }
         take_ready(&mut self.records, &mut batch, max);
+        if !batch.is_empty() {
+            self.timing.1 = self.timing.1.or(Some(Instant::now()));
+        }
         Some(batch)
     }
 }
@@ -452,6 +458,7 @@ impl Tasks {
             probed: HashMap::new(),
             restarted,
             skipped: 0,
+            timing: (Instant::now(), None),
         };
         self.running.insert(p, Running { records, priority, handle: (self.spawn)(input) });
     }
@@ -634,6 +641,7 @@ mod tests {
             probed,
             restarted,
             skipped: 0,
+            timing: (Instant::now(), None),
         };
         (records, priority, p)
     }

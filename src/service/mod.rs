@@ -7,6 +7,7 @@
 pub mod fanout_stage;
 pub mod fold_stage;
 pub mod group;
+pub mod prepare;
 pub mod records;
 pub mod task;
 
@@ -199,8 +200,10 @@ pub struct Shared {
     pub produce_delay: Option<std::time::Duration>,
     /// The service's metrics.
     pub metrics: Arc<Metrics>,
-    /// This process, as named in partition leases: `{hostname or "host"}:{pid}`.
+    /// This process, as named in partition leases ([`owner_name`]).
     pub owner: String,
+    /// The partitions' starts made before the assignment by a static member ([`prepare`]).
+    pub prepared: prepare::Preparations,
 }
 
 impl From<StoreError> for TaskError {
@@ -303,10 +306,12 @@ fn logged(stage: Stage, partition: i32, metrics: &Metrics, result: Result<(), Ta
     result
 }
 
-/// This process as named in partition leases: `{hostname or "host"}:{pid}`.
-fn owner_name() -> String {
+/// This process as named in partition leases: `{hostname or "host"}:{pid}`, after `{instance}@` for a static
+/// member (`--group-instance-id`), so that its next incarnation finds what it held ([`prepare`]).
+fn owner_name(instance: Option<&str>) -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into());
-    format!("{host}:{}", std::process::id())
+    let static_member = instance.map(|id| format!("{id}@")).unwrap_or_default();
+    format!("{static_member}{host}:{}", std::process::id())
 }
 
 /// Connects to the namespace's stores (applying the migrations) and builds what the tasks share.
@@ -353,7 +358,8 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
             .ok()
             .and_then(|d| humantime::parse_duration(&d).ok()),
         metrics: Arc::new(Metrics::default()),
-        owner: owner_name(),
+        owner: owner_name(opts.group_instance_id.as_deref()),
+        prepared: Default::default(),
     }))
 }
 
@@ -429,6 +435,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             "--group-protocol consumer with --group-instance-id: a restarted member's partitions may wait for the \
                broker's session timeout; prefer one of the two"
         );
+    }
+    if let Some(id) = &opts.group_instance_id {
+        prepare::start(&shared, &opts.roles, id);
     }
     if let Some(every) = opts.verify_every {
         let repair = opts.repair.then_some(opts.repair_limit);

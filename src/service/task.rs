@@ -107,8 +107,11 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
 /// --restart` measures each partition's pause from the SIGTERM to it.
 fn log_first<T: StageTask>(task: &mut T, first: &mut bool) {
     if std::mem::take(first) {
-        let (partition, skipped) = (task.parts().0.partition, task.parts().0.skipped);
-        tracing::info!(stage = %T::STAGE, partition, skipped, "first records published");
+        let input = &task.parts().0;
+        let (partition, skipped, (started, first_batch)) = (input.partition, input.skipped, input.timing);
+        let first_batch_ms = first_batch.map_or(0, |at| at.duration_since(started).as_millis() as u64);
+        let ms = started.elapsed().as_millis() as u64;
+        tracing::info!(stage = %T::STAGE, partition, skipped, ms, first_batch_ms, "first records published");
     }
 }
 

@@ -71,6 +71,20 @@ pub async fn lease(store: &CheckpointStore, stage: Stage, p: i32, owner: &str) -
     Ok(Lease { generation: store.acquire(stage, p, owner).await? })
 }
 
+/// Takes `stage`'s partition `p` lease as `owner` only if an owner named `{prefix}…` holds it now (a static
+/// member's previous incarnation): `None` when another process took it since.
+///
+/// Errors: PostgreSQL failing.
+pub async fn lease_if_held(
+    store: &CheckpointStore,
+    stage: Stage,
+    p: i32,
+    prefix: &str,
+    owner: &str,
+) -> StateResult<Option<Lease>> {
+    Ok(store.acquire_held(stage, p, prefix, owner).await?.map(|generation| Lease { generation }))
+}
+
 /// Loads fan-out partition `p`'s offset and state under `lease` (its four queries at once, on the pool's
 /// connections).
 ///

@@ -41,8 +41,26 @@ fn a_static_member_restarted_within_the_session_timeout_moves_no_partition_of_th
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches(a.port, &dev_expected());
     assert_eq!(settled(b.port), before, "b saw a rebalance while a restarted");
+    // The restarted a got its partitions back and found their starts (lease, state, fan-out producers) made while
+    // it rejoined.
+    let started = task_starts(&ns, a.port);
+    assert!(started.iter().any(|l| l.contains("fan-out")) && started.iter().any(|l| l.contains("fold")));
+    assert!(started.iter().all(|l| l.contains("prepared=true")), "a start not prepared:\n{}", started.join("\n"));
     a.stop();
     b.stop();
+}
+
+/// The `fan-out task started` and `fold task started` lines of the instance on `port`, without their colours.
+fn task_starts(ns: &Ns, port: u16) -> Vec<String> {
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("{}-{port}.log", ns.name))).unwrap();
+    log.lines().filter(|l| l.contains(" task started")).map(plain).collect()
+}
+
+/// `line` without its ANSI colour sequences (`ESC [ … m`).
+fn plain(line: &str) -> String {
+    let mut parts = line.split('\x1b');
+    let first = parts.next().unwrap_or_default().to_owned();
+    parts.fold(first, |text, part| text + part.split_once('m').map_or(part, |(_, rest)| rest))
 }
 
 /// The partitions an instance holds now, both stages (8 + 8 on the test stack's topics).
