@@ -641,7 +641,7 @@ mod tests {
             probed,
             restarted,
             skipped: 0,
-            timing: (Instant::now(), None),
+            timing: (std::time::Instant::now(), None),
         };
         (records, priority, p)
     }

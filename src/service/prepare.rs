@@ -59,8 +59,11 @@ impl Preparations {
 /// One stage's preparations, by partition: each a task returning the prepared start, or `None` when the lease
 /// had another owner.
 struct Prepared<T> {
-    tasks: Mutex<HashMap<i32, JoinHandle<Result<Option<T>, TaskError>>>>,
+    tasks: Mutex<HashMap<i32, Preparing<T>>>,
 }
+
+/// A partition's preparation under way: its prepared start, or `None` when the lease had another owner.
+type Preparing<T> = JoinHandle<Result<Option<T>, TaskError>>;
 
 impl<T> Default for Prepared<T> {
     fn default() -> Self {

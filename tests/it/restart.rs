@@ -103,3 +103,38 @@ fn with_the_consumer_protocol_a_member_leaving_and_coming_back_moves_only_its_pa
     a.stop();
     b.stop();
 }
+
+#[test]
+fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_holds_it() {
+    use unread::checkpoint::store::CheckpointStore;
+    use unread::checkpoint::Stage;
+    let test = "a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_holds_it";
+    let Some(stack) = stack(test) else { return };
+    let schema = format!("it_prepare_{}", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = CheckpointStore::connect(&stack.database_url, &schema, 2).await.unwrap();
+        store.migrate().await.unwrap();
+        for (stage, p, owner) in [
+            (Stage::FanOut, 0, "a@h:1"),
+            (Stage::FanOut, 1, "ab@h:1"),
+            (Stage::Fold, 2, "a@h:1"),
+            (Stage::Fold, 3, "b@h:2"),
+        ] {
+            store.acquire(stage, p, owner).await.unwrap();
+        }
+        // a's previous incarnation: not ab's, not b's.
+        assert_eq!(store.leases_held("a@").await.unwrap(), vec![(Stage::FanOut, 0), (Stage::Fold, 2)]);
+        // b takes fold partition 2 meanwhile: a's restart must leave it alone.
+        let b = store.acquire(Stage::Fold, 2, "b@h:2").await.unwrap();
+        assert_eq!(store.acquire_held(Stage::Fold, 2, "a@", "a@h:3").await.unwrap(), None);
+        assert!(store.check_lease(Stage::Fold, 2, b).await.is_ok(), "b's lease stays");
+        // Fan-out partition 0 is still a's: taken, one generation up, and not again by the same process.
+        let g = store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3").await.unwrap();
+        assert_eq!(g, Some(2));
+        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3").await.unwrap(), None);
+        assert_eq!(store.leases_held("a@").await.unwrap(), vec![(Stage::FanOut, 0)]);
+        let pool = sqlx::PgPool::connect(&stack.database_url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await.unwrap();
+    });
+}
