@@ -16,12 +16,15 @@
 //! never gets.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc::error::TrySendError;
@@ -43,9 +46,24 @@ enum RebalanceEvent {
 /// The consumer context: forwards rebalances to the dispatcher.
 pub struct GroupContext {
     events: mpsc::UnboundedSender<RebalanceEvent>,
+    /// Whether the member subscribed. Created while the process checks that Kafka answers, it keeps quiet until
+    /// then: that check says why Kafka refused, in the one line the process exits with.
+    subscribed: AtomicBool,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if self.subscribed.load(Ordering::Relaxed) {
+            DefaultClientContext.log(level, fac, log_message);
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if self.subscribed.load(Ordering::Relaxed) {
+            DefaultClientContext.error(error, reason);
+        }
+    }
+}
 
 fn partitions(tpl: &TopicPartitionList) -> HashSet<i32> {
     tpl.elements().iter().map(|e| e.partition()).collect()
@@ -329,24 +347,40 @@ fn take_ready(rx: &mut mpsc::Receiver<OwnedMessage>, batch: &mut Vec<OwnedMessag
 pub type SpawnTask = Arc<dyn Fn(PartitionInput) -> JoinHandle<Result<(), TaskError>> + Send + Sync>;
 
 /// Creates a member of `group` ([`crate::kafka::group_member`], out of the group after `session_timeout` without
-/// heartbeats) subscribed to `topics`, and its dispatcher.
+/// heartbeats) and its dispatcher, whose tasks take the records of `priority` first. It joins the group when it
+/// [`Dispatcher::subscribe`]s; until then its client only connects to the brokers (and finds the group's
+/// coordinator), so that the join, once every service answered, is shorter.
 ///
-/// Errors: the client cannot be created or the subscription fails.
-pub fn consumer(
+/// Errors: the client cannot be created.
+pub fn member(
     brokers: &str,
     group: &str,
-    topics: &[&str],
     priority: Option<&str>,
     membership: &crate::kafka::Membership,
 ) -> anyhow::Result<Dispatcher> {
     let (tx, rx) = mpsc::unbounded_channel();
+    let context = GroupContext { events: tx, subscribed: AtomicBool::new(false) };
     let consumer: GroupConsumer = crate::kafka::group_member(brokers, group, membership)
-        .create_with_context(GroupContext { events: tx })
+        .create_with_context(context)
         .with_context(|| format!("creating consumer of group {group}"))?;
-    consumer.subscribe(topics).with_context(|| format!("subscribing to {topics:?}"))?;
     let (consumer, brokers) = (Arc::new(consumer), brokers.into());
+    // The metadata, fetched on a thread of its own, connects the client at once (librdkafka connects lazily). Not
+    // on the runtime's blocking pool, which a process that exits at once (Kafka refused it) would wait for.
+    let warm = consumer.clone();
+    let fetch = move || drop(warm.fetch_metadata(None, Duration::from_secs(5)));
+    std::thread::Builder::new().name("kafka-warm".into()).spawn(fetch).context("starting a thread")?;
     let (priority, assignment) = (priority.map(str::to_owned), Arc::new(Assignment::default()));
     Ok(Dispatcher { consumer, brokers, events: rx, assignment, priority })
+}
+
+impl Dispatcher {
+    /// Subscribes the member to `topics`: it joins its group.
+    ///
+    /// Errors: the subscription fails (a topic name librdkafka refuses).
+    pub fn subscribe(&self, topics: &[&str]) -> anyhow::Result<()> {
+        self.consumer.context().subscribed.store(true, Ordering::Relaxed);
+        self.consumer.subscribe(topics).with_context(|| format!("subscribing to {topics:?}"))
+    }
 }
 
 /// The loop that polls the consumer and feeds the partition tasks.
@@ -616,7 +650,9 @@ mod tests {
         };
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(
-            crate::kafka::group_member("127.0.0.1:9", "g", &m).create_with_context(GroupContext { events }).unwrap(),
+            crate::kafka::group_member("127.0.0.1:9", "g", &m)
+                .create_with_context(GroupContext { events, subscribed: std::sync::atomic::AtomicBool::new(true) })
+                .unwrap(),
         )
     }
 

@@ -366,23 +366,24 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
 /// The running parts of `unread run`, each a task of `tasks` that ends when `stop` turns true.
 struct Parts {
     tasks: tokio::task::JoinSet<anyhow::Result<()>>,
-    membership: crate::kafka::Membership,
     assignments: Vec<(Stage, Arc<Assignment>)>,
     stop: watch::Receiver<bool>,
 }
 
 impl Parts {
-    /// Starts one stage: a group member of `{group}.{stage}` subscribed to `topics`, one task per partition, which
-    /// takes the records of `priority` first.
+    /// Starts one stage: its group member ([`members`]) subscribes to the stage's topics ([`stage_topics`]) and
+    /// its dispatcher runs one task per partition.
+    ///
+    /// Errors: the subscription fails.
     fn start_stage(
         &mut self,
-        s: &Settings,
+        topics: &Topics,
         stage: Stage,
-        topics: &[&str],
-        priority: Option<&str>,
+        member: group::Dispatcher,
         spawn: group::SpawnTask,
     ) -> anyhow::Result<()> {
-        let dispatcher = group::consumer(&s.brokers, &s.stage_group(stage), topics, priority, &self.membership)?;
+        member.subscribe(&stage_topics(topics, stage).0)?;
+        let dispatcher = member;
         self.assignments.push((stage, dispatcher.assignment.clone()));
         self.tasks.spawn(dispatcher.run(stage, spawn, self.stop.clone()));
         Ok(())
@@ -427,6 +428,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         true => Some((opts.verifier()?, crate::app::bind(opts.listen).await?)),
         false => None,
     };
+    let membership = crate::kafka::Membership {
+        session_timeout: opts.session_timeout,
+        instance_id: opts.group_instance_id.clone(),
+        protocol: opts.group_protocol,
+    };
+    // Created while the services are checked, joined once all answered: their clients connect meanwhile.
+    let members = members(&opts, &membership)?;
     let shared = connect(&opts).await?;
     if opts.group_protocol == crate::kafka::GroupProtocol::Consumer && opts.group_instance_id.is_some() {
         // Measured with Kafka 4.1 and librdkafka 2.12 (README, "Rolling restart"): a restart kept the member's
@@ -444,33 +452,43 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         spawn_verifier(s.clone(), &shared, every, opts.verify_sample, repair);
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut parts = Parts {
-        tasks: tokio::task::JoinSet::new(),
-        membership: crate::kafka::Membership {
-            session_timeout: opts.session_timeout,
-            instance_id: opts.group_instance_id.clone(),
-            protocol: opts.group_protocol,
-        },
-        assignments: Vec::new(),
-        stop: stop_rx,
-    };
-    let topics = &shared.topics;
-    if opts.roles.contains(&Role::Fanout) {
-        let spawn = task_spawner(&shared, Stage::FanOut, fanout_stage::run);
-        parts.start_stage(s, Stage::FanOut, &[&topics.conversation_events], None, spawn)?;
-    }
-    if opts.roles.contains(&Role::Fold) {
-        let spawn = task_spawner(&shared, Stage::Fold, fold_stage::run);
-        // User events first: a read ack does not wait behind a backlog of deltas (the fold is order-proof across
-        // the two topics).
-        let (events, deltas) = (&topics.user_events, &topics.user_deltas);
-        parts.start_stage(s, Stage::Fold, &[events, deltas], Some(events), spawn)?;
+    let mut parts = Parts { tasks: tokio::task::JoinSet::new(), assignments: Vec::new(), stop: stop_rx };
+    for (stage, member) in members {
+        let spawn = match stage {
+            Stage::FanOut => task_spawner(&shared, stage, fanout_stage::run),
+            Stage::Fold => task_spawner(&shared, stage, fold_stage::run),
+        };
+        parts.start_stage(&shared.topics, stage, member, spawn)?;
     }
     shared.metrics.set_assignments(parts.assignments.clone());
     if let Some((auth, listener)) = api {
         parts.start_api(&opts, auth, listener, shared.metrics.clone()).await?;
     }
     wait_for_stop(parts.tasks, stop_tx).await
+}
+
+/// The topics a stage's member subscribes to, and the one whose records its tasks take first: the fold takes user
+/// events first, so a read ack does not wait behind a backlog of deltas (its state is order-proof across the two).
+fn stage_topics(topics: &Topics, stage: Stage) -> (Vec<&str>, Option<&str>) {
+    match stage {
+        Stage::FanOut => (vec![&topics.conversation_events], None),
+        Stage::Fold => (vec![&topics.user_events, &topics.user_deltas], Some(&topics.user_events)),
+    }
+}
+
+/// The group members (`{group}.{stage}`) of the stages in `opts.roles`, created and not subscribed: nothing joins
+/// a group before every service answered (issue 23: fail fast).
+///
+/// Errors: a client cannot be created.
+fn members(
+    opts: &RunOptions,
+    membership: &crate::kafka::Membership,
+) -> anyhow::Result<Vec<(Stage, group::Dispatcher)>> {
+    let (s, topics) = (&opts.settings, opts.settings.topics());
+    let roles = [(Role::Fanout, Stage::FanOut), (Role::Fold, Stage::Fold)];
+    let stages = roles.into_iter().filter(|(role, _)| opts.roles.contains(role)).map(|(_, stage)| stage);
+    let member = |stage| group::member(&s.brokers, &s.stage_group(stage), stage_topics(&topics, stage).1, membership);
+    stages.map(|stage| Ok((stage, member(stage)?))).collect()
 }
 
 /// Waits for SIGINT, SIGTERM or a part ending, then tells every part to stop and waits for them.
