@@ -109,26 +109,13 @@ impl<T: Send + 'static> Prepared<T> {
 pub fn start(shared: &Arc<Shared>, roles: &[Role], instance: &str) {
     shared.prepared.listed.send_replace(false);
     let (sh, prefix) = (shared.clone(), format!("{instance}@"));
-    let (fanout, fold) = (roles.contains(&Role::Fanout), roles.contains(&Role::Fold));
+    let stages = (roles.contains(&Role::Fanout), roles.contains(&Role::Fold));
     tokio::spawn(async move {
-        match sh.store.leases_held(&prefix).await {
-            Ok(held) => {
-                let held: Vec<_> =
-                    held.into_iter().filter(|(stage, _)| if *stage == Stage::FanOut { fanout } else { fold }).collect();
-                for &(stage, p) in &held {
-                    let (sh2, prefix) = (sh.clone(), prefix.clone());
-                    match stage {
-                        Stage::FanOut => sh.prepared.fanout.insert(p, fanout_stage::prepare(sh2, p, prefix)),
-                        Stage::Fold => sh.prepared.fold.insert(p, fold_stage::prepare(sh2, p, prefix)),
-                    }
-                }
-                if !held.is_empty() {
-                    info!(partitions = ?held, "preparing the partitions held before the restart");
-                }
-            }
-            Err(e) => warn!(error = %e, "reading the leases held before the restart; going on"),
+        {
+            // The tasks wait for the list: it is complete however this ends, a panic included.
+            let _listed = Listed(&sh.prepared.listed);
+            list(&sh, stages, &prefix).await;
         }
-        sh.prepared.listed.send_replace(true);
         let shared = Arc::downgrade(&sh);
         drop(sh);
         tokio::time::sleep(PREPARED_FOR).await;
@@ -137,4 +124,34 @@ pub fn start(shared: &Arc<Shared>, roles: &[Role], instance: &str) {
             shared.prepared.fold.expire().await;
         }
     });
+}
+
+/// Reads the leases owners named `{prefix}…` hold and starts preparing those of the stages that run here
+/// (`(fan-out, fold)`).
+async fn list(sh: &Arc<Shared>, (fanout, fold): (bool, bool), prefix: &str) {
+    let held = match sh.store.leases_held(prefix).await {
+        Ok(held) => held,
+        Err(e) => return warn!(error = %e, "reading the leases held before the restart; going on"),
+    };
+    let runs = |stage: &Stage| if *stage == Stage::FanOut { fanout } else { fold };
+    let held: Vec<_> = held.into_iter().filter(|(stage, _)| runs(stage)).collect();
+    for &(stage, p) in &held {
+        let (sh2, prefix) = (sh.clone(), prefix.to_owned());
+        match stage {
+            Stage::FanOut => sh.prepared.fanout.insert(p, fanout_stage::prepare(sh2, p, prefix)),
+            Stage::Fold => sh.prepared.fold.insert(p, fold_stage::prepare(sh2, p, prefix)),
+        }
+    }
+    if !held.is_empty() {
+        info!(partitions = ?held, "preparing the partitions held before the restart");
+    }
+}
+
+/// Marks the list of preparations complete when dropped.
+struct Listed<'a>(&'a watch::Sender<bool>);
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }
