@@ -504,7 +504,7 @@ fn sigkill_at_five_points_in_one_run_stays_exact() {
     let Some(stack) = stack("sigkill_at_five_points_in_one_run_stays_exact") else { return };
     let ns = Ns::new(&stack, "kill5");
     let mut pipeline = unread::pipeline::Pipeline::new();
-    produce_dev_copies(&ns, &mut pipeline, 2);
+    produce_dev_copies(&ns, &mut pipeline, 4);
     let expected = pipeline.views();
     // Kill points spread over the run: each time some progress was checkpointed, at a random delay after start.
     let mut rng = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64 | 1;
