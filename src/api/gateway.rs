@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::openapi::ReadErrors;
 use super::{authorized, check_id, ApiError, ApiState};
 use crate::auth::Access;
+use crate::core::broadcast::ListId;
 use crate::core::contract::{
     BroadcastRead, ConversationMarkedUnread, ConversationMuted, NotificationMark, NotificationsMark, ReadAck, UserEvent,
 };
@@ -66,7 +67,8 @@ pub struct Accepted {
     pub event_ids: Vec<String>,
 }
 
-/// The optional body of a conversation read: `{"read_seq": N}`; absent: the newest message the user has.
+/// The optional body of a conversation read: `{"read_seq": N}`; absent: the newest message the user has
+/// (`newest_unread`).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct ReadBody {
     /// The user has read every message up to and including this seq (0 to 2^53); absent: the newest unread
@@ -276,7 +278,7 @@ pub async fn read_conversation(
         Some(seq) => Some(seq),
         // Acked at the cursor when the checkpoint shows nothing unread: a mark the checkpoint does not hold yet
         // (it trails Redis by a flush) is cleared all the same (§ v3: any later read ack clears it).
-        None => newest_unread(&s, &user_id, |_| true, |id, _| id == conversation_id)
+        None => newest_unread(&s, &user_id, true, |id, _, _| id == conversation_id)
             .await?
             .into_iter()
             .next()
@@ -317,8 +319,8 @@ pub async fn mark_unread(
 }
 
 /// Marks every conversation read: a `read.ack` of each unmuted, non-feed conversation with unread messages (or
-/// marked unread), at the newest message the user has (from the user's checkpointed state, like the read
-/// route's default). The feed stays apart (`/feed/read`).
+/// marked unread), at the newest message the user has (`newest_unread`, like the read route's default). The feed
+/// stays apart (`/feed/read`).
 #[utoipa::path(post, path = "/v1/users/{user_id}/read-all", tag = "writes", security(("bearer" = [])),
     params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
     responses((status = 202, description = "One event id per conversation acked (none when nothing was unread)",
@@ -329,7 +331,7 @@ pub async fn read_all(
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    ack_newest(&s, &access, path, &headers, |_, c| !c.feed && !c.muted).await
+    ack_newest(&s, &access, path, &headers, |_, feed, muted| !feed && !muted).await
 }
 
 /// A `read.ack` of each conversation `pick` selects that has unread messages (or a mark, in the checkpoint or in
@@ -339,16 +341,11 @@ async fn ack_newest(
     access: &Access,
     path: Result<Path<String>, PathRejection>,
     headers: &HeaderMap,
-    pick: impl Fn(&str, &crate::core::fold::ConvState) -> bool,
+    pick: impl Fn(&str, bool, bool) -> bool,
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     authorized(access, &[("user_id", &user_id)])?;
-    // Conversations Redis shows marked: the checkpoint, a flush behind, may not hold a mark made a moment ago.
-    let live = s.live.current().1.read_existing(&user_id, crate::core::expiry::NEVER).await.ok().flatten();
-    let marked: std::collections::HashSet<String> = live
-        .map(|v| v.conversations.into_iter().filter(|(_, c)| c.marked_unread).map(|(id, _)| id).collect())
-        .unwrap_or_default();
-    let newest = newest_unread(s, &user_id, |id| marked.contains(id), pick).await?;
+    let newest = newest_unread(s, &user_id, false, pick).await?;
     let events = newest.into_iter().map(|(id, seq)| read_ack(&user_id, id, seq)).collect();
     publish(s, &user_id, headers, events).await
 }
@@ -359,31 +356,70 @@ fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent 
     UserEvent::ReadAck(ReadAck { event_id, occurred_at, user_id: user_id.to_owned(), conversation_id, read_seq })
 }
 
-/// Each conversation of the user's checkpointed state that `pick` selects and that has unread messages, with the
-/// newest of them; or that is marked unread (v3), or that `at_cursor` names (read past seq 0), with its cursor: an
-/// ack there clears a mark, also one the checkpoint does not hold yet.
+/// Each conversation that `pick` selects (by id, feed, muted) with unread messages, with the newest of them; or
+/// that is marked unread (v3, in the checkpoint or in Redis: a mark made a moment ago), or with `at_cursor` any
+/// read past seq 0, with its cursor: an ack there clears a mark. The newest is the larger of the checkpoint's and the one Redis
+/// shows ([`newest_in_redis`]: the checkpoint trails it by a commit), and in a read-diffused conversation, whose
+/// messages never reach a member's state, its index's head ([`index_head`]).
+///
+/// Errors: 503 when this instance reads no checkpoint or PostgreSQL fails.
 async fn newest_unread(
     s: &ApiState,
     user_id: &str,
-    at_cursor: impl Fn(&str) -> bool,
-    pick: impl Fn(&str, &crate::core::fold::ConvState) -> bool,
+    at_cursor: bool,
+    pick: impl Fn(&str, bool, bool) -> bool,
 ) -> Result<Vec<(String, u64)>, ApiError> {
     let fallback = s.fallback.as_ref().ok_or_else(|| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance reads no checkpoint")
     })?;
-    let namespace = s.live.current().0;
+    let (namespace, projection) = s.live.current();
     let state = fallback.state(&namespace, user_id).await.map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("reading the checkpoint: {e:#}"))
     })?;
-    Ok(state
-        .iter()
-        .flat_map(|state| state.conversations())
-        .filter(|(id, c)| c.is_member() && pick(id, c))
-        .filter_map(|(id, c)| {
-            let cursor = (c.is_marked() || (at_cursor(id) && c.cursor() > 0)).then(|| c.cursor());
-            Some((id.clone(), c.unread.max().or(cursor)?))
-        })
-        .collect())
+    let mut live = newest_in_redis(&projection, user_id).await;
+    let mut newest = Vec::new();
+    for (id, c) in state.iter().flat_map(|state| state.conversations()) {
+        let (marked, shown) = live.remove(id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
+        if !c.is_member() || !pick(id, c.feed, c.muted) {
+            continue;
+        }
+        let indexed = if c.index_from().is_some() { index_head(&projection, id, c.cursor()).await } else { None };
+        let cursor = (c.is_marked() || marked || (at_cursor && c.cursor() > 0)).then(|| c.cursor());
+        let shown = Some(shown).filter(|&seq| seq > 0);
+        if let Some(seq) = c.unread.max().max(shown).max(indexed).or(cursor) {
+            newest.push((id.clone(), seq));
+        }
+    }
+    // Joined since the checkpoint: Redis alone has them (a `c:` field is a chat's, never a feed's).
+    for (id, (c, seq)) in live.into_iter().filter(|(id, (c, _))| pick(id, false, c.muted)) {
+        if seq > 0 || c.marked_unread {
+            newest.push((id, seq));
+        }
+    }
+    Ok(newest)
+}
+
+/// [`RedisProjection::newest_unread`], or nothing when Redis fails (logged): the checkpoint answers alone.
+async fn newest_in_redis(
+    projection: &crate::projection::redis::RedisProjection,
+    user_id: &str,
+) -> std::collections::BTreeMap<String, (crate::core::contract::ConversationView, u64)> {
+    projection.newest_unread(user_id).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "reading the newest unread seqs from Redis; the checkpoint answers alone");
+        Default::default()
+    })
+}
+
+/// The head of read-diffused conversation `id`'s index in Redis when above `cursor`; `None` when it is not, or
+/// when Redis fails (logged).
+async fn index_head(projection: &crate::projection::redis::RedisProjection, id: &str, cursor: u64) -> Option<u64> {
+    match projection.list_head(&ListId::Index(id.to_owned())).await {
+        Ok(head) => Some(head).filter(|&head| head > cursor),
+        Err(e) => {
+            tracing::warn!(error = %e, conversation = id, "reading an index's head from Redis");
+            None
+        }
+    }
 }
 
 /// Mutes or unmutes a conversation: publishes a `conversation.muted`.
@@ -493,7 +529,7 @@ pub async fn read_broadcast(
     let BroadcastReadBody { read_seq } = optional_json(&body)?;
     let read_seq = match read_seq {
         Some(seq) => seq,
-        None => s.live.current().1.list_head(&broadcast_id).await?,
+        None => s.live.current().1.list_head(&ListId::Broadcast(broadcast_id.clone())).await?,
     };
     let (event_id, occurred_at) = unstamped();
     let event = BroadcastRead { event_id, occurred_at, user_id: user_id.clone(), broadcast_id, read_seq };
@@ -501,7 +537,7 @@ pub async fn read_broadcast(
 }
 
 /// Marks the feed seen: a `read.ack` of every followed timeline with unread posts, at the newest post the user
-/// has (from the user's checkpointed state: posts newer than the last checkpoint stay unread).
+/// has (`newest_unread`: Redis's newest, or a read-diffused timeline's index head, when above the checkpoint's).
 #[utoipa::path(post, path = "/v1/users/{user_id}/feed/read", tag = "writes", security(("bearer" = [])),
     params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
     responses((status = 202, description = "One event id per timeline acked (none when nothing was unread)",
@@ -512,5 +548,5 @@ pub async fn read_feed(
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    ack_newest(&s, &access, path, &headers, |_, c| c.feed).await
+    ack_newest(&s, &access, path, &headers, |_, feed, _| feed).await
 }

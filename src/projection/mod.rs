@@ -8,8 +8,10 @@
 //! Fields of the hash:
 //! - [`TOTALS_FIELD`] → `"{total_unread} {total_mentions} {unread_conversations} {feed_unread}
 //!   {total_notifications_unread} {total_notifications_unseen}"` (a v1 hash holds the first three only);
-//! - [`CONVERSATION_PREFIX`]`{conversation_id}` → `"{unread} {mentions} {muted as 0|1}"`, one per member
-//!   non-feed conversation (a conversation left is deleted from the hash);
+//! - [`CONVERSATION_PREFIX`]`{conversation_id}` → `"{unread} {mentions} {muted as 0|1} {marked as 0|1}
+//!   {newest}"`, one per member non-feed conversation (a conversation left is deleted from the hash); `{newest}`
+//!   is the newest unread seq the user's state holds (0: none), what a read of the conversation acks
+//!   ([`newest_unread_of`]; a v2 build wrote the first three numbers, a v3 build before it the first four);
 //! - [`NOTIFICATION_PREFIX`]`{category}` → `"{unread} {unseen}"`, one per category;
 //! - [`CURSOR_PREFIX`]`{broadcast_id}` → the user's cursor in the list; the list itself is stored once, as the
 //!   sorted set [`list_key`] of its live seqs (hash-tagged: [`SharedKeys`]), and the read script counts the seqs above each cursor
@@ -389,9 +391,30 @@ pub fn totals_value(view: &UserView) -> String {
     )
 }
 
-/// A conversation field's value.
-pub fn conversation_value(c: &ConversationView) -> String {
-    format!("{} {} {} {}", c.unread, c.mentions, u8::from(c.muted), u8::from(c.marked_unread))
+/// A conversation field's value, with the newest unread seq of the user's state when known (0: none).
+pub fn conversation_value(c: &ConversationView, newest: Option<u64>) -> String {
+    let value = format!("{} {} {} {}", c.unread, c.mentions, u8::from(c.muted), u8::from(c.marked_unread));
+    match newest {
+        Some(seq) => format!("{value} {seq}"),
+        None => value,
+    }
+}
+
+/// The newest unread seq of each member conversation among a user's `conversations` (all of them, or those a
+/// patch names): the fifth number of its `c:` field (0: nothing unread in the user's state).
+pub fn newest_fields<'a>(
+    conversations: impl IntoIterator<Item = (&'a String, &'a ConvState)>,
+) -> BTreeMap<String, u64> {
+    let members = conversations.into_iter().filter(|(_, c)| c.is_member());
+    members.map(|(id, c)| (id.clone(), c.unread.max().unwrap_or(0))).collect()
+}
+
+/// A `c:` field's counts and the newest unread seq it holds (0: nothing unread, or a field an older build wrote
+/// without it); `None` when the value is malformed.
+pub fn newest_unread_of(value: &str) -> Option<(ConversationView, u64)> {
+    let (unread, mentions, muted, marked_unread) = conversation_numbers(value)?;
+    let newest = value.split(' ').nth(4).map_or(0, |n| n.parse().unwrap_or(0));
+    Some((ConversationView { unread, mentions, muted, marked_unread }, newest))
 }
 
 /// What a user's hash holds besides the conversations: totals, notification categories and broadcast cursors,
@@ -411,7 +434,7 @@ pub fn summary_fields(view: &UserView, cursors: &BTreeMap<String, u64>) -> Vec<(
 /// version.
 pub fn encode_view(view: &UserView, cursors: &BTreeMap<String, u64>) -> Vec<(String, String)> {
     let mut fields = summary_fields(view, cursors);
-    fields.extend(view.conversations.iter().map(|(id, c)| (conversation_field(id), conversation_value(c))));
+    fields.extend(view.conversations.iter().map(|(id, c)| (conversation_field(id), conversation_value(c, None))));
     fields
 }
 
@@ -464,12 +487,14 @@ where
     Ok(view)
 }
 
-/// A `c:` field's value: `"{unread} {mentions} {muted} {marked}"` (v3), or without `{marked}` as a v2 build wrote
-/// it; flags are 0 or 1.
+/// A `c:` field's value: `"{unread} {mentions} {muted} {marked} {newest}"`, or without `{newest}` as a v3 build
+/// before it wrote it, or also without `{marked}` as a v2 build did; flags are 0 or 1.
 fn conversation_numbers(value: &str) -> Option<(u64, u64, bool, bool)> {
     let n: Vec<u64> = value.split(' ').map(|n| n.parse().ok()).collect::<Option<_>>()?;
     match n[..] {
-        [u, m, muted, marked] if muted <= 1 && marked <= 1 => Some((u, m, muted == 1, marked == 1)),
+        [u, m, muted, marked] | [u, m, muted, marked, _] if muted <= 1 && marked <= 1 => {
+            Some((u, m, muted == 1, marked == 1))
+        }
         [u, m, muted] if muted <= 1 => Some((u, m, muted == 1, false)),
         _ => None,
     }
@@ -583,5 +608,20 @@ mod tests {
         ] {
             assert!(decode_view("u", vec![(f.into(), v.into())], NEVER).is_err(), "{f}={v}");
         }
+    }
+
+    #[test]
+    fn a_conversation_field_carries_its_newest_unread_seq_and_older_fields_read_without_it() {
+        let c = ConversationView { unread: 3, mentions: 1, muted: false, marked_unread: true };
+        let value = conversation_value(&c, Some(42));
+        assert_eq!(value, "3 1 0 1 42");
+        assert_eq!(newest_unread_of(&value), Some((c, 42)));
+        let read = |v: &str| decode_view("u", vec![("c:x".into(), v.into())], NEVER).unwrap().conversations["x"];
+        assert_eq!(read(&value), c, "the view ignores the seq");
+        assert_eq!(newest_unread_of(&conversation_value(&c, None)), Some((c, 0)), "a v3 field before it");
+        let v2 = ConversationView { marked_unread: false, ..c };
+        assert_eq!((read("3 1 0"), newest_unread_of("3 1 0")), (v2, Some((v2, 0))), "a v2 field");
+        assert_eq!(newest_unread_of("3 1 0 1 x"), None);
+        assert!(decode_view("u", vec![("c:x".into(), "3 1 0 1 4 5".into())], NEVER).is_err());
     }
 }

@@ -21,7 +21,7 @@ use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use super::conn::Conn;
 use super::{
-    changes_key, decode_view, list_key, push_version, shared_key_prefixes, shared_keys, user_key, ProjectionError,
+    changes_key, decode_view, push_version, shared_key_prefixes, shared_keys, user_key, ProjectionError,
     ProjectionVersion, CONVERSATION_PREFIX, COUNT_PREFIX, INDEX_COUNT_PREFIX, INDEX_PREFIX, INDEX_VERSION_PREFIX,
     LIST_VERSION_PREFIX, VERSION_FIELD,
 };
@@ -343,6 +343,9 @@ pub struct UserWrite {
     pub indexed: BTreeMap<String, String>,
     /// The `e:` field's value of every member conversation with expiring unread ([`super::expiry_fields`]).
     pub expiring: BTreeMap<String, String>,
+    /// The newest unread seq of the member conversations written, the last number of their `c:` fields
+    /// ([`super::newest_fields`]); a conversation missing here is written without it.
+    pub newest: BTreeMap<String, u64>,
     /// Conversations whose fields changed: set when the user is a member (present in `view`), deleted otherwise.
     pub changed: Vec<String>,
     /// Replace every conversation field with those of `view` (projection rebuild) instead of patching `changed`.
@@ -366,8 +369,10 @@ impl UserWrite {
         let mut changed: Vec<String> = view.conversations.keys().chain(indexed.keys()).cloned().collect();
         changed.sort_unstable();
         changed.dedup();
-        let (user_id, expiring, receipts) = (view.user_id.clone(), BTreeMap::new(), Vec::new());
-        Self { user_id, version, view, cursors, indexed, expiring, changed, replace: true, refill: false, receipts }
+        let (user_id, expiring, newest, receipts) =
+            (view.user_id.clone(), BTreeMap::new(), BTreeMap::new(), Vec::new());
+        let (replace, refill) = (true, false);
+        Self { user_id, version, view, cursors, indexed, expiring, newest, changed, replace, refill, receipts }
     }
 
     /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`), receipts
@@ -401,6 +406,7 @@ impl UserWrite {
             cursors: s.broadcasts().clone(),
             indexed: super::index_fields(named()),
             expiring: super::expiry_fields(named()),
+            newest: super::newest_fields(named()),
             changed: changed.iter().cloned().collect(),
             replace: false,
             refill: false,
@@ -418,6 +424,7 @@ impl UserWrite {
         let all = || state.into_iter().flat_map(|s| s.conversations().iter().map(|(id, c)| (id, &**c)));
         let mut write = Self::replace(view, cursors, super::index_fields(all()), version);
         write.expiring = super::expiry_fields(all());
+        write.newest = super::newest_fields(all());
         write.changed.extend(write.expiring.keys().cloned());
         write.changed.sort_unstable();
         write.changed.dedup();
@@ -432,7 +439,10 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
     let (mut set, mut delete) = (Vec::new(), Vec::new());
     for c in &w.changed {
         match w.view.conversations.get(c) {
-            Some(view) => set.push((format!("{CONVERSATION_PREFIX}{c}"), super::conversation_value(view))),
+            Some(view) => {
+                let value = super::conversation_value(view, w.newest.get(c).copied());
+                set.push((format!("{CONVERSATION_PREFIX}{c}"), value));
+            }
             None => delete.push(format!("{CONVERSATION_PREFIX}{c}")),
         }
         match w.indexed.get(c) {
@@ -858,13 +868,14 @@ impl RedisProjection {
         Ok(UserRead { view: decode_view(user_id, fields, today)?, cursors, present })
     }
 
-    /// A broadcast list's head: its largest live seq (0 for an empty or unknown list).
+    /// The head of a broadcast list or of a read-diffused conversation's index: its largest live seq (0 for an
+    /// empty or unknown one).
     ///
     /// Errors: [`ProjectionError::Redis`].
-    pub async fn list_head(&self, broadcast_id: &str) -> ProjectionResult<u64> {
+    pub async fn list_head(&self, list: &ListId) -> ProjectionResult<u64> {
         let mut conn = self.conn.clone();
         let top: Vec<u64> = redis::cmd("ZRANGE")
-            .arg(list_key(&self.prefix, broadcast_id))
+            .arg(super::shared_keys(&self.prefix, list).live)
             .arg("+inf")
             .arg("-inf")
             .arg("BYSCORE")
@@ -906,6 +917,25 @@ impl RedisProjection {
         }
         let present = fields.into_iter().zip(values).take(2).filter_map(|(f, v)| Some((f, v?)));
         Ok(Some(decode_view(user_id, present, today)?.conversations.into_values().next()))
+    }
+
+    /// The counts and newest unread seq of each conversation a user's hash holds with one
+    /// ([`super::newest_unread_of`]): conversation id → (counts as stored, seq; 0: nothing unread). Empty when the
+    /// user has no hash. What the read routes ack when no `read_seq` is given: the hash is written at every
+    /// publish, the checkpoint only at every commit.
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn newest_unread(&self, user_id: &str) -> ProjectionResult<BTreeMap<String, (ConversationView, u64)>> {
+        let mut conn = self.conn.clone();
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(user_key(&self.prefix, user_id))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err("reading a user's newest unread seqs"))?;
+        let newest = fields.into_iter().filter_map(|(field, value)| {
+            Some((field.strip_prefix(CONVERSATION_PREFIX)?.to_owned(), super::newest_unread_of(&value)?))
+        });
+        Ok(newest.collect())
     }
 
     /// The stored version of a user's hash; `None` when the hash has none (or an unreadable one).

@@ -144,3 +144,55 @@ fn settled_counters(port: u16) -> (f64, f64) {
         last = now;
     }
 }
+
+/// The read routes without a `read_seq` ack the newest message the user sees, also in a read-diffused
+/// conversation, whose messages live in its index and not in the members' state: reading it, "mark all read" and
+/// the feed's read clear them.
+#[test]
+fn the_read_routes_clear_a_read_diffused_conversation() {
+    let Some(stack) = stack("the_read_routes_clear_a_read_diffused_conversation") else { return };
+    let ns = Ns::new(&stack, "hybread");
+    let svc = ns.start(&["--read-diffusion-threshold", "5"]);
+    let mut events = Vec::new();
+    for (conv, kind) in [("big", "channel"), ("big2", "channel"), ("news", "feed")] {
+        let mut created = event("conversation.created");
+        (created["conversation_id"], created["kind"], created["members"]) =
+            (conv.into(), kind.into(), serde_json::json!([]));
+        events.push(created);
+        for i in 0..8 {
+            let mut e = event("member.joined");
+            (e["conversation_id"], e["user_id"]) = (conv.into(), format!("m-{i}").into());
+            events.push(e);
+        }
+        for seq in 1..=3u64 {
+            let mut e = event("message.sent");
+            (e["conversation_id"], e["seq"], e["sender_id"]) = (conv.into(), seq.into(), "m-0".into());
+            events.push(e);
+        }
+    }
+    produce_lines(&ns, "msgs", lines(events.into_iter()));
+    ns.ok(&["lag", "--wait", "1m"]);
+    let view = |user: &str| -> UserView {
+        serde_json::from_str(&http_get(svc.port, &format!("/v1/users/{user}/unread")).unwrap().1).unwrap()
+    };
+    let before = view("m-1");
+    assert_eq!((before.total_unread, before.feed_unread), (6, 3), "{before:?}");
+    let post = |user: &str, path: &str| {
+        let (code, body) = http_post_as(svc.port, path, Some(&token(user, false)), &serde_json::json!({})).unwrap();
+        assert_eq!(code, 202, "{path}: {body}");
+    };
+    post("m-1", "/v1/users/m-1/conversations/big/read");
+    post("m-2", "/v1/users/m-2/read-all");
+    post("m-3", "/v1/users/m-3/feed/read");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (one, two, three) = (view("m-1"), view("m-2"), view("m-3"));
+        let got = (one.conversations["big"].unread, one.total_unread, two.total_unread, three.feed_unread);
+        if got == (0, 3, 0, 0) && (two.feed_unread, three.total_unread) == (3, 6) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "after 20 s: {one:?} {two:?} {three:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    svc.stop();
+}
