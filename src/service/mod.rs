@@ -445,7 +445,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         );
     }
     if let Some(id) = &opts.group_instance_id {
-        prepare::start(&shared, &opts.roles, id);
+        prepare::start(&shared, &stages(&opts.roles), id);
     }
     if let Some(every) = opts.verify_every {
         let repair = opts.repair.then_some(opts.repair_limit);
@@ -485,10 +485,14 @@ fn members(
     membership: &crate::kafka::Membership,
 ) -> anyhow::Result<Vec<(Stage, group::Dispatcher)>> {
     let (s, topics) = (&opts.settings, opts.settings.topics());
-    let roles = [(Role::Fanout, Stage::FanOut), (Role::Fold, Stage::Fold)];
-    let stages = roles.into_iter().filter(|(role, _)| opts.roles.contains(role)).map(|(_, stage)| stage);
     let member = |stage| group::member(&s.brokers, &s.stage_group(stage), stage_topics(&topics, stage).1, membership);
-    stages.map(|stage| Ok((stage, member(stage)?))).collect()
+    stages(&opts.roles).into_iter().map(|stage| Ok((stage, member(stage)?))).collect()
+}
+
+/// The stages among `roles` (the API is none), fan-out first.
+fn stages(roles: &[Role]) -> Vec<Stage> {
+    let stages = [(Role::Fanout, Stage::FanOut), (Role::Fold, Stage::Fold)];
+    stages.into_iter().filter(|(role, _)| roles.contains(role)).map(|(_, stage)| stage).collect()
 }
 
 /// Waits for SIGINT, SIGTERM or a part ending, then tells every part to stop and waits for them.

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{fanout_stage, fold_stage, Role, Shared, TaskError};
+use super::{fanout_stage, fold_stage, Shared, TaskError};
 use crate::checkpoint::Stage;
 
 /// How long a prepared partition waits for its task before it is dropped: 30 s.
@@ -102,19 +102,18 @@ impl<T: Send + 'static> Prepared<T> {
     }
 }
 
-/// Prepares, for the stages in `roles`, the partitions whose lease the previous incarnation of static member
+/// Prepares, for `stages`, the partitions whose lease the previous incarnation of static member
 /// `instance` holds still, and drops what no task took after [`PREPARED_FOR`]. Returns at once: the leases are
 /// read beside the group's join, and a task waits until they are. A failure to read them is logged, and the tasks
 /// start as usual.
-pub fn start(shared: &Arc<Shared>, roles: &[Role], instance: &str) {
+pub fn start(shared: &Arc<Shared>, stages: &[Stage], instance: &str) {
     shared.prepared.listed.send_replace(false);
-    let (sh, prefix) = (shared.clone(), format!("{instance}@"));
-    let stages = (roles.contains(&Role::Fanout), roles.contains(&Role::Fold));
+    let (sh, prefix, stages) = (shared.clone(), format!("{instance}@"), stages.to_vec());
     tokio::spawn(async move {
         {
             // The tasks wait for the list: it is complete however this ends, a panic included.
             let _listed = Listed(&sh.prepared.listed);
-            list(&sh, stages, &prefix).await;
+            list(&sh, &stages, &prefix).await;
         }
         let shared = Arc::downgrade(&sh);
         drop(sh);
@@ -126,15 +125,13 @@ pub fn start(shared: &Arc<Shared>, roles: &[Role], instance: &str) {
     });
 }
 
-/// Reads the leases owners named `{prefix}…` hold and starts preparing those of the stages that run here
-/// (`(fan-out, fold)`).
-async fn list(sh: &Arc<Shared>, (fanout, fold): (bool, bool), prefix: &str) {
+/// Reads the leases owners named `{prefix}…` hold and starts preparing those of `stages` (the stages that run here).
+async fn list(sh: &Arc<Shared>, stages: &[Stage], prefix: &str) {
     let held = match sh.store.leases_held(prefix).await {
         Ok(held) => held,
         Err(e) => return warn!(error = %e, "reading the leases held before the restart; going on"),
     };
-    let runs = |stage: &Stage| if *stage == Stage::FanOut { fanout } else { fold };
-    let held: Vec<_> = held.into_iter().filter(|(stage, _)| runs(stage)).collect();
+    let held: Vec<_> = held.into_iter().filter(|(stage, _)| stages.contains(stage)).collect();
     for &(stage, p) in &held {
         let (sh2, prefix) = (sh.clone(), prefix.to_owned());
         match stage {
