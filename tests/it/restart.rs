@@ -106,15 +106,13 @@ fn with_the_consumer_protocol_a_member_leaving_and_coming_back_moves_only_its_pa
 
 #[test]
 fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_holds_it() {
-    use unread::checkpoint::store::CheckpointStore;
     use unread::checkpoint::Stage;
     let test = "a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_holds_it";
     let Some(stack) = stack(test) else { return };
     let schema = format!("it_prepare_{}", std::process::id());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store = CheckpointStore::connect(&stack.database_url, &schema, 2).await.unwrap();
-        store.migrate().await.unwrap();
+        let store = migrated_store(&stack.database_url, &schema).await;
         for (stage, p, owner) in [
             (Stage::FanOut, 0, "a@h:1"),
             (Stage::FanOut, 1, "ab@h:1"),

@@ -298,14 +298,13 @@ fn one_write_call_guards_each_user_and_announces_those_written_once() {
 
 #[test]
 fn a_checkpoint_from_an_older_lease_generation_is_fenced() {
-    use unread::checkpoint::store::{CheckpointStore, Fenced, StoreError};
+    use unread::checkpoint::store::{Fenced, StoreError};
     use unread::checkpoint::Stage;
     let Some(stack) = stack("a_checkpoint_from_an_older_lease_generation_is_fenced") else { return };
     let schema = format!("it_fence_{}", std::process::id());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store = CheckpointStore::connect(&stack.database_url, &schema, 2).await.unwrap();
-        store.migrate().await.unwrap();
+        let store = migrated_store(&stack.database_url, &schema).await;
         let old = store.acquire(Stage::Fold, 3, "a").await.unwrap();
         let row = |v: u8| unread::checkpoint::store::Changes::states(vec![("u".to_string(), Some(vec![v]))]);
         store.commit(Stage::Fold, 3, old, &row(1), &[("t", 10)]).await.unwrap();

@@ -47,8 +47,7 @@ pub fn spawn_app(stack: &Stack, test: &str, auth: AuthOptions, args: &[&str]) ->
     let schema = (settings.database_url.clone(), settings.ns_db_schema());
     let port = runtime.block_on(async {
         // What `unread migrate` does: degraded reads find the tables, empty.
-        let store = unread::checkpoint::store::CheckpointStore::connect(&schema.0, &schema.1, 2).await.unwrap();
-        store.migrate().await.expect("migrations apply");
+        super::stack::migrated_store(&schema.0, &schema.1).await;
         let metrics = Arc::new(unread::metrics::Metrics::default());
         let (assignments, producer, stop) = (Vec::new(), None, stopped.clone());
         let deps = unread::app::ApiDeps { settings, auth, limits, assignments, metrics, producer, stop };

@@ -384,3 +384,11 @@ impl Drop for PrivateKafka {
         std::fs::remove_dir_all(&self.dir).ok();
     }
 }
+
+/// The checkpoint store in `schema`, migrated (what `unread migrate` does): for a test
+/// that talks to the store directly, or serves degraded reads from empty tables.
+pub async fn migrated_store(database_url: &str, schema: &str) -> unread::checkpoint::store::CheckpointStore {
+    let store = unread::checkpoint::store::CheckpointStore::connect(database_url, schema, 2).await.unwrap();
+    store.migrate().await.expect("migrations apply");
+    store
+}
