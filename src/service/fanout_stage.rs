@@ -22,6 +22,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
+use super::shared_transaction::{Open, SharedTransaction};
 use super::task::{self, StageTask};
 use super::{records, Shared, TaskError};
 use crate::checkpoint::Stage;
@@ -54,6 +55,8 @@ struct FanOutTask {
     /// marks their receipts keys complete ([`SentWrite::new`]).
     created: HashSet<String>,
     in_flight: Vec<DeliveryFuture>,
+    /// With `--shared-producer`: the number of the shared transaction this task's uncommitted deltas are in.
+    epoch: Option<u64>,
     /// When each batch of the open transaction was taken, and its records: for the live path's
     /// [`Step::FanOutReadToCommitted`].
     read: Vec<(Instant, usize)>,
@@ -77,8 +80,9 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     input.rewind(&shared.topics.conversation_events, next).await;
     let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
-    let created = HashSet::new();
+    let (created, epoch) = (HashSet::new(), None);
     let mut task = FanOutTask {
+        epoch,
         shared,
         input,
         producer,
@@ -132,7 +136,12 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
 async fn begin(shared: &Shared, p: i32, lease: load::Lease, lease_ms: u64) -> Result<Started, TaskError> {
     let ((loaded, load_ms), (producer, producer_ms)) = tokio::join!(
         timed(load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion)),
-        timed(transactional_producer(shared, p)),
+        timed(async {
+            match &shared.shared_transaction {
+                Some(t) => t.producer(shared).await,
+                None => transactional_producer(shared, &format!("{}.{p}", shared.transactional_prefix)).await,
+            }
+        }),
     );
     match (loaded, producer) {
         (Ok(loaded), Ok(producer)) => Ok(Started { loaded, producer, ms: [lease_ms, load_ms, producer_ms] }),
@@ -170,14 +179,13 @@ fn discard(producer: FutureProducer) {
     tokio::task::spawn_blocking(move || drop(producer));
 }
 
-/// Creates partition `p`'s transactional producer, fetches the cluster's metadata with it (up to 5 s) and
-/// initializes it (up to 60 s), which fences every earlier producer of the partition. Blocking calls run off the
-/// async threads.
+/// Creates the transactional producer of transactional id `id` (partition p's `{group}.fanout.{p}`, or the
+/// instance's shared one), fetches the cluster's metadata with it (up to 5 s) and initializes it (up to 60 s),
+/// which fences every earlier producer of that id. Blocking calls run off the async threads.
 ///
 /// Errors: the client cannot be created, or the initialization fails (the broker is unreachable, say).
-async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProducer, TaskError> {
-    let id = format!("{}.{p}", shared.transactional_prefix);
-    let producer = crate::kafka::transactional_producer(&shared.brokers, &id)
+pub async fn transactional_producer(shared: &Shared, id: &str) -> Result<FutureProducer, TaskError> {
+    let producer = crate::kafka::transactional_producer(&shared.brokers, id)
         .map_err(TaskError::kafka("creating the transactional producer"))?;
     let init = producer.clone();
     let result = tokio::task::spawn_blocking(move || {
@@ -199,13 +207,20 @@ async fn transactional_producer(shared: &Shared, p: i32) -> Result<FutureProduce
 }
 
 impl FanOutTask {
-    /// Begins a Kafka transaction unless one is open.
-    fn begin(&mut self) -> Result<(), TaskError> {
-        if self.transaction_since.is_none() {
-            self.producer.begin_transaction().map_err(TaskError::kafka("beginning a transaction"))?;
-            self.transaction_since = Some(Instant::now());
-        }
-        Ok(())
+    /// Begins a Kafka transaction unless one is open: the task's own, or with `--shared-producer` the instance's,
+    /// which then stays open (uncommitted) while the caller holds what this returns.
+    async fn begin<'a>(&mut self, shared: &'a Shared) -> Result<Option<Open<'a>>, TaskError> {
+        let open = match &shared.shared_transaction {
+            Some(t) => Some(t.open(self.epoch).await?),
+            None if self.transaction_since.is_none() => {
+                self.producer.begin_transaction().map_err(TaskError::kafka("beginning a transaction"))?;
+                None
+            }
+            None => None,
+        };
+        self.epoch = open.as_ref().map(|o| o.epoch).or(self.epoch);
+        self.transaction_since.get_or_insert_with(Instant::now);
+        Ok(open)
     }
 
     /// Commits the open Kafka transaction, if any (a blocking call, up to 30 s, run off the async threads): its
@@ -219,12 +234,27 @@ impl FanOutTask {
             .await
             .unwrap_or(Err(KafkaError::Canceled)) // the runtime shut down under it
             .map_err(TaskError::kafka("committing a transaction"))?;
+        self.committed_transaction(started);
+        Ok(())
+    }
+
+    /// The shared transaction this task's deltas are in is committed (by this task or another), if any.
+    async fn commit_shared(&mut self, t: &SharedTransaction) -> Result<(), TaskError> {
+        if let Some(epoch) = self.epoch.take() {
+            let started = Instant::now();
+            t.commit(epoch).await?;
+            self.committed_transaction(started);
+        }
+        Ok(())
+    }
+
+    /// A Kafka commit begun at `started` is done: counted, and the latency of the batches it made visible.
+    fn committed_transaction(&mut self, started: Instant) {
         self.shared.metrics.kafka_commit(started.elapsed());
         for (at, n) in self.read.drain(..) {
             self.shared.metrics.live_path(Step::FanOutReadToCommitted, at.elapsed(), n);
         }
         self.transaction_since = None;
-        Ok(())
     }
 
     /// Decodes a batch (bad records go to the dead-letter topic), fans it out and enqueues the deltas. Returns how
@@ -241,9 +271,10 @@ impl FanOutTask {
             match records::conversation_event(record) {
                 Ok(e) => events.push(e),
                 Err(e) => {
-                    self.shared.metrics.dead_letter(e.kind());
-                    self.begin()?;
-                    records::dead_letter(&self.producer, &self.shared.topics.dead_letter, record, &e).await?;
+                    let sh = self.shared.clone();
+                    sh.metrics.dead_letter(e.kind());
+                    let _open = self.begin(&sh).await?;
+                    records::dead_letter(&self.producer, &sh.topics.dead_letter, record, &e).await?;
                 }
             }
             self.next = record.offset() + 1;
@@ -255,8 +286,10 @@ impl FanOutTask {
             self.read.push((read_at, pending));
         }
         if !events.is_empty() {
-            self.begin()?;
-            let (sh, p) = (&*self.shared, self.input.partition);
+            let (sh, p) = (&*self.shared.clone(), self.input.partition);
+            if sh.shared_transaction.is_none() {
+                self.begin(sh).await?; // the task's own transaction begins before its lease check
+            }
             // A task whose partition moved must not add deltas to the stream of its successor.
             retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, self.generation)).await?;
             if let Some(delay) = sh.produce_delay {
@@ -275,6 +308,7 @@ impl FanOutTask {
             sh.metrics.fanout_batch(&stats);
             self.dirty.extend(keys);
             let source = DeltaSource { partition: p, generation: self.generation };
+            let _open = self.begin(sh).await?;
             produce(&self.producer, &sh.topics.user_deltas, &deltas, source, &mut self.in_flight).await?;
         }
         Ok(pending)
@@ -338,7 +372,10 @@ impl StageTask for &mut FanOutTask {
     /// acknowledged deltas ~1 ms, of 50 unacknowledged ones ~101 ms; docs/performance.md).
     async fn publish(&mut self) -> Result<(), TaskError> {
         acknowledged(&mut self.in_flight).await?;
-        self.commit_transaction().await
+        match &self.shared.clone().shared_transaction {
+            Some(t) => self.commit_shared(t).await,
+            None => self.commit_transaction().await,
+        }
     }
 
     /// Waits for every outstanding delta acknowledgement and commits the Kafka transaction: deltas are committed

@@ -94,6 +94,34 @@ fn sigkill_in_the_middle_then_restart_is_exact() {
     ns.cleanup();
 }
 
+/// `--shared-producer` (one transactional producer and one transaction for all of an instance's fan-out tasks): a
+/// static member SIGKILLed with deltas in flight and restarted with the same instance id (which fences its
+/// previous incarnation and aborts its open transaction) ends exact; and the flag is refused without an instance
+/// id.
+#[test]
+fn shared_producer_sigkill_then_restart_is_exact() {
+    let Some(stack) = stack("shared_producer_sigkill_then_restart_is_exact") else { return };
+    let ns = Ns::new(&stack, "shared");
+    let out = ns.cmd(&["run", "--shared-producer"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--group-instance-id"), "{stderr}");
+    let mut pipeline = unread::pipeline::Pipeline::new();
+    produce_dev_copies(&ns, &mut pipeline, 3);
+    let expected = pipeline.views();
+    let initial = ns.total_lag();
+    let flags = ["--shared-producer", "--group-instance-id", "it-shared", "--session-timeout", "6s"];
+    let svc = ns.start(&[&flags[..], &["--flush-events", "2000"]].concat());
+    let at_kill = wait_for_progress(&ns, initial);
+    svc.kill();
+    assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
+    let svc = ns.start(&flags);
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_matches(svc.port, &expected);
+    assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    svc.stop();
+    ns.cleanup();
+}
+
 #[test]
 fn projection_lost_then_rebuilt_from_checkpoint_is_exact() {
     let Some(stack) = stack("projection_lost_then_rebuilt_from_checkpoint_is_exact") else { return };
