@@ -4,7 +4,7 @@
 //! Eight partition tasks with a producer each brought eight clients (their broker and poll threads) and up to eight
 //! commits, each writing a marker into every delta partition it touched, per round of batches. One producer and
 //! one commit per round measured, at 1,000 msg/s, p50 42–55 ms and p99 88–228 ms against 83–153 and 386–535 ms,
-//! and 17% less CPU per per-recipient update (docs/performance.md, "One transactional producer per instance").
+//! and 14–22% less CPU per per-recipient update (docs/performance.md, "One transactional producer per instance").
 //!
 //! The transactional id is `{group}.fanout.{instance}` (a static member's `--group-instance-id`), so the next
 //! incarnation of the instance fences this one and aborts its open transaction when it initializes. A zombie of
