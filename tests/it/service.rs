@@ -736,6 +736,31 @@ fn zombie_deltas_from_a_fenced_fan_out_are_never_folded() {
     ns.cleanup();
 }
 
+/// The same race with `--shared-producer`: the zombie's producer is its instance's, which the other instance's
+/// tasks do not fence, so its late batches reach the delta log behind their successors' deltas; the fold's fence
+/// drops those (what it drops is at least what the log holds as stale), and the counts are exact.
+#[test]
+fn zombie_deltas_with_a_shared_producer_are_dropped_by_the_fold() {
+    let Some(stack) = stack("zombie_deltas_with_a_shared_producer_are_dropped_by_the_fold") else { return };
+    let ns = Ns::new(&stack, "zombieshared");
+    ns.ok(&["produce", &dev_events()]);
+    let member = |id| ["--shared-producer", "--group-instance-id", id];
+    let a = ns.start_with_env(&member("zombie-a"), &[("UNREAD_FAULT_PRODUCE_DELAY", "4s")]);
+    std::thread::sleep(Duration::from_secs(2)); // a has checked its leases and sleeps before producing
+    let b = ns.start(&member("zombie-b"));
+    ns.ok(&["lag", "--wait", "3m"]);
+    assert_matches(b.port, &dev_expected());
+    let fenced = metric(a.port, "unread_fenced_tasks_total");
+    assert!(fenced >= 1.0, "the race did not happen: no task of the sleeper was fenced");
+    let stale = stale_deltas_in_log(&stack.brokers, &format!("{}.unread.user-deltas", ns.name));
+    let dropped = metric(a.port, "unread_zombie_deltas_total") + metric(b.port, "unread_zombie_deltas_total");
+    assert!(dropped >= stale as f64, "{stale} stale deltas in the log, {dropped} dropped by the folds");
+    println!("{stale} zombie deltas in the log, {dropped} dropped by the folds' fence");
+    a.stop();
+    b.stop();
+    ns.cleanup();
+}
+
 /// The delta records whose fan-out generation is older than one already seen from the same fan-out partition in
 /// their delta partition (what the fold's fence drops), read from the start of `topic` as the folds read it
 /// (`read_committed`) up to each partition's end.
