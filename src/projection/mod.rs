@@ -412,8 +412,7 @@ pub fn newest_fields<'a>(
 /// A `c:` field's counts and the newest unread seq it holds (0: nothing unread, or a field an older build wrote
 /// without it); `None` when the value is malformed.
 pub fn newest_unread_of(value: &str) -> Option<(ConversationView, u64)> {
-    let (unread, mentions, muted, marked_unread) = conversation_numbers(value)?;
-    let newest = value.split(' ').nth(4).map_or(0, |n| n.parse().unwrap_or(0));
+    let (unread, mentions, muted, marked_unread, newest) = conversation_numbers(value)?;
     Some((ConversationView { unread, mentions, muted, marked_unread }, newest))
 }
 
@@ -459,7 +458,7 @@ where
         if field == TOTALS_FIELD {
             decode_totals(&mut view, &value).ok_or_else(|| bad(&field, &value))?;
         } else if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
-            let (unread, mentions, muted, marked_unread) =
+            let (unread, mentions, muted, marked_unread, _) =
                 conversation_numbers(&value).ok_or_else(|| bad(&field, &value))?;
             view.conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted, marked_unread });
         } else if let Some(cat) = field.strip_prefix(NOTIFICATION_PREFIX) {
@@ -488,14 +487,13 @@ where
 }
 
 /// A `c:` field's value: `"{unread} {mentions} {muted} {marked} {newest}"`, or without `{newest}` as a v3 build
-/// before it wrote it, or also without `{marked}` as a v2 build did; flags are 0 or 1.
-fn conversation_numbers(value: &str) -> Option<(u64, u64, bool, bool)> {
+/// before it wrote it (read as 0), or also without `{marked}` as a v2 build did; flags are 0 or 1.
+fn conversation_numbers(value: &str) -> Option<(u64, u64, bool, bool, u64)> {
     let n: Vec<u64> = value.split(' ').map(|n| n.parse().ok()).collect::<Option<_>>()?;
     match n[..] {
-        [u, m, muted, marked] | [u, m, muted, marked, _] if muted <= 1 && marked <= 1 => {
-            Some((u, m, muted == 1, marked == 1))
-        }
-        [u, m, muted] if muted <= 1 => Some((u, m, muted == 1, false)),
+        [u, m, muted, marked, newest] if muted <= 1 && marked <= 1 => Some((u, m, muted == 1, marked == 1, newest)),
+        [u, m, muted, marked] if muted <= 1 && marked <= 1 => Some((u, m, muted == 1, marked == 1, 0)),
+        [u, m, muted] if muted <= 1 => Some((u, m, muted == 1, false, 0)),
         _ => None,
     }
 }

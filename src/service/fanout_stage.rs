@@ -22,7 +22,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{debug, info};
 
 use super::group::{PartitionInput, Verdict};
-use super::shared_transaction::{Open, SharedTransaction};
+use super::shared_transaction::{blocking, Open, SharedTransaction};
 use super::task::{self, StageTask};
 use super::{records, Shared, TaskError};
 use crate::checkpoint::Stage;
@@ -230,9 +230,8 @@ impl FanOutTask {
             return Ok(());
         }
         let (producer, started) = (self.producer.clone(), Instant::now());
-        tokio::task::spawn_blocking(move || producer.commit_transaction(Duration::from_secs(30)))
+        blocking(producer, |p| p.commit_transaction(Duration::from_secs(30)))
             .await
-            .unwrap_or(Err(KafkaError::Canceled)) // the runtime shut down under it
             .map_err(TaskError::kafka("committing a transaction"))?;
         self.committed_transaction(started);
         Ok(())

@@ -350,13 +350,14 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let (kafka_ms, (store, postgres_ms, migrated_ms), (projection, redis_ms)) =
         tokio::try_join!(kafka, store, projection)?;
     info!(kafka_ms, postgres_ms, migrated_ms, redis_ms, "connected");
+    let transactional_prefix = s.stage_group(Stage::FanOut);
     Ok(Arc::new(Shared {
         topics: s.topics(),
         store,
         projection,
         producer: ProducerSlot::new(&s.brokers)?,
         brokers: s.brokers.clone(),
-        transactional_prefix: s.stage_group(Stage::FanOut),
+        transactional_prefix: transactional_prefix.clone(),
         flush: FlushPolicy {
             interval: opts.flush_interval,
             events: opts.flush_events,
@@ -370,10 +371,11 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         metrics: Arc::new(Metrics::default()),
         owner: owner_name(opts.group_instance_id.as_deref()),
         prepared: Default::default(),
-        shared_transaction: opts.group_instance_id.as_ref().filter(|_| opts.shared_producer).map(|instance| {
-            let id = format!("{}.{instance}", s.stage_group(Stage::FanOut));
-            shared_transaction::SharedTransaction::new(id)
-        }),
+        shared_transaction: opts
+            .group_instance_id
+            .as_ref()
+            .filter(|_| opts.shared_producer)
+            .map(|instance| shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}"))),
     }))
 }
 

@@ -119,8 +119,9 @@ pub struct Open<'a> {
     pub epoch: u64,
 }
 
-/// `call` on the producer off the async threads (commits and aborts block).
-async fn blocking(
+/// `call` on the producer off the async threads (commits and aborts block); `Canceled` when the runtime shut down
+/// under it.
+pub(super) async fn blocking(
     producer: FutureProducer,
     call: impl FnOnce(&FutureProducer) -> rdkafka::error::KafkaResult<()> + Send + 'static,
 ) -> rdkafka::error::KafkaResult<()> {
