@@ -88,8 +88,23 @@ impl<'s> Ns<'s> {
         self.start_with_env(extra, &[])
     }
 
-    /// [`Ns::start`] with more environment variables (fault injection).
+    /// [`Ns::start`] with more environment variables (fault injection). [`free_port`] can lose a race: another
+    /// process may take the port (an outgoing connection's ephemeral port, say) before the service binds it; the
+    /// service then exits at once, and this starts it again on another port (three tries). Any other exit, or no
+    /// readiness within 60 s, panics with the end of the service's log.
     pub fn start_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Service {
+        for _ in 0..3 {
+            match self.try_start(extra, env) {
+                Ok(svc) => return svc,
+                Err(log) if log.contains("Address already in use") => eprintln!("port taken, starting again: {log}"),
+                Err(log) => panic!("service not ready: {log}"),
+            }
+        }
+        panic!("service not ready: its port was taken three times")
+    }
+
+    /// One try of [`Ns::start_with_env`]: the ready service, or why not (with the end of its log).
+    fn try_start(&self, extra: &[&str], env: &[(&str, &str)]) -> Result<Service, String> {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec!["run", "--listen", &listen];
@@ -97,17 +112,28 @@ impl<'s> Ns<'s> {
             args.extend(["--flush-interval", "100ms"]);
         }
         args.extend_from_slice(extra);
-        let log = std::fs::File::create(std::env::temp_dir().join(format!("{}-{port}.log", self.name))).unwrap();
+        let path = std::env::temp_dir().join(format!("{}-{port}.log", self.name));
+        let log = std::fs::File::create(&path).unwrap();
         let mut cmd = self.cmd(&args);
         cmd.envs(env.iter().copied());
         let child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
-        let svc = Service { child, port };
+        let mut svc = Service { child, port };
+        let tail = || {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            format!("{} ends:\n{}", path.display(), lines[lines.len().saturating_sub(20)..].join("\n"))
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         while http_get(port, "/readyz").map(|(s, _)| s) != Some(200) {
-            assert!(Instant::now() < deadline, "service not ready within 60 s");
+            if let Some(status) = svc.child.try_wait().unwrap() {
+                return Err(format!("it exited ({status}); {}", tail()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("not ready within 60 s; {}", tail()));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
-        svc
+        Ok(svc)
     }
 
     /// Removes the namespace now (as `Drop` would).
