@@ -282,30 +282,42 @@ impl RedisProjection {
         &self,
         accepted: impl Iterator<Item = &'a UserWrite>,
     ) -> ProjectionResult<()> {
-        let cmds: Vec<Cmd> = accepted.flat_map(|w| self.receipt_cmds(w)).collect();
+        let cmds: Vec<Cmd> = if self.expires() {
+            accepted.flat_map(|w| w.receipts.iter().filter_map(|r| self.receipt_script(&w.user_id, r))).collect()
+        } else {
+            self.receipt_cmds(accepted)
+        };
         if !cmds.is_empty() {
             self.run_scripts::<Value>(|| cmds.clone()).await.map_err(redis_err("writing receipts"))?;
         }
         Ok(())
     }
 
-    /// The receipts commands of an accepted user write: its memberships' join heads and cursors, its own seqs.
-    fn receipt_cmds(&self, w: &UserWrite) -> Vec<Cmd> {
-        if self.expires() {
-            return w.receipts.iter().filter_map(|r| self.receipt_script(&w.user_id, r)).collect();
-        }
+    /// The plain receipts commands of accepted user writes: their memberships' join heads and cursors, their own
+    /// seqs. The memberships are gathered by conversation, one `ZADD` (or `ZREM`) of every member written to each
+    /// sorted set: a million members joining one conversation is a few thousand commands, not two million. Each
+    /// user is written once in a call, so the order of its entries against other users' does not matter.
+    fn receipt_cmds<'a>(&self, accepted: impl Iterator<Item = &'a UserWrite>) -> Vec<Cmd> {
+        let mut members: std::collections::BTreeMap<&str, (Cmd, Cmd, Cmd, Cmd)> = Default::default();
         let mut cmds = Vec::new();
-        for r in &w.receipts {
+        for (w, r) in accepted.flat_map(|w| w.receipts.iter().map(move |r| (w, r))) {
             let keys = receipt_keys(&self.prefix, &r.conversation_id);
-            match (r.member_changed, r.member) {
-                (false, _) => {} // unchanged since the last write
-                (true, Some((joined, cursor))) => {
-                    cmds.push(redis::cmd("ZADD").arg(&keys.joins).arg(joined).arg(&w.user_id).clone());
-                    cmds.push(redis::cmd("ZADD").arg(&keys.cursors).arg(cursor).arg(&w.user_id).clone());
-                }
-                (true, None) => {
-                    cmds.push(redis::cmd("ZREM").arg(&keys.joins).arg(&w.user_id).clone());
-                    cmds.push(redis::cmd("ZREM").arg(&keys.cursors).arg(&w.user_id).clone());
+            if r.member_changed {
+                let (joins, cursors, left_joins, left_cursors) =
+                    members.entry(&r.conversation_id).or_insert_with(|| {
+                        let cmd = |name: &str, key: &str| redis::cmd(name).arg(key).clone();
+                        let (j, c) = (keys.joins.as_str(), keys.cursors.as_str());
+                        (cmd("ZADD", j), cmd("ZADD", c), cmd("ZREM", j), cmd("ZREM", c))
+                    });
+                match r.member {
+                    Some((joined, cursor)) => {
+                        joins.arg(joined).arg(&w.user_id);
+                        cursors.arg(cursor).arg(&w.user_id);
+                    }
+                    None => {
+                        left_joins.arg(&w.user_id);
+                        left_cursors.arg(&w.user_id);
+                    }
                 }
             }
             if !r.own_removed.is_empty() {
@@ -320,6 +332,9 @@ impl RedisProjection {
                 cmds.push(hset);
             }
         }
+        // A command with only its key has nothing to write.
+        let written = members.into_values().flat_map(|(a, b, c, d)| [a, b, c, d]);
+        cmds.extend(written.filter(|cmd| cmd.args_iter().count() > 2));
         cmds
     }
 
