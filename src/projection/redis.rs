@@ -145,6 +145,10 @@ end
 /// write can only be older. Two positions neither of which dominates the other (a task restarted from its
 /// checkpoint reads the two topics in another interleaving) are both accepted: the live task only moves forward
 /// from there and rewrites every user it touches, so Redis converges; refusing them would leave a user stale.
+///
+/// Cost: a user new to Redis takes three commands (`HGET` of the version, one `HSET` of the version, totals and
+/// up to 127 fields, the push version's `HSET`); the refilled mark is looked for only on a hash that has a
+/// version (a refill writes one), and fields beyond the first 127 go 128 to an `HSET`.
 pub const WRITE_TEMPLATE: &str = concat!(
     r#"
 local ttl, n = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -166,7 +170,8 @@ local function write(key, i)
     end
   end
   if ARGV[i + 2] == 'patch' then
-    if (ttl > 0 and not cur) or redis.call('HEXISTS', key, '${REFILLED}') == 1 then return 2, upto + 1 end
+    if ttl > 0 and not cur then return 2, upto + 1 end
+    if cur and redis.call('HEXISTS', key, '${REFILLED}') == 1 then return 2, upto + 1 end
   else
     for _, f in ipairs(redis.call('HKEYS', key)) do
       local p = string.sub(f, 1, 2)
@@ -174,8 +179,9 @@ local function write(key, i)
     end
     if ARGV[i + 2] == 'refill' then redis.call('HSET', key, '${REFILLED}', '1') else redis.call('HDEL', key, '${REFILLED}') end
   end
-  redis.call('HSET', key, '${VERSION}', ARGV[i], '${TOTALS}', ARGV[i + 1])
-  chunked('HSET', key, i + 4, d - 1)
+  local first = math.min(d - 1, i + 4 + 253)
+  redis.call('HSET', key, '${VERSION}', ARGV[i], '${TOTALS}', ARGV[i + 1], unpack(ARGV, i + 4, first))
+  chunked('HSET', key, first + 1, d - 1)
   chunked('HDEL', key, d + 1, upto)
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
   return 1, upto + 1

@@ -266,6 +266,45 @@ fn projection_guard_refuses_older_generations_and_dominated_positions() {
     });
 }
 
+/// The write script sets a user's fields in chunks (the first with the version and totals, then 256 arguments
+/// to a call): a user of 300 conversations, far more than one chunk holds, reads back whole, and a second write
+/// with fewer conversations leaves exactly those.
+#[test]
+fn a_user_of_300_conversations_is_written_and_read_back_whole() {
+    use unread::core::contract::{ConversationView, UserView};
+    use unread::projection::redis::{RedisProjection, UserWrite};
+    let Some(stack) = stack("a_user_of_300_conversations_is_written_and_read_back_whole") else { return };
+    let prefix = format!("it_wide_{}:", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let p = RedisProjection::connect(&stack.redis_url, &prefix).await.unwrap();
+        let view = |conversations: u64| {
+            let mut v = UserView { user_id: "wide".into(), ..Default::default() };
+            for c in 0..conversations {
+                let (unread, mentions) = (c % 5, c % 2);
+                v.conversations.insert(
+                    format!("c{c}"),
+                    ConversationView { unread, mentions, muted: c % 7 == 0, marked_unread: false },
+                );
+                if c % 7 != 0 {
+                    v.total_unread += unread;
+                    v.total_mentions += mentions;
+                    v.unread_conversations += u64::from(unread > 0);
+                }
+            }
+            v
+        };
+        let write = |conversations: u64, version: &str| {
+            UserWrite::replace(view(conversations), Default::default(), Default::default(), version.parse().unwrap())
+        };
+        assert_eq!(p.write(&[write(300, "1 1 1")]).await.unwrap().counts(), (1, 0));
+        assert_eq!(p.read("wide").await.unwrap(), view(300));
+        assert_eq!(p.write(&[write(130, "1 2 2")]).await.unwrap().counts(), (1, 0));
+        assert_eq!(p.read("wide").await.unwrap(), view(130));
+        delete_redis_prefix(&stack.redis_url, &prefix).await;
+    });
+}
+
 /// One call of the write script carries many users (`USERS_PER_CALL`): each is guarded on its own, and the users
 /// written are announced in one change message per call, a line each, with one push version.
 #[test]
