@@ -360,7 +360,7 @@ fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent 
 /// that is marked unread (v3, in the checkpoint or in Redis: a mark made a moment ago), or with `at_cursor` any
 /// read past seq 0, with its cursor: an ack there clears a mark. The newest is the larger of the checkpoint's and the one Redis
 /// shows ([`newest_in_redis`]: the checkpoint trails it by a commit), and in a read-diffused conversation, whose
-/// messages never reach a member's state, its index's head ([`index_head`]).
+/// messages never reach a member's state, its index's head ([`index_heads`]).
 ///
 /// Errors: 503 when this instance reads no checkpoint or PostgreSQL fails.
 async fn newest_unread(
@@ -377,13 +377,20 @@ async fn newest_unread(
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("reading the checkpoint: {e:#}"))
     })?;
     let mut live = newest_in_redis(&projection, user_id).await;
+    let conversations = state.iter().flat_map(|state| state.conversations());
+    let indexed: Vec<&str> = conversations
+        .clone()
+        .filter(|(id, c)| c.is_member() && pick(id, c.feed, c.muted) && c.index_from().is_some())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let mut heads = index_heads(&projection, &indexed).await;
     let mut newest = Vec::new();
-    for (id, c) in state.iter().flat_map(|state| state.conversations()) {
+    for (id, c) in conversations {
         let (marked, shown) = live.remove(id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
         if !c.is_member() || !pick(id, c.feed, c.muted) {
             continue;
         }
-        let indexed = if c.index_from().is_some() { index_head(&projection, id, c.cursor()).await } else { None };
+        let indexed = heads.remove(id.as_str()).filter(|&head| head > c.cursor());
         let cursor = (c.is_marked() || marked || (at_cursor && c.cursor() > 0)).then(|| c.cursor());
         let shown = Some(shown).filter(|&seq| seq > 0);
         if let Some(seq) = c.unread.max().max(shown).max(indexed).or(cursor) {
@@ -410,14 +417,18 @@ async fn newest_in_redis(
     })
 }
 
-/// The head of read-diffused conversation `id`'s index in Redis when above `cursor`; `None` when it is not, or
-/// when Redis fails (logged).
-async fn index_head(projection: &crate::projection::redis::RedisProjection, id: &str, cursor: u64) -> Option<u64> {
-    match projection.list_head(&ListId::Index(id.to_owned())).await {
-        Ok(head) => Some(head).filter(|&head| head > cursor),
+/// The heads of read-diffused conversations `ids`' indexes in Redis, in one round trip; none when Redis fails
+/// (logged): the checkpoint answers alone.
+async fn index_heads<'a>(
+    projection: &crate::projection::redis::RedisProjection,
+    ids: &[&'a str],
+) -> std::collections::HashMap<&'a str, u64> {
+    let lists: Vec<ListId> = ids.iter().map(|id| ListId::Index((*id).to_owned())).collect();
+    match projection.list_heads(&lists).await {
+        Ok(heads) => ids.iter().copied().zip(heads).collect(),
         Err(e) => {
-            tracing::warn!(error = %e, conversation = id, "reading an index's head from Redis");
-            None
+            tracing::warn!(error = %e, conversations = ids.len(), "reading indexes' heads from Redis");
+            Default::default()
         }
     }
 }

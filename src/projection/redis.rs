@@ -879,20 +879,26 @@ impl RedisProjection {
     ///
     /// Errors: [`ProjectionError::Redis`].
     pub async fn list_head(&self, list: &ListId) -> ProjectionResult<u64> {
-        let mut conn = self.conn.clone();
-        let top: Vec<u64> = redis::cmd("ZRANGE")
-            .arg(super::shared_keys(&self.prefix, list).live)
-            .arg("+inf")
-            .arg("-inf")
-            .arg("BYSCORE")
-            .arg("REV")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(1)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err("reading a list's head"))?;
-        Ok(top.first().copied().unwrap_or(0))
+        Ok(self.list_heads(std::slice::from_ref(list)).await?[0])
+    }
+
+    /// [`RedisProjection::list_head`] of each of `lists`, in their order, in one round trip (a pipeline; on a
+    /// cluster, one request per list, concurrently).
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn list_heads(&self, lists: &[ListId]) -> ProjectionResult<Vec<u64>> {
+        if lists.is_empty() {
+            return Ok(Vec::new());
+        }
+        let top = |list: &ListId| {
+            let mut cmd = redis::cmd("ZRANGE");
+            cmd.arg(super::shared_keys(&self.prefix, list).live).arg("+inf").arg("-inf");
+            cmd.arg("BYSCORE").arg("REV").arg("LIMIT").arg(0).arg(1);
+            cmd
+        };
+        let tops: Vec<Vec<u64>> =
+            self.conn.run_all(lists.iter().map(top).collect()).await.map_err(redis_err("reading lists' heads"))?;
+        Ok(tops.iter().map(|t| t.first().copied().unwrap_or(0)).collect())
     }
 
     /// One conversation's counts for a user from two fields of its hash: `Ok(Some(None))` when the user is not a
