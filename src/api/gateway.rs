@@ -27,6 +27,8 @@ use crate::core::broadcast::ListId;
 use crate::core::contract::{
     BroadcastRead, ConversationMarkedUnread, ConversationMuted, NotificationMark, NotificationsMark, ReadAck, UserEvent,
 };
+use crate::core::fold::Conversations;
+use crate::projection::redis::Newest;
 
 /// How long an idempotency key is remembered: 24 h.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -360,7 +362,8 @@ fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent 
 /// that is marked unread (v3, in the checkpoint or in Redis: a mark made a moment ago), or with `at_cursor` any
 /// read past seq 0, with its cursor: an ack there clears a mark. The newest is the larger of the checkpoint's and the one Redis
 /// shows ([`newest_in_redis`]: the checkpoint trails it by a commit), and in a read-diffused conversation, whose
-/// messages never reach a member's state, its index's head ([`index_heads`]).
+/// messages never reach a member's state, its index's head ([`index_heads`]). Conversations joined since the
+/// checkpoint come from Redis alone: a chat's `c:` field, a read-diffused conversation's `r:` field.
 ///
 /// Errors: 503 when this instance reads no checkpoint or PostgreSQL fails.
 async fn newest_unread(
@@ -376,41 +379,42 @@ async fn newest_unread(
     let state = fallback.state(&namespace, user_id).await.map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("reading the checkpoint: {e:#}"))
     })?;
-    let mut live = newest_in_redis(&projection, user_id).await;
-    let conversations = state.iter().flat_map(|state| state.conversations());
-    let indexed: Vec<&str> = conversations
-        .clone()
-        .filter(|(id, c)| c.is_member() && pick(id, c.feed, c.muted) && c.index_from().is_some())
+    let empty = Conversations::new();
+    let checkpointed = state.as_ref().map_or(&empty, |state| state.conversations());
+    let Newest { mut chats, indexed } = newest_in_redis(&projection, user_id).await;
+    let picked = checkpointed.iter().filter(|(id, c)| c.is_member() && pick(id, c.feed, c.muted));
+    let joined_since = indexed.iter().filter(|(id, e)| !checkpointed.contains_key(*id) && pick(id, e.feed, e.muted));
+    let read_diffused: Vec<&str> = (picked.filter(|(id, c)| c.index_from().is_some() || indexed.contains_key(*id)))
         .map(|(id, _)| id.as_str())
+        .chain(joined_since.clone().map(|(id, _)| id.as_str()))
         .collect();
-    let mut heads = index_heads(&projection, &indexed).await;
+    let heads = index_heads(&projection, &read_diffused).await;
     let mut newest = Vec::new();
-    for (id, c) in conversations {
-        let (marked, shown) = live.remove(id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
+    for (id, c) in checkpointed {
+        let (marked, shown) = chats.remove(id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
         if !c.is_member() || !pick(id, c.feed, c.muted) {
             continue;
         }
-        let indexed = heads.remove(id.as_str()).filter(|&head| head > c.cursor());
+        let indexed = heads.get(id.as_str()).copied().filter(|&head| head > c.cursor());
         let cursor = (c.is_marked() || marked || (at_cursor && c.cursor() > 0)).then(|| c.cursor());
         let shown = Some(shown).filter(|&seq| seq > 0);
         if let Some(seq) = c.unread.max().max(shown).max(indexed).or(cursor) {
             newest.push((id.clone(), seq));
         }
     }
-    // Joined since the checkpoint: Redis alone has them (a `c:` field is a chat's, never a feed's).
-    for (id, (c, seq)) in live.into_iter().filter(|(id, (c, _))| pick(id, false, c.muted)) {
-        if seq > 0 || c.marked_unread {
-            newest.push((id, seq));
+    // Joined since the checkpoint (a `c:` field is a chat's, never a feed's).
+    let chats = chats.into_iter().filter(|(id, (c, seq))| pick(id, false, c.muted) && (*seq > 0 || c.marked_unread));
+    newest.extend(chats.map(|(id, (_, seq))| (id, seq)));
+    for (id, e) in joined_since {
+        if let Some(&head) = heads.get(id.as_str()).filter(|&&head| head > e.lo) {
+            newest.push((id.clone(), head));
         }
     }
     Ok(newest)
 }
 
 /// [`RedisProjection::newest_unread`], or nothing when Redis fails (logged): the checkpoint answers alone.
-async fn newest_in_redis(
-    projection: &crate::projection::redis::RedisProjection,
-    user_id: &str,
-) -> std::collections::BTreeMap<String, (crate::core::contract::ConversationView, u64)> {
+async fn newest_in_redis(projection: &crate::projection::redis::RedisProjection, user_id: &str) -> Newest {
     projection.newest_unread(user_id).await.unwrap_or_else(|e| {
         tracing::warn!(error = %e, "reading the newest unread seqs from Redis; the checkpoint answers alone");
         Default::default()

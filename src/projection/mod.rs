@@ -416,6 +416,30 @@ pub fn newest_unread_of(value: &str) -> Option<(ConversationView, u64)> {
     Some((ConversationView { unread, mentions, muted, marked_unread }, newest))
 }
 
+/// An `r:` field's (read-diffused conversation, [`index_value`]) low bound, mute and feed flags; `None` when the
+/// value is malformed.
+pub fn index_entry_of(value: &str) -> Option<IndexEntry> {
+    let mut numbers = value.split(' ');
+    let lo = numbers.next()?.parse().ok()?;
+    let flag = |s: Option<&str>| match s {
+        Some("0") => Some(false),
+        Some("1") => Some(true),
+        _ => None,
+    };
+    Some(IndexEntry { lo, muted: flag(numbers.next())?, feed: flag(numbers.next())? })
+}
+
+/// What a user's `r:` field says of a read-diffused conversation, besides its mentions ([`index_value`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// The seq above which the index's messages are the user's unread (its cursor, or its head at the join).
+    pub lo: u64,
+    /// Muted by the user.
+    pub muted: bool,
+    /// A feed (its unread counts in `feed_unread`).
+    pub feed: bool,
+}
+
 /// What a user's hash holds besides the conversations: totals, notification categories and broadcast cursors,
 /// as (field, value), always written whole (a handful of fields).
 pub fn summary_fields(view: &UserView, cursors: &BTreeMap<String, u64>) -> Vec<(String, String)> {
@@ -621,5 +645,15 @@ mod tests {
         assert_eq!((read("3 1 0"), newest_unread_of("3 1 0")), (v2, Some((v2, 0))), "a v2 field");
         assert_eq!(newest_unread_of("3 1 0 1 x"), None);
         assert!(decode_view("u", vec![("c:x".into(), "3 1 0 1 4 5".into())], NEVER).is_err());
+    }
+
+    #[test]
+    fn an_index_field_gives_its_low_bound_and_flags() {
+        let value = index_value(&ConvState { feed: true, ..Default::default() });
+        assert_eq!(index_entry_of(&value), Some(IndexEntry { lo: 0, muted: false, feed: true }), "{value}");
+        assert_eq!(index_entry_of("17 1 0 18 20 o 19"), Some(IndexEntry { lo: 17, muted: true, feed: false }));
+        for bad in ["", "17", "17 1", "17 2 0", "x 1 0", "-1 0 0"] {
+            assert_eq!(index_entry_of(bad), None, "{bad}");
+        }
     }
 }

@@ -508,6 +508,17 @@ struct UserRead {
     present: bool,
 }
 
+/// A user's conversations as its hash holds them, for the read routes ([`RedisProjection::newest_unread`]).
+#[derive(Debug, Default)]
+pub struct Newest {
+    /// Each conversation with a `c:` field: its counts as stored and its newest unread seq
+    /// ([`super::newest_unread_of`]; 0: nothing unread).
+    pub chats: BTreeMap<String, (ConversationView, u64)>,
+    /// Each read-diffused conversation the user is a member of (its `r:` field): the index's messages above `lo`
+    /// are its unread.
+    pub indexed: BTreeMap<String, super::IndexEntry>,
+}
+
 /// The scripts, in the order of their SHA1s in [`SHAS`]: the templates filled with the layout ([`fill`]).
 static SCRIPTS: LazyLock<[String; 7]> = LazyLock::new(|| TEMPLATES.map(fill));
 /// The script templates: the users', lists', reads' and shares', then the receipts' ([`receipts`]).
@@ -931,23 +942,26 @@ impl RedisProjection {
         Ok(Some(decode_view(user_id, present, today)?.conversations.into_values().next()))
     }
 
-    /// The counts and newest unread seq of each conversation a user's hash holds with one
-    /// ([`super::newest_unread_of`]): conversation id → (counts as stored, seq; 0: nothing unread). Empty when the
-    /// user has no hash. What the read routes ack when no `read_seq` is given: the hash is written at every
-    /// publish, the checkpoint only at every commit.
+    /// What the read routes ack when no `read_seq` is given, as a user's hash holds it: the hash is written at
+    /// every publish, the checkpoint only at every commit. Empty when the user has no hash.
     ///
     /// Errors: [`ProjectionError::Redis`].
-    pub async fn newest_unread(&self, user_id: &str) -> ProjectionResult<BTreeMap<String, (ConversationView, u64)>> {
+    pub async fn newest_unread(&self, user_id: &str) -> ProjectionResult<Newest> {
         let mut conn = self.conn.clone();
         let fields: Vec<(String, String)> = redis::cmd("HGETALL")
             .arg(user_key(&self.prefix, user_id))
             .query_async(&mut conn)
             .await
             .map_err(redis_err("reading a user's newest unread seqs"))?;
-        let newest = fields.into_iter().filter_map(|(field, value)| {
-            Some((field.strip_prefix(CONVERSATION_PREFIX)?.to_owned(), super::newest_unread_of(&value)?))
-        });
-        Ok(newest.collect())
+        let mut newest = Newest::default();
+        for (field, value) in fields {
+            if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
+                newest.chats.extend(super::newest_unread_of(&value).map(|n| (id.to_owned(), n)));
+            } else if let Some(id) = field.strip_prefix(INDEX_PREFIX) {
+                newest.indexed.extend(super::index_entry_of(&value).map(|e| (id.to_owned(), e)));
+            }
+        }
+        Ok(newest)
     }
 
     /// The stored version of a user's hash; `None` when the hash has none (or an unreadable one).

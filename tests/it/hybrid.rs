@@ -194,5 +194,44 @@ fn the_read_routes_clear_a_read_diffused_conversation() {
         assert!(std::time::Instant::now() < deadline, "after 20 s: {one:?} {two:?} {three:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Joined a moment ago: the membership is in Redis (the user's `r:` field) and not yet in the checkpoint;
+    // reading all acks the index's head all the same. Checkpoints every 60 s or 25 records: the fan-out's 29
+    // records commit (its commit writes the index to Redis), the folds' few deltas each wait.
+    svc.stop();
+    let svc = ns.start(&["--read-diffusion-threshold", "5", "--flush-interval", "60s", "--flush-events", "25"]);
+    let view = |user: &str| -> UserView {
+        serde_json::from_str(&http_get(svc.port, &format!("/v1/users/{user}/unread")).unwrap().1).unwrap()
+    };
+    let post = |user: &str, path: &str| {
+        let (code, body) = http_post_as(svc.port, path, Some(&token(user, false)), &serde_json::json!({})).unwrap();
+        assert_eq!(code, 202, "{path}: {body}");
+    };
+    let mut events = vec![event("conversation.created")];
+    (events[0]["conversation_id"], events[0]["kind"], events[0]["members"]) =
+        ("big3".into(), "channel".into(), serde_json::json!([]));
+    for i in 0..8 {
+        let mut e = event("member.joined");
+        (e["conversation_id"], e["user_id"]) = ("big3".into(), format!("late-{i}").into());
+        events.push(e);
+    }
+    for seq in 1..=20u64 {
+        let mut e = event("message.sent");
+        (e["conversation_id"], e["seq"], e["sender_id"]) = ("big3".into(), seq.into(), "late-0".into());
+        events.push(e);
+    }
+    produce_lines(&ns, "late", lines(events.into_iter()));
+    let unread = |user: &str| view(user).conversations.get("big3").map(|c| c.unread);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while unread("late-7") != Some(20) {
+        assert!(std::time::Instant::now() < deadline, "late-7 sees {:?} after 20 s", unread("late-7"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    post("late-7", "/v1/users/late-7/read-all");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while unread("late-7") != Some(0) {
+        assert!(std::time::Instant::now() < deadline, "late-7 still sees {:?} after 20 s", unread("late-7"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(unread("late-6"), Some(20), "another member's count is untouched");
     svc.stop();
 }
