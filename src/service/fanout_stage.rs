@@ -33,7 +33,7 @@ use crate::core::fanout::{ConversationState, FanOut};
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::{ListWrite, SentWrite};
-use crate::state::commit::{fanout_changes, Commit, FanOutKey, RedisWrites};
+use crate::state::commit::{fanout_changes, publish, Commit, FanOutKey, RedisWrites};
 use crate::state::load;
 use crate::state::retry::retry;
 use crate::state::Input;
@@ -335,6 +335,25 @@ impl FanOutTask {
         Ok((if nothing { RedisWrites::Nothing } else { RedisWrites::Lists(writes, sent) }, full))
     }
 
+    /// Writes the list and index changes since the last write to Redis once the transaction of their batch is
+    /// committed, so that a broadcast's or a read-diffused conversation's message is visible to readers then, not
+    /// at the next checkpoint. Each write is guarded by the lease generation and re-applying one is harmless, so a
+    /// crash before the checkpoint only writes them again from the same input. When Redis lost the partition's
+    /// lists (no marker) the changes wait: the commit rewrites every list whole.
+    ///
+    /// Errors: Redis still failing after retries.
+    async fn publish_lists(&mut self) -> Result<(), TaskError> {
+        let (sh, p) = (self.shared.clone(), self.input.partition);
+        if !self.fanout.has_list_ops()
+            || !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?
+        {
+            return Ok(());
+        }
+        let writes = RedisWrites::Lists(list_writes(self.fanout.take_list_ops(), self.generation), Vec::new());
+        publish(sh.home(), Stage::FanOut, p, &writes, false).await?;
+        Ok(())
+    }
+
     /// The sent-seqs write of a changed conversation (`None` for a list).
     fn sent_of(&self, key: &FanOutKey) -> Option<SentWrite> {
         let FanOutKey::Conversation(id) = key else { return None };
@@ -366,15 +385,17 @@ impl StageTask for &mut FanOutTask {
         Some((since + self.shared.flush.transaction).saturating_duration_since(Instant::now()))
     }
 
-    /// Waits for the deltas' acknowledgements, then commits the transaction. In that order: librdkafka's commit
-    /// flushes undelivered messages itself, and that flush takes about 100 ms more (measured: a commit of 50
-    /// acknowledged deltas ~1 ms, of 50 unacknowledged ones ~101 ms; docs/performance.md).
+    /// Waits for the deltas' acknowledgements, then commits the transaction, then writes the list and index
+    /// changes to Redis ([`FanOutTask::publish_lists`]). In that order: librdkafka's commit flushes undelivered
+    /// messages itself, and that flush takes about 100 ms more (measured: a commit of 50 acknowledged deltas ~1 ms,
+    /// of 50 unacknowledged ones ~101 ms; docs/performance.md).
     async fn publish(&mut self) -> Result<(), TaskError> {
         acknowledged(&mut self.in_flight).await?;
         match &self.shared.clone().shared_transaction {
-            Some(t) => self.commit_shared(t).await,
-            None => self.commit_transaction().await,
+            Some(t) => self.commit_shared(t).await?,
+            None => self.commit_transaction().await?,
         }
+        self.publish_lists().await
     }
 
     /// Waits for every outstanding delta acknowledgement and commits the Kafka transaction: deltas are committed
