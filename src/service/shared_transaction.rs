@@ -69,14 +69,13 @@ impl SharedTransaction {
     /// Errors: that transaction was aborted (those deltas are gone: the task must restart from its checkpoint); no
     /// producer yet; beginning fails (the producer was fenced, or its last commit failed).
     pub async fn open(&self, uncommitted: Option<u64>) -> Result<Open<'_>, TaskError> {
-        let begin = TaskError::kafka("beginning a transaction");
         let mut t = self.state.lock().await;
         if uncommitted.is_some_and(|e| t.aborted.contains(&e)) {
             return Err(TaskError::kafka("producing into the shared transaction (aborted)")(KafkaError::Canceled));
         }
         if !t.open {
-            let producer = self.producer.get().ok_or_else(|| begin(KafkaError::Canceled))?;
-            producer.begin_transaction().map_err(TaskError::kafka("beginning a transaction"))?;
+            let begun = self.producer.get().map_or(Err(KafkaError::Canceled), |p| p.begin_transaction());
+            begun.map_err(TaskError::kafka("beginning a transaction"))?;
             t.open = true;
         }
         let epoch = t.epoch;
