@@ -156,6 +156,8 @@ pub struct Metrics {
     reads: Family<SourceLabel, Counter>,
     /// 1 while the breaker around Redis reads is open.
     breaker_open: Gauge,
+    /// User reads that tried Redis and failed or timed out (each counts toward opening the breaker).
+    read_redis_failures: Counter,
     /// Requests refused over a rate limit, by token kind (`user`, `service`).
     rate_limited: Family<KindLabel, Counter>,
     /// Stream sockets open on this instance.
@@ -201,6 +203,7 @@ impl Default for Metrics {
             verify_last_run: Gauge::default(),
             reads: Family::default(),
             breaker_open: Gauge::default(),
+            read_redis_failures: Counter::default(),
             rate_limited: Family::default(),
             push_sockets: Gauge::default(),
             push_dropped: Counter::default(),
@@ -333,6 +336,8 @@ impl Metrics {
         let reads = self.reads.clone();
         r.register("reads", "User reads answered, by source: redis, checkpoint (refilled), stale (Redis down)", reads);
         r.register("read_breaker_open", "1 while the breaker around Redis reads is open", self.breaker_open.clone());
+        let failures = self.read_redis_failures.clone();
+        r.register("read_redis_failures", "User reads that tried Redis and failed or timed out", failures);
         let limited = self.rate_limited.clone();
         r.register("rate_limited", "Requests refused over a rate limit, by token kind (user, service)", limited);
         r.register(
@@ -347,6 +352,11 @@ impl Metrics {
     /// One user read answered from `source` (`redis`, `checkpoint` or `stale`).
     pub fn read(&self, source: &'static str) {
         self.reads.get_or_create(&SourceLabel { source }).inc();
+    }
+
+    /// One user read that tried Redis and failed or timed out: none while the breaker is open, except its probe.
+    pub fn read_redis_failure(&self) {
+        self.read_redis_failures.inc();
     }
 
     /// One request refused over the rate limit of a `kind` token (`user` or `service`).

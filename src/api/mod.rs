@@ -356,7 +356,10 @@ async fn read_user_from(
                 return Ok(view.map_or_else(|| (zero(), Source::Redis), |v| (v, Source::Checkpoint)));
             }
             Ok(Err(e @ ProjectionError::Malformed(_))) => return Err(e.into()),
-            Ok(Err(_)) | Err(_) => fb.breaker.failure(),
+            Ok(Err(_)) | Err(_) => {
+                s.metrics.read_redis_failure();
+                fb.breaker.failure();
+            }
         }
     }
     let view = fb.read(namespace, user_id, today).await.map_err(unavailable)?;
