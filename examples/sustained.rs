@@ -14,7 +14,7 @@
 //! Usage: sustained API_URL SERVER_PIDS BROKERS TOPIC RATE SECONDS   (the API runs with --insecure-no-auth;
 //! SERVER_PIDS comma-separated, their CPU and RSS summed).
 //!
-//! Scale-out events (optional, environment): `SUSTAINED_JOIN_AT=S` with `SUSTAINED_JOIN_CMD` (a shell command that
+//! Scale-out events (optional, environment): `SUSTAINED_JOIN_AT=S` with `SUSTAINED_JOIN_CMD` (a bash command that
 //! starts one more instance in the background; `SUSTAINED_JOIN_NAME` names it in the report) runs it S seconds into
 //! the load; `SUSTAINED_KILL_AT=S` with
 //! `SUSTAINED_KILL_PID` SIGKILLs that instance then. For each, the report gives the latency of the messages
@@ -229,7 +229,8 @@ fn scale_out_events(started: Instant) -> tokio::task::JoinHandle<Vec<(String, In
     let mut plan: Vec<(f64, String, Vec<String>)> = Vec::new();
     if let (Some(at), Some(cmd)) = (var("SUSTAINED_JOIN_AT"), var("SUSTAINED_JOIN_CMD")) {
         let name = var("SUSTAINED_JOIN_NAME").unwrap_or_else(|| "an instance joined".into());
-        plan.push((at.parse().unwrap(), name, vec!["sh".into(), "-c".into(), cmd]));
+        // bash, not sh: a restart's command waits for the old API port to close through bash's /dev/tcp.
+        plan.push((at.parse().unwrap(), name, vec!["bash".into(), "-c".into(), cmd]));
     }
     if let (Some(at), Some(pid)) = (var("SUSTAINED_KILL_AT"), var("SUSTAINED_KILL_PID")) {
         plan.push((at.parse().unwrap(), "an instance SIGKILLed".into(), vec!["kill".into(), "-9".into(), pid]));

@@ -304,7 +304,7 @@ impl CheckpointStore {
         sqlx::query_scalar(
             "INSERT INTO partition_leases (stage, partition, generation, owner) VALUES ($1, $2, 1, $3) \
              ON CONFLICT (stage, partition) DO UPDATE SET generation = partition_leases.generation + 1, \
-             owner = EXCLUDED.owner, acquired_at = now() RETURNING generation",
+             owner = EXCLUDED.owner, acquired_at = now(), draining = false RETURNING generation",
         )
         .bind(stage.as_str())
         .bind(partition)
@@ -332,8 +332,9 @@ impl CheckpointStore {
     }
 
     /// Takes the lease of one partition as `owner` (as [`CheckpointStore::acquire`]) only if another owner whose
-    /// name starts with `prefix` holds it now: its generation, or `None` when a different owner took it meanwhile
-    /// (or `owner` itself already holds it).
+    /// name starts with `prefix` holds it now, and is not draining it unless `even_draining`
+    /// ([`CheckpointStore::mark_draining`]): its generation, or `None` when a different owner took it meanwhile
+    /// (or `owner` itself already holds it), or it is draining.
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn acquire_held(
@@ -342,18 +343,69 @@ impl CheckpointStore {
         partition: i32,
         prefix: &str,
         owner: &str,
+        even_draining: bool,
     ) -> StoreResult<Option<i64>> {
         sqlx::query_scalar(
-            "UPDATE partition_leases SET generation = generation + 1, owner = $4, acquired_at = now() \
-             WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3) AND owner <> $4 RETURNING generation",
+            "UPDATE partition_leases SET generation = generation + 1, owner = $4, acquired_at = now(), \
+             draining = false WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3) AND owner <> $4 \
+             AND (NOT draining OR $5) RETURNING generation",
         )
         .bind(stage.as_str())
         .bind(partition)
         .bind(prefix)
         .bind(owner)
+        .bind(even_draining)
         .fetch_optional(&self.pool)
         .await
         .map_err(db("taking a lease held before"))
+    }
+
+    /// Marks every lease `owner` holds as draining (a clean stop has begun): a restarted static member waits for
+    /// [`CheckpointStore::release`] to clear each mark before it takes the lease. Returns how many were marked.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn mark_draining(&self, owner: &str) -> StoreResult<u64> {
+        let done = sqlx::query("UPDATE partition_leases SET draining = true WHERE owner = $1")
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(db("marking the leases draining"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Clears the draining mark of a partition's lease if it is still at `generation`: its task stopped cleanly
+    /// (last checkpoint and Kafka transaction done).
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn release(&self, stage: Stage, partition: i32, generation: i64) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE partition_leases SET draining = false \
+             WHERE stage = $1 AND partition = $2 AND generation = $3 AND draining",
+        )
+        .bind(stage.as_str())
+        .bind(partition)
+        .bind(generation)
+        .execute(&self.pool)
+        .await
+        .map_err(db("releasing a lease"))?;
+        Ok(())
+    }
+
+    /// Whether an owner whose name starts with `prefix` holds the partition's lease and is draining it
+    /// ([`CheckpointStore::mark_draining`]).
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn draining(&self, stage: Stage, partition: i32, prefix: &str) -> StoreResult<bool> {
+        let draining: Option<bool> = sqlx::query_scalar(
+            "SELECT draining FROM partition_leases WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3)",
+        )
+        .bind(stage.as_str())
+        .bind(partition)
+        .bind(prefix)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db("reading a lease"))?;
+        Ok(draining.unwrap_or(false))
     }
 
     /// The current generation of a partition's lease (0 if never taken).

@@ -374,6 +374,10 @@ impl StageTask for &mut FanOutTask {
         (&mut self.input, &self.shared)
     }
 
+    fn generation(&self) -> i64 {
+        self.generation
+    }
+
     async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
         self.process(batch).await
     }

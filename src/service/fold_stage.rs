@@ -90,6 +90,10 @@ impl StageTask for FoldTask {
         (&mut self.input, &self.shared)
     }
 
+    fn generation(&self) -> i64 {
+        self.generation
+    }
+
     async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
         let (mut n_events, mut n_deltas, mut pending) = (0, 0, 0);
         let increments_before = self.fold.stats().increments;

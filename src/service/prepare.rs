@@ -9,6 +9,10 @@
 //! task's own start, only earlier: the lease still comes before the load, and the producer's initialization
 //! still fences every earlier producer of the partition. A partition another process took since has another
 //! owner and is left alone; what no task takes within [`PREPARED_FOR`] is dropped.
+//!
+//! The previous incarnation may still be draining when the new one starts (a restart that does not wait for the
+//! old process's exit): the lease is then taken once the old task stopped cleanly, or after
+//! [`crate::state::load::DRAIN_WAIT`] ([`crate::state::load::lease_if_held`]).
 
 use std::collections::HashMap;
 use std::future::Future;

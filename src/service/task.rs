@@ -46,6 +46,9 @@ pub trait StageTask: Send {
     /// The task's input and what it shares with the other tasks.
     fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>);
 
+    /// The generation of the partition's lease the task holds.
+    fn generation(&self) -> i64;
+
     /// Applies a batch of records (bad ones go to the dead-letter topic). Returns how many records it moved past.
     fn apply(&mut self, batch: &[OwnedMessage]) -> impl Future<Output = Result<usize, TaskError>> + Send;
 
@@ -84,8 +87,12 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
         let Some(batch) = task.parts().0.next_batch(T::MAX_BATCH, wait).await else {
             let mut done = commit_task(&mut task, false, &mut running).await;
             done = done.and(finish(&mut task, &mut running).await);
+            let generation = task.generation();
             let (input, shared) = task.parts();
             shared.metrics.forget_lag(T::STAGE, input.partition);
+            if done.is_ok() {
+                release(shared, T::STAGE, input.partition, generation).await;
+            }
             return done;
         };
         pending += task.apply(&batch).await?;
@@ -100,6 +107,14 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
             commit_task(&mut task, true, &mut running).await?;
             last_commit = Instant::now();
         }
+    }
+}
+
+/// After a clean stop (last commit and checkpoint done): clears the lease's draining mark, which a restarted static
+/// member waits for ([`super::prepare`]). A failure is only logged: that member then waits out its bound.
+async fn release(shared: &Shared, stage: Stage, partition: i32, generation: i64) {
+    if let Err(e) = shared.store.release(stage, partition, generation).await {
+        tracing::warn!(%stage, partition, error = %e, "clearing the lease's draining mark");
     }
 }
 

@@ -3,6 +3,7 @@
 //! checkpoint combine with each user's state.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use super::offsets::{FoldNext, Input, Offsets};
 use super::{StateError, StateResult};
@@ -71,8 +72,20 @@ pub async fn lease(store: &CheckpointStore, stage: Stage, p: i32, owner: &str) -
     Ok(Lease { generation: store.acquire(stage, p, owner).await? })
 }
 
+/// Longest [`lease_if_held`] waits for the previous incarnation's drain of a partition: 2 s, what a SIGTERM's
+/// drain is allowed (issue 23).
+pub const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// How often [`lease_if_held`] looks again meanwhile: 10 ms.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
+
 /// Takes `stage`'s partition `p` lease as `owner` only if an owner named `{prefix}…` holds it now (a static
 /// member's previous incarnation): `None` when another process took it since.
+///
+/// While that owner drains the partition (its lease marked at its SIGTERM, cleared by the task's clean stop), waits
+/// for the drain, looking every [`DRAIN_POLL`], up to [`DRAIN_WAIT`]. Taking the lease before would fence the
+/// drain's last checkpoint, and the fan-out's producer initialized while the old one's transaction is open meets
+/// `CONCURRENT_TRANSACTIONS`, which librdkafka retries after a fixed 500 ms. A previous incarnation that crashed
+/// left no mark: nothing to wait for.
 ///
 /// Errors: PostgreSQL failing.
 pub async fn lease_if_held(
@@ -82,7 +95,22 @@ pub async fn lease_if_held(
     prefix: &str,
     owner: &str,
 ) -> StateResult<Option<Lease>> {
-    Ok(store.acquire_held(stage, p, prefix, owner).await?.map(|generation| Lease { generation }))
+    let (started, mut waited) = (Instant::now(), false);
+    loop {
+        let waited_out = started.elapsed() >= DRAIN_WAIT;
+        if let Some(generation) = store.acquire_held(stage, p, prefix, owner, waited_out).await? {
+            if waited {
+                let ms = started.elapsed().as_millis() as u64;
+                tracing::info!(%stage, partition = p, ms, waited_out, "lease taken after the previous incarnation's drain");
+            }
+            return Ok(Some(Lease { generation }));
+        }
+        if waited_out || !store.draining(stage, p, prefix).await? {
+            return Ok(None);
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+        waited = true;
+    }
 }
 
 /// Loads fan-out partition `p`'s offset and state under `lease` (its four queries at once, on the pool's

@@ -46,14 +46,22 @@ fn a_static_member_restarted_within_the_session_timeout_moves_no_partition_of_th
     let started = task_starts(&ns, a.port);
     assert!(started.iter().any(|l| l.contains("fan-out")) && started.iter().any(|l| l.contains("fold")));
     assert!(started.iter().all(|l| l.contains("prepared=true")), "a start not prepared:\n{}", started.join("\n"));
+    // The stopped a cleared each lease's draining mark at its tasks' clean stop: no lease waited for a drain.
+    let waited = log_lines(&ns, a.port, "previous incarnation's drain");
+    assert!(waited.is_empty(), "a lease waited for a drain that had ended:\n{}", waited.join("\n"));
     a.stop();
     b.stop();
 }
 
 /// The `fan-out task started` and `fold task started` lines of the instance on `port`, without their colours.
 fn task_starts(ns: &Ns, port: u16) -> Vec<String> {
+    log_lines(ns, port, " task started")
+}
+
+/// The lines of the instance on `port`'s log that contain `what`, without their colours.
+fn log_lines(ns: &Ns, port: u16, what: &str) -> Vec<String> {
     let log = std::fs::read_to_string(std::env::temp_dir().join(format!("{}-{port}.log", ns.name))).unwrap();
-    log.lines().filter(|l| l.contains(" task started")).map(plain).collect()
+    log.lines().filter(|l| l.contains(what)).map(plain).collect()
 }
 
 /// `line` without its ANSI colour sequences (`ESC [ … m`).
@@ -125,13 +133,36 @@ fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_
         assert_eq!(store.leases_held("a@").await.unwrap(), vec![(Stage::FanOut, 0), (Stage::Fold, 2)]);
         // b takes fold partition 2 meanwhile: a's restart must leave it alone.
         let b = store.acquire(Stage::Fold, 2, "b@h:2").await.unwrap();
-        assert_eq!(store.acquire_held(Stage::Fold, 2, "a@", "a@h:3").await.unwrap(), None);
+        assert_eq!(store.acquire_held(Stage::Fold, 2, "a@", "a@h:3", false).await.unwrap(), None);
         assert!(store.check_lease(Stage::Fold, 2, b).await.is_ok(), "b's lease stays");
         // Fan-out partition 0 is still a's: taken, one generation up, and not again by the same process.
-        let g = store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3").await.unwrap();
+        let g = store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3", false).await.unwrap();
         assert_eq!(g, Some(2));
-        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3").await.unwrap(), None);
+        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3", false).await.unwrap(), None);
         assert_eq!(store.leases_held("a@").await.unwrap(), vec![(Stage::FanOut, 0)]);
+        // A clean stop marks what its process holds draining; each task's clean end clears its own mark, and only
+        // at its generation; a lease taken again starts clear.
+        assert_eq!(store.mark_draining("a@h:3").await.unwrap(), 1, "a@h:3 holds fan-out 0 alone");
+        assert!(store.draining(Stage::FanOut, 0, "a@").await.unwrap());
+        assert!(!store.draining(Stage::Fold, 3, "b@").await.unwrap(), "b's lease is not a's to mark");
+        store.release(Stage::FanOut, 0, 1).await.unwrap(); // an older task of the partition
+        assert!(store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "still draining");
+        store.release(Stage::FanOut, 0, 2).await.unwrap();
+        assert!(!store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "released");
+        store.mark_draining("a@h:3").await.unwrap();
+        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false).await.unwrap(), None, "draining");
+        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", true).await.unwrap(), Some(3), "waited out");
+        assert!(!store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "a new lease is not draining");
+        // The wait a restart makes: over at once when nothing drains, up to the drain's end otherwise.
+        let lease = |owner: &'static str| unread::state::load::lease_if_held(&store, Stage::FanOut, 0, "a@", owner);
+        store.mark_draining("a@h:4").await.unwrap();
+        let started = Instant::now();
+        let (taken, _) = tokio::join!(lease("a@h:5"), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            store.release(Stage::FanOut, 0, 3).await.unwrap();
+        });
+        assert_eq!(taken.unwrap().map(|l| l.generation), Some(4), "taken after the drain");
+        assert!(started.elapsed() >= Duration::from_millis(300), "not before the drain ended");
         let pool = sqlx::PgPool::connect(&stack.database_url).await.unwrap();
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await.unwrap();
     });
