@@ -69,13 +69,13 @@ struct FanOutTask {
 /// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
     let p = input.partition;
-    let (Started { loaded, producer, ms: [lease_ms, load_ms, producer_ms] }, prepared) =
+    let (Started { loaded, producer, ms: [lease_ms, connect_ms, load_ms, producer_ms] }, prepared) =
         match shared.prepared.fanout(p).await {
             Some(started) => (started, true),
             None => (start(&shared, p).await?, false),
         };
     let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
-    info!(partition = p, generation, next, lease_ms, load_ms, producer_ms, prepared, "fan-out task started");
+    info!(partition = p, generation, next, lease_ms, connect_ms, load_ms, producer_ms, prepared, "fan-out task started");
     // Conversations whose rows still hold their members are rewritten by the first commit that runs.
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     input.rewind(&shared.topics.conversation_events, next).await;
@@ -101,50 +101,87 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
 }
 
 /// A fan-out task's start: its state loaded under its lease, its transactional producer initialized, and how long
-/// the lease, the load and the producer took (ms).
+/// the lease, the producer's connection, the load and the producer's initialization took (ms).
 pub struct Started {
     loaded: load::FanOutPartition,
     producer: FutureProducer,
-    ms: [u64; 3],
+    ms: [u64; 4],
 }
 
-/// Takes partition `p`'s lease, then [`begin`]s.
+/// Takes partition `p`'s lease while its producer connects, then [`begin`]s.
 ///
-/// Errors: as [`load::lease`] and [`begin`].
+/// Errors: as [`load::lease`], [`connect_own`] and [`begin`].
 async fn start(shared: &Shared, p: i32) -> Result<Started, TaskError> {
-    let (lease, lease_ms) = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner)).await;
-    begin(shared, p, lease?, lease_ms).await
+    let lease = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner));
+    let ((lease, lease_ms), (connected, connect_ms)) = tokio::join!(lease, timed(connect_own(shared, p)));
+    let connected = connected?;
+    match lease {
+        Ok(lease) => begin(shared, p, lease, connected, [lease_ms, connect_ms]).await,
+        Err(e) => {
+            connected.map(discard);
+            Err(e.into())
+        }
+    }
 }
 
 /// Partition `p`'s start made before the assignment by a static member ([`super::prepare`]): [`begin`] under the
-/// lease its previous incarnation (owner `{prefix}…`) held; `None` when another process took the lease since.
+/// lease its previous incarnation (owner `{prefix}…`) held, its producer connecting meanwhile; `None` when another
+/// process took the lease since.
 ///
-/// Errors: as [`load::lease_if_held`] and [`begin`].
+/// Errors: as [`load::lease_if_held`], [`connect_own`] and [`begin`].
 pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Option<Started>, TaskError> {
-    let held = load::lease_if_held(&shared.store, Stage::FanOut, p, &prefix, &shared.owner);
-    let (lease, lease_ms) = timed(held).await;
-    let Some(lease) = lease? else { return Ok(None) };
-    begin(&shared, p, lease, lease_ms).await.map(Some)
+    let held = timed(load::lease_if_held(&shared.store, Stage::FanOut, p, &prefix, &shared.owner));
+    let ((lease, lease_ms), (connected, connect_ms)) = tokio::join!(held, timed(connect_own(&shared, p)));
+    let connected = connected?;
+    let lease = match lease {
+        Ok(Some(lease)) => lease,
+        not_held => {
+            connected.map(discard);
+            return Ok(not_held?.and(None)); // another owner, or failing
+        }
+    };
+    begin(&shared, p, lease, connected, [lease_ms, connect_ms]).await.map(Some)
 }
 
-/// Under `lease` (taken in `lease_ms`), loads partition `p`'s state while its transactional producer initializes:
-/// a restart's pause is the longer of the two, not their sum. After the lease: a zombie that checked its lease
-/// before is fenced from here on.
+/// Partition `p`'s own transactional producer, created and connected ([`connected_producer`]) but not initialized,
+/// so it fences nothing yet; `None` with `--shared-producer`, whose producer is the instance's.
 ///
-/// Errors: as [`load::fanout_partition`] and [`transactional_producer`]; a producer initialized beside a failed
-/// load is discarded.
-async fn begin(shared: &Shared, p: i32, lease: load::Lease, lease_ms: u64) -> Result<Started, TaskError> {
+/// Errors: as [`connected_producer`].
+async fn connect_own(shared: &Shared, p: i32) -> Result<Option<FutureProducer>, TaskError> {
+    if shared.shared_transaction.is_some() {
+        return Ok(None);
+    }
+    connected_producer(shared, &format!("{}.{p}", shared.transactional_prefix)).await.map(Some)
+}
+
+/// Under `lease` (taken in `ms[0]`, beside the producer's connection in `ms[1]`), loads partition `p`'s state while
+/// its transactional producer initializes (`connected`, or with `--shared-producer` the instance's): a restart's
+/// pause is the longer of the two, not their sum. After the lease: a zombie that checked its lease before is fenced
+/// from here on, and the producer's initialization, which fences its earlier producers, follows the lease too.
+///
+/// Errors: as [`load::fanout_partition`] and [`initialized`]; a producer initialized beside a failed load is
+/// discarded.
+async fn begin(
+    shared: &Shared,
+    p: i32,
+    lease: load::Lease,
+    connected: Option<FutureProducer>,
+    [lease_ms, connect_ms]: [u64; 2],
+) -> Result<Started, TaskError> {
     let ((loaded, load_ms), (producer, producer_ms)) = tokio::join!(
         timed(load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion)),
         timed(async {
-            match &shared.shared_transaction {
-                Some(t) => t.producer(shared).await,
-                None => transactional_producer(shared, &format!("{}.{p}", shared.transactional_prefix)).await,
+            match (connected, &shared.shared_transaction) {
+                (Some(producer), _) => initialized(producer).await,
+                (None, Some(t)) => t.producer(shared).await,
+                (None, None) => transactional_producer(shared, &format!("{}.{p}", shared.transactional_prefix)).await,
             }
         }),
     );
     match (loaded, producer) {
-        (Ok(loaded), Ok(producer)) => Ok(Started { loaded, producer, ms: [lease_ms, load_ms, producer_ms] }),
+        (Ok(loaded), Ok(producer)) => {
+            Ok(Started { loaded, producer, ms: [lease_ms, connect_ms, load_ms, producer_ms] })
+        }
         (Err(e), producer) => {
             producer.map(discard).ok();
             Err(e.into())
@@ -180,23 +217,38 @@ fn discard(producer: FutureProducer) {
 }
 
 /// Creates the transactional producer of transactional id `id` (partition p's `{group}.fanout.{p}`, or the
-/// instance's shared one), fetches the cluster's metadata with it (up to 5 s) and initializes it (up to 60 s),
-/// which fences every earlier producer of that id. Blocking calls run off the async threads.
+/// instance's shared one), [`connected_producer`], then [`initialized`].
 ///
-/// Errors: the client cannot be created, or the initialization fails (the broker is unreachable, say).
+/// Errors: as those two.
 pub async fn transactional_producer(shared: &Shared, id: &str) -> Result<FutureProducer, TaskError> {
+    initialized(connected_producer(shared, id).await?).await
+}
+
+/// Creates the transactional producer of transactional id `id` and fetches the cluster's metadata with it (up to
+/// 5 s; a failure is left to the initialization). Until [`initialized`] it fences nothing: librdkafka asks for a
+/// producer id only in `init_transactions`. Blocking calls run off the async threads.
+///
+/// Errors: the client cannot be created.
+async fn connected_producer(shared: &Shared, id: &str) -> Result<FutureProducer, TaskError> {
     let producer = crate::kafka::transactional_producer(&shared.brokers, id)
         .map_err(TaskError::kafka("creating the transactional producer"))?;
+    let fetch = producer.clone();
+    // The cluster's metadata first (every topic: one topic's did not do): without it, init took 505–543 ms for
+    // about half the producers, librdkafka retrying its coordinator lookup after 500 ms; with it 54–96 ms for all
+    // 60 measured (docs/performance.md, "A restart's fan-out producers").
+    let _ = tokio::task::spawn_blocking(move || fetch.client().fetch_metadata(None, Duration::from_secs(5))).await;
+    Ok(producer)
+}
+
+/// Initializes a transactional producer (up to 60 s), which fences every earlier producer of its id and aborts
+/// their open transaction.
+///
+/// Errors: the initialization fails (the broker is unreachable, say); the producer is then discarded.
+async fn initialized(producer: FutureProducer) -> Result<FutureProducer, TaskError> {
     let init = producer.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        // The cluster's metadata first (every topic: one topic's did not do): without it, init took 505–543 ms
-        // for about half the producers, librdkafka retrying its coordinator lookup after 500 ms; with it 54–96 ms
-        // for all 60 measured (docs/performance.md, "A restart's fan-out producers"). A failure is left to init.
-        let _ = init.client().fetch_metadata(None, Duration::from_secs(5));
-        init.init_transactions(Duration::from_secs(60))
-    })
-    .await
-    .unwrap_or(Err(KafkaError::Canceled)); // the runtime shut down under it
+    let result = tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(60)))
+        .await
+        .unwrap_or(Err(KafkaError::Canceled)); // the runtime shut down under it
     match result {
         Ok(()) => Ok(producer),
         Err(e) => {
