@@ -75,7 +75,10 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
             None => (start(&shared, p).await?, false),
         };
     let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
-    info!(partition = p, generation, next, lease_ms, connect_ms, load_ms, producer_ms, prepared, "fan-out task started");
+    info!(
+        partition = p,
+        generation, next, lease_ms, connect_ms, load_ms, producer_ms, prepared, "fan-out task started"
+    );
     // Conversations whose rows still hold their members are rewritten by the first commit that runs.
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     input.rewind(&shared.topics.conversation_events, next).await;
@@ -118,7 +121,9 @@ async fn start(shared: &Shared, p: i32) -> Result<Started, TaskError> {
     match lease {
         Ok(lease) => begin(shared, p, lease, connected, [lease_ms, connect_ms]).await,
         Err(e) => {
-            connected.map(discard);
+            if let Some(producer) = connected {
+                discard(producer);
+            }
             Err(e.into())
         }
     }
@@ -136,7 +141,9 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
     let lease = match lease {
         Ok(Some(lease)) => lease,
         not_held => {
-            connected.map(discard);
+            if let Some(producer) = connected {
+                discard(producer);
+            }
             return Ok(not_held?.and(None)); // another owner, or failing
         }
     };
