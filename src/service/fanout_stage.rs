@@ -13,6 +13,7 @@
 //! refused or aborted by the broker and never reaches it (docs/operations.md § Fencing).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -150,15 +151,21 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
     begin(&shared, p, lease, connected, [lease_ms, connect_ms]).await.map(Some)
 }
 
-/// Partition `p`'s own transactional producer, created and connected ([`connected_producer`]) but not initialized,
-/// so it fences nothing yet; `None` with `--shared-producer`, whose producer is the instance's.
+/// Partition `p`'s own transactional producer, created and connected ([`connected_producer`]; by a restarted static
+/// member since its start, [`super::prepare::early`]) but not initialized, so it fences nothing yet; `None` with
+/// `--shared-producer`, whose producer is the instance's.
 ///
 /// Errors: as [`connected_producer`].
 async fn connect_own(shared: &Shared, p: i32) -> Result<Option<FutureProducer>, TaskError> {
     if shared.shared_transaction.is_some() {
         return Ok(None);
     }
-    connected_producer(shared, &format!("{}.{p}", shared.transactional_prefix)).await.map(Some)
+    if let Some(connecting) = shared.prepared.producer(p) {
+        let stopped = || Err(TaskError::kafka("connecting the transactional producer")(KafkaError::Canceled));
+        return connecting.await.unwrap_or_else(|_| stopped()).map(Some);
+    }
+    let (brokers, id) = (shared.brokers.clone(), format!("{}.{p}", shared.transactional_prefix));
+    connected_producer(brokers, id, Arc::default()).await.map(Some)
 }
 
 /// Under `lease` (taken in `ms[0]`, beside the producer's connection in `ms[1]`), loads partition `p`'s state while
@@ -228,22 +235,36 @@ fn discard(producer: FutureProducer) {
 ///
 /// Errors: as those two.
 pub async fn transactional_producer(shared: &Shared, id: &str) -> Result<FutureProducer, TaskError> {
-    initialized(connected_producer(shared, id).await?).await
+    initialized(connected_producer(shared.brokers.clone(), id.to_owned(), Arc::default()).await?).await
 }
 
-/// Creates the transactional producer of transactional id `id` and fetches the cluster's metadata with it (up to
-/// 5 s; a failure is left to the initialization). Until [`initialized`] it fences nothing: librdkafka asks for a
-/// producer id only in `init_transactions`. Blocking calls run off the async threads.
+/// Creates the transactional producer of transactional id `id` and fetches the cluster's metadata with it, up to
+/// 5 s or until `abandoned` is set (looked at every 250 ms); a failure is left to the initialization. Until
+/// [`initialized`] it fences nothing: librdkafka asks for a producer id only in `init_transactions`. Blocking calls
+/// run off the async threads.
 ///
 /// Errors: the client cannot be created.
-async fn connected_producer(shared: &Shared, id: &str) -> Result<FutureProducer, TaskError> {
-    let producer = crate::kafka::transactional_producer(&shared.brokers, id)
+pub(super) async fn connected_producer(
+    brokers: String,
+    id: String,
+    abandoned: Arc<AtomicBool>,
+) -> Result<FutureProducer, TaskError> {
+    let producer = crate::kafka::transactional_producer(&brokers, &id)
         .map_err(TaskError::kafka("creating the transactional producer"))?;
     let fetch = producer.clone();
     // The cluster's metadata first (every topic: one topic's did not do): without it, init took 505–543 ms for
     // about half the producers, librdkafka retrying its coordinator lookup after 500 ms; with it 54–96 ms for all
     // 60 measured (docs/performance.md, "A restart's fan-out producers").
-    let _ = tokio::task::spawn_blocking(move || fetch.client().fetch_metadata(None, Duration::from_secs(5))).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !abandoned.load(Ordering::Relaxed) && Instant::now() < deadline {
+            if fetch.client().fetch_metadata(None, Duration::from_millis(250)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50)); // a refusal may come at once
+        }
+    })
+    .await;
     Ok(producer)
 }
 

@@ -324,7 +324,8 @@ fn owner_name(instance: Option<&str>) -> String {
     format!("{static_member}{host}:{}", std::process::id())
 }
 
-/// Connects to the namespace's stores (applying the migrations) and builds what the tasks share.
+/// Connects to the namespace's stores (applying the migrations) and builds what the tasks share; a restarted static
+/// member's preparations start here ([`prepare`]).
 async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let s = &opts.settings;
     let ttl = s.checked_projection_ttl()?;
@@ -336,47 +337,57 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         let counts = tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers));
         counts.await.context("checking Kafka")?.map(|_| ms())
     };
+    let transactional_prefix = s.stage_group(Stage::FanOut);
     let store = async {
         let store =
             CheckpointStore::connect(&s.database_url, &s.ns_db_schema(), 20).await.context("checkpoint store")?;
         let connected = ms();
         store.migrate().await?;
-        anyhow::Ok((store, connected, ms()))
+        let migrated = ms();
+        // A restarted static member reads what it held and starts its producers' connections now.
+        let producers = (!opts.shared_producer).then_some((s.brokers.as_str(), transactional_prefix.as_str()));
+        let early = match &opts.group_instance_id {
+            Some(id) => Some(prepare::early(&store, &stages(&opts.roles), id, producers).await),
+            None => None,
+        };
+        anyhow::Ok((store, connected, migrated, early))
     };
     let projection = async {
         let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?;
         anyhow::Ok((projection.with_ttl(ttl), ms()))
     };
-    let (kafka_ms, (store, postgres_ms, migrated_ms), (projection, redis_ms)) =
+    let (kafka_ms, (store, postgres_ms, migrated_ms, early), (projection, redis_ms)) =
         tokio::try_join!(kafka, store, projection)?;
     info!(kafka_ms, postgres_ms, migrated_ms, redis_ms, "connected");
-    let transactional_prefix = s.stage_group(Stage::FanOut);
-    Ok(Arc::new(Shared {
-        topics: s.topics(),
-        store,
-        projection,
-        producer: ProducerSlot::new(&s.brokers)?,
-        brokers: s.brokers.clone(),
-        transactional_prefix: transactional_prefix.clone(),
-        flush: FlushPolicy {
-            interval: opts.flush_interval,
-            events: opts.flush_events,
-            transaction: opts.transaction_interval.min(opts.flush_interval),
-            publish: opts.publish_interval.min(opts.flush_interval),
-        },
-        diffusion: s.diffusion(),
-        produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
-            .ok()
-            .and_then(|d| humantime::parse_duration(&d).ok()),
-        metrics: Arc::new(Metrics::default()),
-        owner: owner_name(opts.group_instance_id.as_deref()),
-        prepared: Default::default(),
-        shared_transaction: opts
-            .group_instance_id
-            .as_ref()
-            .filter(|_| opts.shared_producer)
-            .map(|instance| shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}"))),
-    }))
+    let shared =
+        Arc::new(Shared {
+            topics: s.topics(),
+            store,
+            projection,
+            producer: ProducerSlot::new(&s.brokers)?,
+            brokers: s.brokers.clone(),
+            transactional_prefix: transactional_prefix.clone(),
+            flush: FlushPolicy {
+                interval: opts.flush_interval,
+                events: opts.flush_events,
+                transaction: opts.transaction_interval.min(opts.flush_interval),
+                publish: opts.publish_interval.min(opts.flush_interval),
+            },
+            diffusion: s.diffusion(),
+            produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
+                .ok()
+                .and_then(|d| humantime::parse_duration(&d).ok()),
+            metrics: Arc::new(Metrics::default()),
+            owner: owner_name(opts.group_instance_id.as_deref()),
+            prepared: Default::default(),
+            shared_transaction: opts.group_instance_id.as_ref().filter(|_| opts.shared_producer).map(|instance| {
+                shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}"))
+            }),
+        });
+    if let (Some(early), Some(id)) = (early, &opts.group_instance_id) {
+        prepare::start(&shared, early, id);
+    }
+    Ok(shared)
 }
 
 /// The running parts of `unread run`, each a task of `tasks` that ends when `stop` turns true.
@@ -459,9 +470,6 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             "--group-protocol consumer with --group-instance-id: a restarted member's partitions may wait for the \
                broker's session timeout; prefer one of the two"
         );
-    }
-    if let Some(id) = &opts.group_instance_id {
-        prepare::start(&shared, &stages(&opts.roles), id);
     }
     if let Some(every) = opts.verify_every {
         let repair = opts.repair.then_some(opts.repair_limit);

@@ -10,52 +10,65 @@
 //! still fences every earlier producer of the partition. A partition another process took since has another
 //! owner and is left alone; what no task takes within [`PREPARED_FOR`] is dropped.
 //!
+//! The leases are read as soon as PostgreSQL answers, beside the Kafka and Redis checks ([`early`]), and the
+//! fan-out partitions' producers start connecting then: creating one and fetching the cluster's metadata fences
+//! nothing (only its initialization does, after the lease), and under load it is the longest step of a start.
+//!
 //! The previous incarnation may still be draining when the new one starts (a restart that does not wait for the
 //! old process's exit): the lease is then taken once the old task stopped cleanly, or after
 //! [`crate::state::load::DRAIN_WAIT`] ([`crate::state::load::lease_if_held`]).
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use rdkafka::producer::FutureProducer;
+
 use super::{fanout_stage, fold_stage, Shared, TaskError};
+use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::Stage;
 
 /// How long a prepared partition waits for its task before it is dropped: 30 s.
 pub const PREPARED_FOR: Duration = Duration::from_secs(30);
 
-/// What each stage prepared, by partition, and whether the leases have been read.
+/// What each stage prepared, by partition.
 pub struct Preparations {
     /// The fan-out's: state and producer.
     fanout: Prepared<fanout_stage::Started>,
     /// The fold's: state.
     fold: Prepared<crate::state::load::FoldPartition>,
-    /// `true` once every preparation is registered (at once when nothing is prepared): a task waits for it
-    /// before it looks for its own.
-    listed: watch::Sender<bool>,
+    /// The fan-out partitions' producers, connecting since PostgreSQL answered ([`Early`]).
+    producers: Mutex<HashMap<i32, Connecting>>,
 }
+
+/// A transactional producer being created and connected ([`fanout_stage::connected_producer`]).
+type Connecting = JoinHandle<Result<FutureProducer, TaskError>>;
 
 impl Default for Preparations {
     fn default() -> Self {
-        Self { fanout: Prepared::default(), fold: Prepared::default(), listed: watch::Sender::new(true) }
+        let (fanout, fold, producers) = (Prepared::default(), Prepared::default(), Mutex::default());
+        Self { fanout, fold, producers }
     }
 }
 
 impl Preparations {
     /// What was prepared for fan-out partition `p` ([`Prepared::take`]).
     pub async fn fanout(&self, p: i32) -> Option<fanout_stage::Started> {
-        self.listed.subscribe().wait_for(|listed| *listed).await.ok()?;
         self.fanout.take(Stage::FanOut, p).await
+    }
+
+    /// Fan-out partition `p`'s producer, connecting since the start ([`Early`]), if it is one of those.
+    pub fn producer(&self, p: i32) -> Option<Connecting> {
+        self.producers.lock().expect("not poisoned").remove(&p)
     }
 
     /// What was prepared for fold partition `p` ([`Prepared::take`]).
     pub async fn fold(&self, p: i32) -> Option<crate::state::load::FoldPartition> {
-        self.listed.subscribe().wait_for(|listed| *listed).await.ok()?;
         self.fold.take(Stage::Fold, p).await
     }
 }
@@ -106,53 +119,97 @@ impl<T: Send + 'static> Prepared<T> {
     }
 }
 
-/// Prepares, for `stages`, the partitions whose lease the previous incarnation of static member
-/// `instance` holds still, and drops what no task took after [`PREPARED_FOR`]. Returns at once: the leases are
-/// read beside the group's join, and a task waits until they are. A failure to read them is logged, and the tasks
-/// start as usual.
-pub fn start(shared: &Arc<Shared>, stages: &[Stage], instance: &str) {
-    shared.prepared.listed.send_replace(false);
-    let (sh, prefix, stages) = (shared.clone(), format!("{instance}@"), stages.to_vec());
-    tokio::spawn(async move {
-        {
-            // The tasks wait for the list: it is complete however this ends, a panic included.
-            let _listed = Listed(&sh.prepared.listed);
-            list(&sh, &stages, &prefix).await;
-        }
-        let shared = Arc::downgrade(&sh);
-        drop(sh);
-        tokio::time::sleep(PREPARED_FOR).await;
-        if let Some(shared) = shared.upgrade() {
-            shared.prepared.fanout.expire().await;
-            shared.prepared.fold.expire().await;
-        }
-    });
+/// What a restarted static member learns and starts as soon as PostgreSQL answers, beside the Kafka and Redis
+/// checks: the partitions its previous incarnation still holds and, for the fan-out's, their transactional
+/// producers connecting (created, the cluster's metadata fetched: they fence nothing before their initialization,
+/// which follows the lease). Dropped unused (the start failed), it stops the connections within 250 ms.
+pub struct Early {
+    held: Vec<(Stage, i32)>,
+    producers: HashMap<i32, Connecting>,
+    abandoned: Abandon,
 }
 
-/// Reads the leases owners named `{prefix}…` hold and starts preparing those of `stages` (the stages that run here).
-async fn list(sh: &Arc<Shared>, stages: &[Stage], prefix: &str) {
-    let held = match sh.store.leases_held(prefix).await {
-        Ok(held) => held,
-        Err(e) => return warn!(error = %e, "reading the leases held before the restart; going on"),
+/// Reads the leases whose owner is named `{instance}@…`, keeps those of `stages` (the stages that run here), and
+/// for the fan-out's starts connecting their producers (`producers`: the brokers and the transactional ids'
+/// prefix; `None` with `--shared-producer`, whose one producer is the instance's). A failure to read the leases is
+/// logged, and nothing is prepared.
+pub async fn early(
+    store: &CheckpointStore,
+    stages: &[Stage],
+    instance: &str,
+    producers: Option<(&str, &str)>,
+) -> Early {
+    let abandoned = Abandon(Some(Arc::default()));
+    let held = match store.leases_held(&format!("{instance}@")).await {
+        Ok(held) => held.into_iter().filter(|(stage, _)| stages.contains(stage)).collect(),
+        Err(e) => {
+            warn!(error = %e, "reading the leases held before the restart; going on");
+            Vec::new()
+        }
     };
-    let held: Vec<_> = held.into_iter().filter(|(stage, _)| stages.contains(stage)).collect();
-    for &(stage, p) in &held {
-        let (sh2, prefix) = (sh.clone(), prefix.to_owned());
-        match stage {
-            Stage::FanOut => sh.prepared.fanout.insert(p, fanout_stage::prepare(sh2, p, prefix)),
-            Stage::Fold => sh.prepared.fold.insert(p, fold_stage::prepare(sh2, p, prefix)),
+    let mut connecting = HashMap::new();
+    if let Some((brokers, prefix)) = producers {
+        for p in held.iter().filter(|(stage, _)| *stage == Stage::FanOut).map(|&(_, p)| p) {
+            let (brokers, id, stop) = (brokers.to_owned(), format!("{prefix}.{p}"), abandoned.flag());
+            connecting.insert(p, tokio::spawn(fanout_stage::connected_producer(brokers, id, stop)));
         }
     }
     if !held.is_empty() {
         info!(partitions = ?held, "preparing the partitions held before the restart");
     }
+    Early { held, producers: connecting, abandoned }
 }
 
-/// Marks the list of preparations complete when dropped.
-struct Listed<'a>(&'a watch::Sender<bool>);
+/// Sets its flag when dropped, unless disarmed: the early producers' connections stop.
+struct Abandon(Option<Arc<AtomicBool>>);
 
-impl Drop for Listed<'_> {
-    fn drop(&mut self) {
-        self.0.send_replace(true);
+impl Abandon {
+    /// The flag it sets.
+    fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone().unwrap_or_default()
     }
+
+    /// Leaves the flag unset for good.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if let Some(flag) = &self.0 {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Prepares the partitions `early` found held by the previous incarnation of static member `instance` (their
+/// lease, state and, in the fan-out, producer, each task's first steps in their usual order), and drops what no
+/// task took after [`PREPARED_FOR`]. Returns at once; a task assigned one of them waits for its preparation.
+pub fn start(shared: &Arc<Shared>, early: Early, instance: &str) {
+    let Early { held, producers, abandoned } = early;
+    abandoned.disarm(); // the producers are the tasks' now
+    *shared.prepared.producers.lock().expect("not poisoned") = producers;
+    let prefix = format!("{instance}@");
+    for &(stage, p) in &held {
+        let (sh, prefix) = (shared.clone(), prefix.clone());
+        match stage {
+            Stage::FanOut => shared.prepared.fanout.insert(p, fanout_stage::prepare(sh, p, prefix)),
+            Stage::Fold => shared.prepared.fold.insert(p, fold_stage::prepare(sh, p, prefix)),
+        }
+    }
+    let shared = Arc::downgrade(shared);
+    tokio::spawn(async move {
+        tokio::time::sleep(PREPARED_FOR).await;
+        if let Some(shared) = shared.upgrade() {
+            shared.prepared.fanout.expire().await;
+            shared.prepared.fold.expire().await;
+            let left: Vec<_> = shared.prepared.producers.lock().expect("not poisoned").drain().collect();
+            for (_, connecting) in left {
+                if let Ok(Ok(producer)) = connecting.await {
+                    tokio::task::spawn_blocking(move || drop(producer));
+                }
+            }
+        }
+    });
 }
