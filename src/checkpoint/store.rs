@@ -304,7 +304,7 @@ impl CheckpointStore {
         sqlx::query_scalar(
             "INSERT INTO partition_leases (stage, partition, generation, owner) VALUES ($1, $2, 1, $3) \
              ON CONFLICT (stage, partition) DO UPDATE SET generation = partition_leases.generation + 1, \
-             owner = EXCLUDED.owner, acquired_at = now(), draining = false RETURNING generation",
+             owner = EXCLUDED.owner, acquired_at = now(), draining = false, released = false RETURNING generation",
         )
         .bind(stage.as_str())
         .bind(partition)
@@ -347,8 +347,8 @@ impl CheckpointStore {
     ) -> StoreResult<Option<i64>> {
         sqlx::query_scalar(
             "UPDATE partition_leases SET generation = generation + 1, owner = $4, acquired_at = now(), \
-             draining = false WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3) AND owner <> $4 \
-             AND (NOT draining OR $5) RETURNING generation",
+             draining = false, released = false WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3) AND owner <> $4 \
+             AND (NOT draining OR released OR $5) RETURNING generation",
         )
         .bind(stage.as_str())
         .bind(partition)
@@ -360,12 +360,13 @@ impl CheckpointStore {
         .map_err(db("taking a lease held before"))
     }
 
-    /// Marks every lease `owner` holds as draining (a clean stop has begun): a restarted static member waits for
-    /// [`CheckpointStore::release`] to clear each mark before it takes the lease. Returns how many were marked.
+    /// Marks every lease `owner` holds as draining (a clean stop has begun), unless its task already stopped
+    /// ([`CheckpointStore::release`]; the two may come in either order). A restarted static member waits for a
+    /// draining lease to be released before it takes it. Returns how many were marked.
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn mark_draining(&self, owner: &str) -> StoreResult<u64> {
-        let done = sqlx::query("UPDATE partition_leases SET draining = true WHERE owner = $1")
+        let done = sqlx::query("UPDATE partition_leases SET draining = true WHERE owner = $1 AND NOT released")
             .bind(owner)
             .execute(&self.pool)
             .await
@@ -373,14 +374,14 @@ impl CheckpointStore {
         Ok(done.rows_affected())
     }
 
-    /// Clears the draining mark of a partition's lease if it is still at `generation`: its task stopped cleanly
-    /// (last checkpoint and Kafka transaction done).
+    /// Marks a partition's lease released if it is still at `generation`: its task stopped cleanly (last
+    /// checkpoint and Kafka transaction done).
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn release(&self, stage: Stage, partition: i32, generation: i64) -> StoreResult<()> {
         sqlx::query(
-            "UPDATE partition_leases SET draining = false \
-             WHERE stage = $1 AND partition = $2 AND generation = $3 AND draining",
+            "UPDATE partition_leases SET released = true \
+             WHERE stage = $1 AND partition = $2 AND generation = $3 AND NOT released",
         )
         .bind(stage.as_str())
         .bind(partition)
@@ -392,12 +393,13 @@ impl CheckpointStore {
     }
 
     /// Whether an owner whose name starts with `prefix` holds the partition's lease and is draining it
-    /// ([`CheckpointStore::mark_draining`]).
+    /// ([`CheckpointStore::mark_draining`]) without having released it yet.
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn draining(&self, stage: Stage, partition: i32, prefix: &str) -> StoreResult<bool> {
         let draining: Option<bool> = sqlx::query_scalar(
-            "SELECT draining FROM partition_leases WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3)",
+            "SELECT draining AND NOT released FROM partition_leases \
+             WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3)",
         )
         .bind(stage.as_str())
         .bind(partition)

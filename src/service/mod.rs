@@ -519,9 +519,10 @@ fn stages(roles: &[Role]) -> Vec<Stage> {
     stages.into_iter().filter(|(role, _)| roles.contains(role)).map(|(_, stage)| stage).collect()
 }
 
-/// Marks this process's leases draining before a clean stop, so that a restarted static member waits for each
-/// task's last checkpoint and Kafka transaction ([`prepare`]). Bounded by 1 s; a failure is only logged (that
-/// member then starts as it would after a crash).
+/// Marks this process's leases draining at a clean stop, so that a restarted static member waits for each task's
+/// last checkpoint and Kafka transaction ([`prepare`]); it runs beside the drain (the tasks' releases and the mark
+/// may come in either order). Bounded by 1 s; a failure is only logged (that member then starts as it would after
+/// a crash).
 async fn mark_draining(shared: &Shared) {
     match tokio::time::timeout(Duration::from_secs(1), shared.store.mark_draining(&shared.owner)).await {
         Ok(Ok(n)) => tracing::debug!(leases = n, "leases marked draining"),
@@ -547,8 +548,9 @@ async fn wait_for_stop(
             anyhow::bail!("a stage stopped unexpectedly");
         }
     }
-    mark_draining(shared).await;
+    let marking = mark_draining(shared); // beside the drain: a task's release may come first
     let _ = stop.send(true);
+    marking.await;
     while let Some(done) = tasks.join_next().await {
         done.context("a stage panicked")??;
     }

@@ -140,28 +140,30 @@ fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_
         assert_eq!(g, Some(2));
         assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3", false).await.unwrap(), None);
         assert_eq!(store.leases_held("a@").await.unwrap(), vec![(Stage::FanOut, 0)]);
-        // A clean stop marks what its process holds draining; each task's clean end clears its own mark, and only
-        // at its generation; a lease taken again starts clear.
+        // A clean stop marks what its process holds draining; each task's clean end releases its own lease, only
+        // at its generation, and a lease released before the mark is not marked; a lease taken again starts clear.
         assert_eq!(store.mark_draining("a@h:3").await.unwrap(), 1, "a@h:3 holds fan-out 0 alone");
         assert!(store.draining(Stage::FanOut, 0, "a@").await.unwrap());
         assert!(!store.draining(Stage::Fold, 3, "b@").await.unwrap(), "b's lease is not a's to mark");
+        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false).await.unwrap(), None, "draining");
         store.release(Stage::FanOut, 0, 1).await.unwrap(); // an older task of the partition
         assert!(store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "still draining");
         store.release(Stage::FanOut, 0, 2).await.unwrap();
         assert!(!store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "released");
-        store.mark_draining("a@h:3").await.unwrap();
-        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false).await.unwrap(), None, "draining");
-        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", true).await.unwrap(), Some(3), "waited out");
+        assert_eq!(store.mark_draining("a@h:3").await.unwrap(), 0, "released first, then the mark: not draining");
+        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false).await.unwrap(), Some(3));
+        store.mark_draining("a@h:4").await.unwrap();
+        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:5", true).await.unwrap(), Some(4), "waited out");
         assert!(!store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "a new lease is not draining");
         // The wait a restart makes: over at once when nothing drains, up to the drain's end otherwise.
         let lease = |owner: &'static str| unread::state::load::lease_if_held(&store, Stage::FanOut, 0, "a@", owner);
-        store.mark_draining("a@h:4").await.unwrap();
+        store.mark_draining("a@h:5").await.unwrap();
         let started = Instant::now();
-        let (taken, _) = tokio::join!(lease("a@h:5"), async {
+        let (taken, _) = tokio::join!(lease("a@h:6"), async {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            store.release(Stage::FanOut, 0, 3).await.unwrap();
+            store.release(Stage::FanOut, 0, 4).await.unwrap();
         });
-        assert_eq!(taken.unwrap().map(|l| l.generation), Some(4), "taken after the drain");
+        assert_eq!(taken.unwrap().map(|l| l.generation), Some(5), "taken after the drain");
         assert!(started.elapsed() >= Duration::from_millis(300), "not before the drain ended");
         let pool = sqlx::PgPool::connect(&stack.database_url).await.unwrap();
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await.unwrap();
