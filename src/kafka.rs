@@ -83,7 +83,8 @@ pub enum GroupProtocol {
 /// A consumer-group member of `group` for the service's stages: offsets are stored only after a checkpoint
 /// (`enable.auto.offset.store=false`, committed in the background as a progress hint), the **range** assignor
 /// co-partitions topics with equal partition counts, and a member that stops heart-beating is out after the
-/// session timeout (default 10 s; heartbeats every second, or a third of a shorter timeout). The broker bounds it
+/// session timeout (default 10 s; heartbeats every second, or a tenth of a shorter timeout: a survivor learns of a
+/// rebalance at its next heartbeat). The broker bounds it
 /// (`group.min.session.timeout.ms`: 1 s on `scripts/stack`'s broker, 6 s on Kafka's defaults). With an instance
 /// id the member is static ([`Membership`]). With [`GroupProtocol::Consumer`] (KIP-848) the broker's `range`
 /// assignor does the co-partitioning and the broker's group settings the timing.
@@ -98,7 +99,7 @@ pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig 
         GroupProtocol::Classic => c
             .set("partition.assignment.strategy", "range")
             .set("session.timeout.ms", session.to_string())
-            .set("heartbeat.interval.ms", (session / 3).clamp(1, 1000).to_string()),
+            .set("heartbeat.interval.ms", (session / 10).clamp(1, 1000).to_string()),
         GroupProtocol::Consumer => c.set("group.protocol", "consumer").set("group.remote.assignor", "range"),
     };
     if let Some(id) = &m.instance_id {
