@@ -110,11 +110,12 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
     }
 }
 
-/// After a clean stop (last commit and checkpoint done): clears the lease's draining mark, which a restarted static
-/// member waits for ([`super::prepare`]). A failure is only logged: that member then waits out its bound.
+/// After a clean stop (last commit and checkpoint done): marks the lease released, which a restarted static member
+/// waits for while the lease is draining ([`super::prepare`]). A failure is only logged: that member then waits out
+/// its bound.
 async fn release(shared: &Shared, stage: Stage, partition: i32, generation: i64) {
     if let Err(e) = shared.store.release(stage, partition, generation).await {
-        tracing::warn!(%stage, partition, error = %e, "clearing the lease's draining mark");
+        tracing::warn!(%stage, partition, error = %e, "marking the lease released");
     }
 }
 
