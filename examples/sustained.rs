@@ -268,10 +268,13 @@ fn report_event(book: &Book, name: &str, window: std::ops::Range<Instant>, start
         .map(|(p, l)| (*p + *l).duration_since(at))
         .max()
         .unwrap_or_default();
+    // The event's wall-clock time, to find it in the instances' logs.
+    let wall = std::time::SystemTime::now() - at.elapsed();
     println!(
-        "after {name} at {:.1} s: the next {:.0} s of messages: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; served \
+        "after {name} at {:.1} s ({} UTC): the next {:.0} s of messages: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; served \
          again (no message over 1 s) {:.1} s after it",
         at.duration_since(started).as_secs_f64(),
+        humantime::format_rfc3339_millis(wall),
         (window.end - at).as_secs_f64(),
         ms(&lat, 0.5),
         ms(&lat, 0.99),

@@ -268,13 +268,13 @@ pub(super) async fn connected_producer(
     Ok(producer)
 }
 
-/// Initializes a transactional producer (up to 60 s), which fences every earlier producer of its id and aborts
-/// their open transaction.
+/// Initializes a transactional producer (up to 60 s, [`init_in_slices`]), which fences every earlier producer of
+/// its id and aborts their open transaction.
 ///
 /// Errors: the initialization fails (the broker is unreachable, say); the producer is then discarded.
 async fn initialized(producer: FutureProducer) -> Result<FutureProducer, TaskError> {
     let init = producer.clone();
-    let result = tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(60)))
+    let result = tokio::task::spawn_blocking(move || init_in_slices(&init, Duration::from_secs(60)))
         .await
         .unwrap_or(Err(KafkaError::Canceled)); // the runtime shut down under it
     match result {
@@ -282,6 +282,38 @@ async fn initialized(producer: FutureProducer) -> Result<FutureProducer, TaskErr
         Err(e) => {
             discard(producer);
             Err(TaskError::kafka("initializing transactions")(e))
+        }
+    }
+}
+
+/// The first slice [`init_in_slices`] gives `init_transactions`: 25 ms, doubling after each to at most
+/// [`INIT_SLICE_MAX`].
+const INIT_SLICE: Duration = Duration::from_millis(25);
+/// The longest slice [`init_in_slices`] gives `init_transactions`: 500 ms.
+const INIT_SLICE_MAX: Duration = Duration::from_millis(500);
+
+/// `producer.init_transactions`, called again after each retriable error (its slice of time ran out, or the
+/// transaction coordinator answered `CONCURRENT_TRANSACTIONS`) until `limit`; the slices grow from
+/// [`INIT_SLICE`] to [`INIT_SLICE_MAX`].
+///
+/// Why: when the partition's previous producer died with a transaction open (a SIGKILLed instance), the
+/// coordinator answers the first InitProducerId with `CONCURRENT_TRANSACTIONS` while it aborts that transaction,
+/// and librdkafka asks again only after a fixed 500 ms (`rd_kafka_idemp_pid_timer_restart`). A call of
+/// `init_transactions` that resumes the initialization asks again at once (`rd_kafka_idemp_start(rk,
+/// immediate)`), so the successor starts within a slice of the abort's end (docs/performance.md, "A SIGKILL's
+/// pause"). A call that resumes while a request is in flight adds none.
+///
+/// Errors: a non-retriable error, or a retriable one once `limit` has passed.
+fn init_in_slices(producer: &FutureProducer, limit: Duration) -> Result<(), KafkaError> {
+    let deadline = Instant::now() + limit;
+    let mut slice = INIT_SLICE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match producer.init_transactions(slice.min(left)) {
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && Instant::now() < deadline => {
+                slice = (slice * 2).min(INIT_SLICE_MAX);
+            }
+            done => return done,
         }
     }
 }
