@@ -83,9 +83,9 @@ const DRAIN_POLL: Duration = Duration::from_millis(10);
 ///
 /// While that owner drains the partition (its lease marked draining at its SIGTERM and not yet released by the
 /// task's clean stop), waits for the drain, looking every [`DRAIN_POLL`], up to [`DRAIN_WAIT`]. Taking the lease
-/// before would fence the drain's last checkpoint, and the fan-out's producer initialized while the old one's transaction is open meets
-/// `CONCURRENT_TRANSACTIONS`, which librdkafka retries after a fixed 500 ms. A previous incarnation that crashed
-/// left no mark: nothing to wait for.
+/// before would fence the drain's last checkpoint, and the fan-out's producer initialized while the old one's
+/// transaction is open meets `CONCURRENT_TRANSACTIONS` until the coordinator has aborted it. A previous
+/// incarnation that crashed left no mark: nothing to wait for.
 ///
 /// Errors: PostgreSQL failing.
 pub async fn lease_if_held(
