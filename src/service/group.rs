@@ -370,7 +370,8 @@ pub fn member(
     let fetch = move || drop(warm.fetch_metadata(None, Duration::from_secs(5)));
     std::thread::Builder::new().name("kafka-warm".into()).spawn(fetch).context("starting a thread")?;
     let (priority, assignment) = (priority.map(str::to_owned), Arc::new(Assignment::default()));
-    Ok(Dispatcher { consumer, brokers, events: rx, assignment, priority })
+    let eager = membership.protocol == crate::kafka::GroupProtocol::Classic;
+    Ok(Dispatcher { consumer, brokers, events: rx, assignment, priority, eager })
 }
 
 impl Dispatcher {
@@ -392,6 +393,9 @@ pub struct Dispatcher {
     pub assignment: Arc<Assignment>,
     /// The topic whose records tasks take first.
     priority: Option<String>,
+    /// Whether rebalances are eager (the classic protocol): every partition is revoked, and the next assignment
+    /// is the member's whole new one ([`Tasks::revoke`]).
+    eager: bool,
 }
 
 /// Records a task holds per partition: 20,000 per topic.
@@ -439,6 +443,14 @@ impl Lane {
         }
     }
 
+    /// The lane's partition was assigned again after an eager revoke, which forgot its pause: pauses it again
+    /// while records wait.
+    fn reassigned(&mut self, consumer: &GroupConsumer) {
+        if let Some(tp) = &self.paused {
+            set_paused(consumer, tp, true);
+        }
+    }
+
     /// Hands over what waits, as far as the channel takes it; resumes the partition once nothing waits (or the
     /// task ended: its successor seeks back to its checkpoint).
     fn drain(&mut self, consumer: &GroupConsumer) {
@@ -474,6 +486,11 @@ struct Tasks {
     running: HashMap<i32, Running>,
     /// The topic whose records a task takes first ([`PartitionInput::priority`]).
     priority: Option<String>,
+    /// Whether rebalances are eager ([`Dispatcher::eager`]).
+    eager: bool,
+    /// Under eager rebalances, the tasks of partitions revoked since the last assignment, still running: the
+    /// next assignment keeps those it gives back and stops the others ([`Tasks::revoke`]).
+    revoked: HashMap<i32, Running>,
 }
 
 impl Tasks {
@@ -500,12 +517,17 @@ impl Tasks {
     /// Forgets partition `p`'s task: closes its input and resumes what its lanes paused. Returns its handle.
     fn remove(&mut self, p: i32) -> Option<JoinHandle<Result<(), TaskError>>> {
         let t = self.running.remove(&p)?;
+        Some(self.close(t))
+    }
+
+    /// Closes a task's input and resumes what its lanes paused. Returns its handle.
+    fn close(&self, t: Running) -> JoinHandle<Result<(), TaskError>> {
         for lane in [t.records, t.priority] {
             if let Some(tp) = lane.paused {
                 set_paused(&self.consumer, &tp, false);
             }
         }
-        Some(t.handle)
+        t.handle
     }
 
     /// Whether records wait for a full channel.
@@ -524,17 +546,44 @@ impl Tasks {
     /// Stops the tasks of revoked partitions. Their input is closed rather than the tasks aborted: an aborted task
     /// could drop a checkpoint transaction half-way. Each finishes its step, flushes and ends; if a successor took
     /// the partition's lease meanwhile, that last flush is fenced.
+    ///
+    /// Under eager rebalances every partition is revoked, and most come back to the same member a few ms later
+    /// (a SIGKILLed member's survivors keep theirs, and take more): those tasks are set aside, still running,
+    /// until the assignment, which keeps the ones it gives back (no flush, load or new producer) and stops the
+    /// others. A kept task's consumer starts again at the group's committed offsets, at or below the task's
+    /// position: its input drops what its checkpoint covers ([`PartitionInput::accept`]).
     fn revoke(&mut self, partitions: &HashSet<i32>) {
         for p in partitions {
-            if self.remove(*p).is_some() {
-                info!(stage = %self.stage, partition = p, "partition revoked; stopping its task");
+            let Some(t) = self.running.remove(p) else { continue };
+            if self.eager {
+                info!(stage = %self.stage, partition = p, "partition revoked; its task waits for the assignment");
+                self.revoked.insert(*p, t);
+            } else {
+                self.stop(*p, t);
             }
         }
     }
 
-    /// Starts the tasks of newly assigned partitions.
+    /// Stops partition `p`'s task `t` ([`Tasks::close`]); it ends on its own.
+    fn stop(&self, p: i32, t: Running) {
+        self.close(t);
+        info!(stage = %self.stage, partition = p, "partition revoked; stopping its task");
+    }
+
+    /// Starts the tasks of newly assigned partitions; under eager rebalances, keeps the revoked tasks whose
+    /// partitions it gives back and stops the others ([`Tasks::revoke`]).
     fn assign(&mut self, partitions: &HashSet<i32>) {
         info!(stage = %self.stage, partitions = ?partitions, "partitions assigned");
+        for (p, mut t) in std::mem::take(&mut self.revoked) {
+            if partitions.contains(&p) {
+                info!(stage = %self.stage, partition = p, "partition assigned again; its task goes on");
+                t.records.reassigned(&self.consumer);
+                t.priority.reassigned(&self.consumer);
+                self.running.insert(p, t);
+            } else {
+                self.stop(p, t);
+            }
+        }
         for p in partitions {
             if !self.running.contains_key(p) {
                 self.start(*p, false);
@@ -563,10 +612,10 @@ impl Tasks {
     /// priority topic; never waits for a full channel ([`Lane`]).
     fn dispatch(&mut self, m: OwnedMessage) {
         let p = m.partition();
-        if !self.running.contains_key(&p) {
+        if !self.running.contains_key(&p) && !self.revoked.contains_key(&p) {
             self.start(p, false);
         }
-        let t = self.running.get_mut(&p).expect("started");
+        let t = self.running.get_mut(&p).or(self.revoked.get_mut(&p)).expect("started");
         let lane = if self.priority.as_deref() == Some(m.topic()) { &mut t.priority } else { &mut t.records };
         lane.push(m, &self.consumer);
     }
@@ -574,7 +623,7 @@ impl Tasks {
     /// Closes every task's input (each flushes and checkpoints) and waits for them, up to 30 s.
     async fn stop_all(self) {
         info!(stage = %self.stage, "stopping: flushing partition tasks");
-        let handles: Vec<_> = self.running.into_values().map(|t| t.handle).collect();
+        let handles: Vec<_> = self.running.into_values().chain(self.revoked.into_values()).map(|t| t.handle).collect();
         if tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(handles)).await.is_err() {
             warn!(stage = %self.stage, "tasks did not stop within 30 s");
         }
@@ -594,7 +643,8 @@ impl Dispatcher {
     ) -> anyhow::Result<()> {
         let (consumer, brokers) = (self.consumer.clone(), self.brokers.clone());
         let priority = self.priority.take();
-        let mut tasks = Tasks { stage, spawn, consumer, brokers, running: HashMap::new(), priority };
+        let (eager, revoked) = (self.eager, HashMap::new());
+        let mut tasks = Tasks { stage, spawn, consumer, brokers, running: HashMap::new(), priority, eager, revoked };
         let mut health = tokio::time::interval(Duration::from_secs(1));
         loop {
             // Records waiting for a full channel go first, each turn (and every STALLED_RETRY while idle).

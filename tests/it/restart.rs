@@ -53,6 +53,37 @@ fn a_static_member_restarted_within_the_session_timeout_moves_no_partition_of_th
     b.stop();
 }
 
+/// Under the classic protocol every rebalance is eager: each member's partitions are all revoked, then assigned
+/// anew. A member keeps the tasks of those it gets back: when `b` joins, `a`'s tasks of the partitions `a` keeps
+/// go on (each of `a`'s partitions started once in all), those that move to `b` stop, and the counts stay exact.
+#[test]
+fn an_eager_rebalance_keeps_the_tasks_of_the_partitions_that_stay() {
+    let Some(stack) = stack("an_eager_rebalance_keeps_the_tasks_of_the_partitions_that_stay") else { return };
+    let ns = Ns::new(&stack, "eager");
+    let a = ns.start(&[]);
+    until(a.port, "a holds every partition", |n| n == 16.0);
+    ns.ok(&["produce", &dev_events()]);
+    let b = ns.start(&[]);
+    until(b.port, "b shares the partitions", |n| (1.0..16.0).contains(&n));
+    until(a.port, "a keeps the others", |n| n > 0.0 && n + held(b.port) == 16.0);
+    ns.ok(&["lag", "--wait", "2m"]);
+    assert_matches(a.port, &dev_expected());
+    assert_matches(b.port, &dev_expected());
+    let kept = held(a.port);
+    let went_on = log_lines(&ns, a.port, "its task goes on");
+    assert_eq!(went_on.len() as f64, kept, "a keeps {kept} partitions:\n{}", went_on.join("\n"));
+    let starts = task_starts(&ns, a.port);
+    let mut seen = std::collections::HashSet::new();
+    for line in &starts {
+        let stage = if line.contains("fan-out task") { "fan-out" } else { "fold" };
+        let partition = line.split_whitespace().find(|w| w.starts_with("partition=")).expect("partition field");
+        assert!(seen.insert((stage, partition.to_owned())), "a started {stage} {partition} twice:\n{}", starts.join("\n"));
+    }
+    assert_eq!(seen.len(), 16, "a started each partition's task once:\n{}", starts.join("\n"));
+    a.stop();
+    b.stop();
+}
+
 /// The `fan-out task started` and `fold task started` lines of the instance on `port`, without their colours.
 fn task_starts(ns: &Ns, port: u16) -> Vec<String> {
     log_lines(ns, port, " task started")
