@@ -77,7 +77,11 @@ fn an_eager_rebalance_keeps_the_tasks_of_the_partitions_that_stay() {
     for line in &starts {
         let stage = if line.contains("fan-out task") { "fan-out" } else { "fold" };
         let partition = line.split_whitespace().find(|w| w.starts_with("partition=")).expect("partition field");
-        assert!(seen.insert((stage, partition.to_owned())), "a started {stage} {partition} twice:\n{}", starts.join("\n"));
+        assert!(
+            seen.insert((stage, partition.to_owned())),
+            "a started {stage} {partition} twice:\n{}",
+            starts.join("\n")
+        );
     }
     assert_eq!(seen.len(), 16, "a started each partition's task once:\n{}", starts.join("\n"));
     a.stop();
