@@ -63,6 +63,10 @@ pub struct Membership {
     pub instance_id: Option<String>,
     /// The consumer group protocol (`unread run --group-protocol`).
     pub protocol: GroupProtocol,
+    /// The consumer's `client.id`: the process's name in partition leases (`host:pid`, `{instance}@host:pid`),
+    /// which a successor that takes a lease the process did not release looks for among the group's members
+    /// before it fences the process's producer. `None`: librdkafka's default.
+    pub client_id: Option<String>,
 }
 
 /// Which consumer group protocol a stage's consumer speaks.
@@ -104,6 +108,9 @@ pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig 
     };
     if let Some(id) = &m.instance_id {
         c.set("group.instance.id", id);
+    }
+    if let Some(id) = &m.client_id {
+        c.set("client.id", id);
     }
     c
 }

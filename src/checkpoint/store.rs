@@ -28,6 +28,39 @@ pub struct Fenced {
     pub current: i64,
 }
 
+/// A lease taken ([`CheckpointStore::acquire_as`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    /// The generation taken: every commit of an older one is fenced from now on.
+    pub generation: i64,
+    /// The previous owner, when it did not release the lease (it crashed, is paused or cut off, or still stops)
+    /// and wrote with a transactional id that is not the new owner's: unless that owner is still a live member of
+    /// the group, the new owner initializes that id before it produces, which fences that producer and aborts its
+    /// open transaction.
+    pub unreleased: Option<Unreleased>,
+}
+
+/// A lease's previous owner that did not release it ([`Acquired::unreleased`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreleased {
+    /// Its name (`host:pid`, or `{instance}@host:pid`).
+    pub owner: String,
+    /// The transactional id it wrote its deltas with.
+    pub transactional_id: String,
+}
+
+impl Acquired {
+    /// `previous`: the previous owner and its transactional id if it did not release the lease; `own`: the new
+    /// owner's transactional id.
+    fn new(generation: i64, previous: (Option<String>, Option<String>), own: Option<&str>) -> Self {
+        let unreleased = match previous {
+            (Some(owner), Some(id)) if Some(id.as_str()) != own => Some(Unreleased { owner, transactional_id: id }),
+            _ => None,
+        };
+        Self { generation, unreleased }
+    }
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -301,17 +334,60 @@ impl CheckpointStore {
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn acquire(&self, stage: Stage, partition: i32, owner: &str) -> StoreResult<i64> {
-        sqlx::query_scalar(
-            "INSERT INTO partition_leases (stage, partition, generation, owner) VALUES ($1, $2, 1, $3) \
-             ON CONFLICT (stage, partition) DO UPDATE SET generation = partition_leases.generation + 1, \
-             owner = EXCLUDED.owner, acquired_at = now(), draining = false, released = false RETURNING generation",
-        )
-        .bind(stage.as_str())
-        .bind(partition)
-        .bind(owner)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db("taking a lease"))
+        Ok(self.acquire_as(stage, partition, owner, None).await?.generation)
+    }
+
+    /// [`CheckpointStore::acquire`], recording `transactional_id`, the Kafka producer the new owner writes with (a
+    /// fan-out's; `None` for the fold). Returns the generation and, when the previous owner did not release the
+    /// lease ([`CheckpointStore::release`]) and wrote with another transactional id, that owner and id.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn acquire_as(
+        &self,
+        stage: Stage,
+        partition: i32,
+        owner: &str,
+        transactional_id: Option<&str>,
+    ) -> StoreResult<Acquired> {
+        // The previous row's values come from a locked read joined to the update (a CTE read only in RETURNING
+        // would see the row as this statement left it); a first lease is inserted, and a concurrent first insert
+        // makes the update run again.
+        for _ in 0..3 {
+            let updated: Option<(i64, Option<String>, Option<String>)> = sqlx::query_as(
+                "UPDATE partition_leases l SET generation = l.generation + 1, owner = $3, acquired_at = now(), \
+                 draining = false, released = false, transactional_id = $4 \
+                 FROM (SELECT owner, transactional_id, released FROM partition_leases \
+                 WHERE stage = $1 AND partition = $2 FOR UPDATE) prev \
+                 WHERE l.stage = $1 AND l.partition = $2 \
+                 RETURNING l.generation, CASE WHEN NOT prev.released THEN prev.owner END, \
+                 CASE WHEN NOT prev.released THEN prev.transactional_id END",
+            )
+            .bind(stage.as_str())
+            .bind(partition)
+            .bind(owner)
+            .bind(transactional_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db("taking a lease"))?;
+            if let Some((generation, previous, id)) = updated {
+                return Ok(Acquired::new(generation, (previous, id), transactional_id));
+            }
+            let inserted: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO partition_leases (stage, partition, generation, owner, transactional_id) \
+                 VALUES ($1, $2, 1, $3, $4) ON CONFLICT (stage, partition) DO NOTHING RETURNING generation",
+            )
+            .bind(stage.as_str())
+            .bind(partition)
+            .bind(owner)
+            .bind(transactional_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db("taking a lease"))?;
+            if let Some(generation) = inserted {
+                return Ok(Acquired::new(generation, (None, None), transactional_id));
+            }
+        }
+        Err(db("taking a lease (three tries raced with other takers)")(sqlx::Error::RowNotFound))
     }
 
     /// The partitions, both stages, whose lease an owner whose name starts with `prefix` holds now, as (stage,
@@ -331,10 +407,10 @@ impl CheckpointStore {
         Ok(rows.into_iter().filter_map(|(name, p)| Some((stage(&name)?, p))).collect())
     }
 
-    /// Takes the lease of one partition as `owner` (as [`CheckpointStore::acquire`]) only if another owner whose
+    /// Takes the lease of one partition as `owner` (as [`CheckpointStore::acquire_as`]) only if another owner whose
     /// name starts with `prefix` holds it now, and is not draining it unless `even_draining`
-    /// ([`CheckpointStore::mark_draining`]): its generation, or `None` when a different owner took it meanwhile
-    /// (or `owner` itself already holds it), or it is draining.
+    /// ([`CheckpointStore::mark_draining`]): `None` when a different owner took it meanwhile (or `owner` itself
+    /// already holds it), or it is draining.
     ///
     /// Errors: [`StoreError::Db`].
     pub async fn acquire_held(
@@ -344,20 +420,28 @@ impl CheckpointStore {
         prefix: &str,
         owner: &str,
         even_draining: bool,
-    ) -> StoreResult<Option<i64>> {
-        sqlx::query_scalar(
-            "UPDATE partition_leases SET generation = generation + 1, owner = $4, acquired_at = now(), \
-             draining = false, released = false WHERE stage = $1 AND partition = $2 AND starts_with(owner, $3) AND owner <> $4 \
-             AND (NOT draining OR released OR $5) RETURNING generation",
+        transactional_id: Option<&str>,
+    ) -> StoreResult<Option<Acquired>> {
+        let row: Option<(i64, Option<String>, Option<String>)> = sqlx::query_as(
+            "UPDATE partition_leases l SET generation = l.generation + 1, owner = $4, acquired_at = now(), \
+             draining = false, released = false, transactional_id = $6 \
+             FROM (SELECT owner, transactional_id, released FROM partition_leases \
+             WHERE stage = $1 AND partition = $2 FOR UPDATE) prev \
+             WHERE l.stage = $1 AND l.partition = $2 AND starts_with(l.owner, $3) AND l.owner <> $4 \
+             AND (NOT l.draining OR l.released OR $5) \
+             RETURNING l.generation, CASE WHEN NOT prev.released THEN prev.owner END, \
+             CASE WHEN NOT prev.released THEN prev.transactional_id END",
         )
         .bind(stage.as_str())
         .bind(partition)
         .bind(prefix)
         .bind(owner)
         .bind(even_draining)
+        .bind(transactional_id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(db("taking a lease held before"))
+        .map_err(db("taking a lease held before"))?;
+        Ok(row.map(|(generation, owner, id)| Acquired::new(generation, (owner, id), transactional_id)))
     }
 
     /// Marks every lease `owner` holds as draining (a clean stop has begun), unless its task already stopped

@@ -26,6 +26,7 @@ use super::group::{PartitionInput, Verdict};
 use super::shared_transaction::{blocking, Open, SharedTransaction};
 use super::task::{self, StageTask};
 use super::{records, Shared, TaskError};
+use crate::checkpoint::store::Unreleased;
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::ConversationEvent;
@@ -116,7 +117,8 @@ pub struct Started {
 ///
 /// Errors: as [`load::lease`], [`connect_own`] and [`begin`].
 async fn start(shared: &Shared, p: i32) -> Result<Started, TaskError> {
-    let lease = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner));
+    let id = shared.transactional_id(p);
+    let lease = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner, Some(&id)));
     let ((lease, lease_ms), (connected, connect_ms)) = tokio::join!(lease, timed(connect_own(shared, p)));
     let connected = connected?;
     match lease {
@@ -136,7 +138,8 @@ async fn start(shared: &Shared, p: i32) -> Result<Started, TaskError> {
 ///
 /// Errors: as [`load::lease_if_held`], [`connect_own`] and [`begin`].
 pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Option<Started>, TaskError> {
-    let held = timed(load::lease_if_held(&shared.store, Stage::FanOut, p, &prefix, &shared.owner));
+    let id = shared.transactional_id(p);
+    let held = timed(load::lease_if_held(&shared.store, Stage::FanOut, p, &prefix, &shared.owner, Some(&id)));
     let ((lease, lease_ms), (connected, connect_ms)) = tokio::join!(held, timed(connect_own(&shared, p)));
     let connected = connected?;
     let lease = match lease {
@@ -169,20 +172,22 @@ async fn connect_own(shared: &Shared, p: i32) -> Result<Option<FutureProducer>, 
 }
 
 /// Under `lease` (taken in `ms[0]`, beside the producer's connection in `ms[1]`), loads partition `p`'s state while
-/// its transactional producer initializes (`connected`, or with `--shared-producer` the instance's): a restart's
-/// pause is the longer of the two, not their sum. After the lease: a zombie that checked its lease before is fenced
-/// from here on, and the producer's initialization, which fences its earlier producers, follows the lease too.
+/// its transactional producer initializes (`connected`, or the instance's shared one) and, when the previous owner
+/// did not release the lease and wrote with another transactional id, while that owner is [`fence`]d: a restart's
+/// pause is the longest of the three, not their sum. After the lease: a zombie that checked its lease before is
+/// fenced from here on, and the initializations, which fence the earlier producers, follow the lease too.
 ///
-/// Errors: as [`load::fanout_partition`] and [`initialized`]; a producer initialized beside a failed load is
-/// discarded.
+/// Errors: as [`load::fanout_partition`], [`initialized`] and [`fence`]; a producer initialized beside a failure
+/// is discarded.
 async fn begin(
     shared: &Shared,
     p: i32,
-    lease: load::Lease,
+    mut lease: load::Lease,
     connected: Option<FutureProducer>,
     [lease_ms, connect_ms]: [u64; 2],
 ) -> Result<Started, TaskError> {
-    let ((loaded, load_ms), (producer, producer_ms)) = tokio::join!(
+    let (leased, previous) = (Instant::now(), lease.unreleased.take());
+    let ((loaded, load_ms), (producer, producer_ms), fenced) = tokio::join!(
         timed(load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion)),
         timed(async {
             match (connected, &shared.shared_transaction) {
@@ -191,17 +196,77 @@ async fn begin(
                 (None, None) => transactional_producer(shared, &format!("{}.{p}", shared.transactional_prefix)).await,
             }
         }),
+        async {
+            match &previous {
+                Some(previous) => fence(shared, p, previous, leased).await,
+                None => Ok(()),
+            }
+        },
     );
-    match (loaded, producer) {
-        (Ok(loaded), Ok(producer)) => {
+    match (loaded, producer, fenced) {
+        (Ok(loaded), Ok(producer), Ok(())) => {
             Ok(Started { loaded, producer, ms: [lease_ms, connect_ms, load_ms, producer_ms] })
         }
-        (Err(e), producer) => {
+        (Err(e), producer, _) => {
             producer.map(discard).ok();
             Err(e.into())
         }
-        (Ok(_), Err(e)) => Err(e),
+        (Ok(_), Err(e), _) => Err(e),
+        (Ok(_), Ok(producer), Err(e)) => {
+            discard(producer);
+            Err(e)
+        }
     }
+}
+
+/// The previous owners' transactional ids this instance fenced, each with when its last fencing began: tasks that
+/// take several partitions of one crashed owner at once fence its producer once.
+#[derive(Default)]
+pub struct Fences(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Instant>>>>>);
+
+/// Fences the producer of partition `p`'s previous owner, which did not release the lease this task took at
+/// `leased` and wrote with another transactional id (the instance's shared producer: its successor's is another):
+/// initializes a producer of that id ([`transactional_producer`]) and drops it. Kafka then refuses every later
+/// send and commit of the old producer and aborts its open transaction, whose deltas would otherwise hold back the
+/// fold's last stable offset until the transaction timed out. A fencing of that id that began after `leased`
+/// (another task's, for another partition of the same owner) is enough.
+///
+/// An owner still a member of the fan-out's consumer group is alive and gave the partition up in a rebalance
+/// ([`live_member`]): it is not fenced, since that would abort the transaction of every partition it keeps. Its
+/// last deltas then repeat what this task produces from the same checkpoint, or come after them and are dropped
+/// by the fold's fence (docs/operations.md, "Fencing").
+///
+/// Errors: as [`transactional_producer`].
+pub async fn fence(shared: &Shared, p: i32, previous: &Unreleased, leased: Instant) -> Result<(), TaskError> {
+    let id = previous.transactional_id.as_str();
+    if live_member(shared, &previous.owner).await {
+        info!(partition = p, owner = %previous.owner, "the previous owner is a live member: not fenced");
+        return Ok(());
+    }
+    let slot = shared.fences.0.lock().unwrap_or_else(|e| e.into_inner()).entry(id.to_owned()).or_default().clone();
+    let mut last = slot.lock().await;
+    if last.is_some_and(|began| began >= leased) {
+        return Ok(());
+    }
+    let began = Instant::now();
+    discard(transactional_producer(shared, id).await?);
+    *last = Some(began);
+    let ms = began.elapsed().as_millis() as u64;
+    info!(partition = p, transactional_id = %id, ms, "the previous owner's producer is fenced");
+    Ok(())
+}
+
+/// Whether `owner` is a member of the fan-out's consumer group now: its consumer's `client.id` is the owner's
+/// name ([`crate::kafka::Membership::client_id`]). Asked of the group coordinator with the classic protocol's
+/// DescribeGroups (up to 2 s); a group it cannot describe (KIP-848's, or an error) counts as no member.
+async fn live_member(shared: &Shared, owner: &str) -> bool {
+    let (client, group, owner) = (shared.producer.get().1, shared.transactional_prefix.clone(), owner.to_owned());
+    let ask = move || {
+        let groups = client.client().fetch_group_list(Some(&group), Duration::from_secs(2)).ok()?;
+        let found = groups.groups().iter().any(|g| g.members().iter().any(|m| m.client_id() == owner));
+        Some(found)
+    };
+    tokio::task::spawn_blocking(ask).await.ok().flatten().unwrap_or(false)
 }
 
 /// `work`'s output and how long it took, in ms.

@@ -57,7 +57,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     let (loaded, prepared) = match shared.prepared.fold(p).await {
         Some(loaded) => (loaded, true),
         None => {
-            let lease = load::lease(&shared.store, Stage::Fold, p, &shared.owner).await?;
+            let lease = load::lease(&shared.store, Stage::Fold, p, &shared.owner, None).await?;
             (load::fold_partition(&shared.store, &shared.topics, p, lease).await?, false)
         }
     };
@@ -76,7 +76,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
 ///
 /// Errors: PostgreSQL failing, or a corrupt checkpoint.
 pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Option<FoldPartition>, TaskError> {
-    let Some(lease) = load::lease_if_held(&shared.store, Stage::Fold, p, &prefix, &shared.owner).await? else {
+    let Some(lease) = load::lease_if_held(&shared.store, Stage::Fold, p, &prefix, &shared.owner, None).await? else {
         return Ok(None);
     };
     Ok(Some(load::fold_partition(&shared.store, &shared.topics, p, lease).await?))

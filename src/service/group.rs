@@ -697,6 +697,7 @@ mod tests {
             session_timeout: Duration::from_secs(10),
             instance_id: None,
             protocol: crate::kafka::GroupProtocol::Classic,
+            client_id: None,
         };
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(

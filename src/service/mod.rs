@@ -91,12 +91,15 @@ pub struct RunOptions {
     /// back without a rebalance; an instance gone for good keeps its partitions idle until the timeout.
     #[arg(long, env = "UNREAD_GROUP_INSTANCE_ID")]
     pub group_instance_id: Option<String>,
-    /// One transactional producer for all the fan-out tasks of this instance, committed for all of them at once,
-    /// instead of one per partition: at 1,000 msg/s it measured p50 42–55 ms instead of 83–153 ms
-    /// (docs/performance.md). Its transactional id is `{group}.fanout.{instance}`, so it needs
-    /// --group-instance-id: a restart fences the previous incarnation. What it changes in fencing:
-    /// docs/operations.md, "Fencing".
-    #[arg(long, env = "UNREAD_SHARED_PRODUCER", requires = "group_instance_id")]
+    /// One transactional producer per fan-out partition (`{group}.fanout.{p}`), each committing its own
+    /// transactions, instead of the default: one producer per instance whose one transaction every fan-out task
+    /// produces into and any of them commits for all (at 1,000 msg/s p50 42–55 ms against 83–153 ms with one per
+    /// partition, docs/performance.md). What each mode fences: docs/operations.md, "Fencing".
+    #[arg(long, env = "UNREAD_PRODUCER_PER_PARTITION")]
+    pub producer_per_partition: bool,
+    /// Accepted for compatibility: one producer per instance is now the default (`--producer-per-partition`
+    /// turns it off).
+    #[arg(long, env = "UNREAD_SHARED_PRODUCER", hide = true, conflicts_with = "producer_per_partition")]
     pub shared_producer: bool,
     /// The consumer group protocol of both stages: `classic` (eager rebalances: every partition of every member
     /// revoked and assigned again) or `consumer` (KIP-848, Kafka 4.0+: the broker reconciles incrementally, so a
@@ -212,8 +215,11 @@ pub struct Shared {
     pub owner: String,
     /// The partitions' starts made before the assignment by a static member ([`prepare`]).
     pub prepared: prepare::Preparations,
-    /// With `--shared-producer`: the one transaction of every fan-out task ([`shared_transaction`]).
+    /// The instance's one transaction of every fan-out task ([`shared_transaction`]); `None` with
+    /// `--producer-per-partition`.
     pub shared_transaction: Option<shared_transaction::SharedTransaction>,
+    /// The previous owners' producers this instance fenced, and when ([`fanout_stage::fence`]).
+    pub fences: fanout_stage::Fences,
 }
 
 impl From<StoreError> for TaskError {
@@ -229,6 +235,16 @@ impl From<ProjectionError> for TaskError {
 }
 
 impl Shared {
+    /// The transactional id fan-out partition `p` writes its deltas with: the instance's shared producer's, or
+    /// with `--producer-per-partition` `{group}.fanout.{p}`. Recorded with the partition's lease, so that a
+    /// successor that takes the lease unreleased fences it.
+    pub fn transactional_id(&self, p: i32) -> String {
+        match &self.shared_transaction {
+            Some(t) => t.id().to_owned(),
+            None => format!("{}.{p}", self.transactional_prefix),
+        }
+    }
+
     /// Where the tasks commit partition state ([`crate::state::commit`]).
     pub fn home(&self) -> crate::state::commit::Home<'_> {
         let (topics, store, projection, metrics) = (&self.topics, &self.store, &self.projection, &*self.metrics);
@@ -345,7 +361,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         store.migrate().await?;
         let migrated = ms();
         // A restarted static member reads what it held and starts its producers' connections now.
-        let producers = (!opts.shared_producer).then_some((s.brokers.as_str(), transactional_prefix.as_str()));
+        let producers = opts.producer_per_partition.then_some((s.brokers.as_str(), transactional_prefix.as_str()));
         let early = match &opts.group_instance_id {
             Some(id) => Some(prepare::early(&store, &stages(&opts.roles), id, producers).await),
             None => None,
@@ -359,31 +375,32 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let (kafka_ms, (store, postgres_ms, migrated_ms, early), (projection, redis_ms)) =
         tokio::try_join!(kafka, store, projection)?;
     info!(kafka_ms, postgres_ms, migrated_ms, redis_ms, "connected");
-    let shared =
-        Arc::new(Shared {
-            topics: s.topics(),
-            store,
-            projection,
-            producer: ProducerSlot::new(&s.brokers)?,
-            brokers: s.brokers.clone(),
-            transactional_prefix: transactional_prefix.clone(),
-            flush: FlushPolicy {
-                interval: opts.flush_interval,
-                events: opts.flush_events,
-                transaction: opts.transaction_interval.min(opts.flush_interval),
-                publish: opts.publish_interval.min(opts.flush_interval),
-            },
-            diffusion: s.diffusion(),
-            produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
-                .ok()
-                .and_then(|d| humantime::parse_duration(&d).ok()),
-            metrics: Arc::new(Metrics::default()),
-            owner: owner_name(opts.group_instance_id.as_deref()),
-            prepared: Default::default(),
-            shared_transaction: opts.group_instance_id.as_ref().filter(|_| opts.shared_producer).map(|instance| {
-                shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}"))
-            }),
-        });
+    let shared = Arc::new(Shared {
+        topics: s.topics(),
+        store,
+        projection,
+        producer: ProducerSlot::new(&s.brokers)?,
+        brokers: s.brokers.clone(),
+        transactional_prefix: transactional_prefix.clone(),
+        flush: FlushPolicy {
+            interval: opts.flush_interval,
+            events: opts.flush_events,
+            transaction: opts.transaction_interval.min(opts.flush_interval),
+            publish: opts.publish_interval.min(opts.flush_interval),
+        },
+        diffusion: s.diffusion(),
+        produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
+            .ok()
+            .and_then(|d| humantime::parse_duration(&d).ok()),
+        metrics: Arc::new(Metrics::default()),
+        owner: owner_name(opts.group_instance_id.as_deref()),
+        prepared: Default::default(),
+        shared_transaction: (!opts.producer_per_partition).then(|| {
+            let instance = opts.group_instance_id.clone().unwrap_or_else(|| owner_name(None));
+            shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}"))
+        }),
+        fences: Default::default(),
+    });
     if let (Some(early), Some(id)) = (early, &opts.group_instance_id) {
         prepare::start(&shared, early, id);
     }
@@ -459,6 +476,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         session_timeout: opts.session_timeout,
         instance_id: opts.group_instance_id.clone(),
         protocol: opts.group_protocol,
+        client_id: Some(owner_name(opts.group_instance_id.as_deref())),
     };
     // Created while the services are checked, joined once all answered: their clients connect meanwhile.
     let members = members(&opts, &membership)?;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, Producer};
-use tokio::sync::{Mutex, MutexGuard, OnceCell};
+use tokio::sync::{Mutex, MutexGuard};
 
 use super::{Shared, TaskError};
 
@@ -28,8 +28,9 @@ const ACKS_WAIT: Duration = Duration::from_secs(30);
 pub struct SharedTransaction {
     /// `{group}.fanout.{instance}`.
     id: String,
-    /// Created and initialized by the first task that starts ([`SharedTransaction::producer`]).
-    producer: OnceCell<FutureProducer>,
+    /// Created and initialized by the first task that starts, and again by the first that starts after Kafka
+    /// fenced it ([`SharedTransaction::producer`]).
+    producer: Mutex<Option<FutureProducer>>,
     state: Mutex<Transaction>,
 }
 
@@ -45,20 +46,44 @@ impl SharedTransaction {
     /// The shared transaction of transactional id `id`, with no producer yet.
     pub fn new(id: String) -> Self {
         let state = Mutex::new(Transaction { open: false, epoch: 0, aborted: BTreeSet::new() });
-        Self { id, producer: OnceCell::new(), state }
+        Self { id, producer: Mutex::new(None), state }
+    }
+
+    /// The transactional id, `{group}.fanout.{instance}`.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// The producer (a clone of one client), created and initialized by the first caller, which fences the
-    /// previous incarnation of the instance.
+    /// previous incarnation of the instance; created again when Kafka fenced it (a successor took one of the
+    /// instance's partitions while the instance was cut off from its group, [`super::fanout_stage::fence`]): the
+    /// transaction open then is lost, and every task with deltas in it fails at its commit and restarts from its
+    /// checkpoint.
     ///
     /// Errors: as [`super::fanout_stage::transactional_producer`].
     pub async fn producer(&self, shared: &Shared) -> Result<FutureProducer, TaskError> {
-        let init = || async {
-            let producer = super::fanout_stage::transactional_producer(shared, &self.id).await?;
-            tracing::info!(transactional_id = %self.id, "the instance's shared transactional producer is initialized");
-            Ok::<_, TaskError>(producer)
-        };
-        Ok(self.producer.get_or_try_init(init).await?.clone())
+        let mut slot = self.producer.lock().await;
+        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
+            return Ok(p.clone());
+        }
+        if slot.take().is_some() {
+            tracing::warn!(transactional_id = %self.id, "the shared producer was fenced; initializing a new one");
+            let mut t = self.state.lock().await;
+            if t.open {
+                let lost = t.epoch;
+                t.aborted.insert(lost);
+                (t.open, t.epoch) = (false, lost + 1);
+            }
+        }
+        let producer = super::fanout_stage::transactional_producer(shared, &self.id).await?;
+        tracing::info!(transactional_id = %self.id, "the instance's shared transactional producer is initialized");
+        *slot = Some(producer.clone());
+        Ok(producer)
+    }
+
+    /// The producer now, if initialized.
+    async fn current(&self) -> Option<FutureProducer> {
+        self.producer.lock().await.clone()
     }
 
     /// Begins the transaction unless it is open: while the caller holds what this returns no commit runs, so what
@@ -69,12 +94,13 @@ impl SharedTransaction {
     /// Errors: that transaction was aborted (those deltas are gone: the task must restart from its checkpoint); no
     /// producer yet; beginning fails (the producer was fenced, or its last commit failed).
     pub async fn open(&self, uncommitted: Option<u64>) -> Result<Open<'_>, TaskError> {
+        let producer = self.current().await; // before the state: [`Self::producer`] locks the two in that order
         let mut t = self.state.lock().await;
         if uncommitted.is_some_and(|e| t.aborted.contains(&e)) {
             return Err(TaskError::kafka("producing into the shared transaction (aborted)")(KafkaError::Canceled));
         }
         if !t.open {
-            let begun = self.producer.get().map_or(Err(KafkaError::Canceled), |p| p.begin_transaction());
+            let begun = producer.map_or(Err(KafkaError::Canceled), |p| p.begin_transaction());
             begun.map_err(TaskError::kafka("beginning a transaction"))?;
             t.open = true;
         }
@@ -88,6 +114,7 @@ impl SharedTransaction {
     ///
     /// Errors: the commit failed (then aborted), or `epoch` was aborted by another task's failed commit.
     pub async fn commit(&self, epoch: u64) -> Result<(), TaskError> {
+        let current = self.current().await; // before the state, as in [`Self::open`]
         let mut t = self.state.lock().await;
         if t.aborted.contains(&epoch) {
             return Err(TaskError::kafka("committing the shared transaction (aborted)")(KafkaError::Canceled));
@@ -95,7 +122,7 @@ impl SharedTransaction {
         if t.epoch > epoch || !t.open {
             return Ok(());
         }
-        let Some(producer) = self.producer.get().cloned() else { return Ok(()) };
+        let Some(producer) = current else { return Ok(()) };
         let deadline = Instant::now() + ACKS_WAIT;
         while producer.in_flight_count() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::offsets::{FoldNext, Input, Offsets};
 use super::{StateError, StateResult};
-use crate::checkpoint::store::{CheckpointStore, MemberRow, NoteRow, StateRow, TimedStateRow};
+use crate::checkpoint::store::{Acquired, CheckpointStore, MemberRow, NoteRow, StateRow, TimedStateRow, Unreleased};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::SharedLists;
 use crate::core::delta::Fence;
@@ -59,17 +59,33 @@ pub struct FoldPartition {
 /// are one checkpoint, whichever order (or connections) they are read in. (Read the other way round, a commit in
 /// between gave a state newer than its offset: re-processing a leave and a rejoin on it moved the member's join
 /// head forward and lost its unread.)
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Lease {
     /// The lease generation taken: every commit of an older one is fenced from now on.
     pub generation: i64,
+    /// The previous owner, when it did not release the lease and wrote with another transactional id
+    /// ([`Acquired::unreleased`]).
+    pub unreleased: Option<Unreleased>,
 }
 
-/// Takes `stage`'s partition `p` lease as `owner` (bumps its generation).
+impl From<Acquired> for Lease {
+    fn from(a: Acquired) -> Self {
+        Self { generation: a.generation, unreleased: a.unreleased }
+    }
+}
+
+/// Takes `stage`'s partition `p` lease as `owner` (bumps its generation), writing with Kafka's
+/// `transactional_id` (a fan-out's producer; `None` for the fold).
 ///
 /// Errors: PostgreSQL failing.
-pub async fn lease(store: &CheckpointStore, stage: Stage, p: i32, owner: &str) -> StateResult<Lease> {
-    Ok(Lease { generation: store.acquire(stage, p, owner).await? })
+pub async fn lease(
+    store: &CheckpointStore,
+    stage: Stage,
+    p: i32,
+    owner: &str,
+    transactional_id: Option<&str>,
+) -> StateResult<Lease> {
+    Ok(store.acquire_as(stage, p, owner, transactional_id).await?.into())
 }
 
 /// Longest [`lease_if_held`] waits for the previous incarnation's drain of a partition: 2 s, what a SIGTERM's
@@ -79,7 +95,8 @@ pub const DRAIN_WAIT: Duration = Duration::from_secs(2);
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// Takes `stage`'s partition `p` lease as `owner` only if an owner named `{prefix}…` holds it now (a static
-/// member's previous incarnation): `None` when another process took it since.
+/// member's previous incarnation): `None` when another process took it since. `transactional_id` as in
+/// [`lease`].
 ///
 /// While that owner drains the partition (its lease marked draining at its SIGTERM and not yet released by the
 /// task's clean stop), waits for the drain, looking every [`DRAIN_POLL`], up to [`DRAIN_WAIT`]. Taking the lease
@@ -94,19 +111,25 @@ pub async fn lease_if_held(
     p: i32,
     prefix: &str,
     owner: &str,
+    transactional_id: Option<&str>,
 ) -> StateResult<Option<Lease>> {
     let (started, mut waited) = (Instant::now(), false);
     loop {
         let waited_out = started.elapsed() >= DRAIN_WAIT;
-        if let Some(generation) = store.acquire_held(stage, p, prefix, owner, waited_out).await? {
+        if let Some(acquired) = store.acquire_held(stage, p, prefix, owner, waited_out, transactional_id).await? {
             if waited {
                 let ms = started.elapsed().as_millis() as u64;
                 tracing::info!(%stage, partition = p, ms, waited_out, "lease taken after the previous incarnation's drain");
             }
-            return Ok(Some(Lease { generation }));
+            return Ok(Some(acquired.into()));
         }
-        if waited_out || !store.draining(stage, p, prefix).await? {
+        if waited_out {
             return Ok(None);
+        }
+        if !store.draining(stage, p, prefix).await? {
+            // Not (or no longer) draining: the drain may have ended since the try above, so one more.
+            let taken = store.acquire_held(stage, p, prefix, owner, false, transactional_id).await?;
+            return Ok(taken.map(Into::into));
         }
         tokio::time::sleep(DRAIN_POLL).await;
         waited = true;

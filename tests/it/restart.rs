@@ -149,6 +149,7 @@ fn with_the_consumer_protocol_a_member_leaving_and_coming_back_moves_only_its_pa
 
 #[test]
 fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_holds_it() {
+    use unread::checkpoint::store::Unreleased;
     use unread::checkpoint::Stage;
     let test = "a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_holds_it";
     let Some(stack) = stack(test) else { return };
@@ -168,30 +169,48 @@ fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_
         assert_eq!(store.leases_held("a@").await.unwrap(), vec![(Stage::FanOut, 0), (Stage::Fold, 2)]);
         // b takes fold partition 2 meanwhile: a's restart must leave it alone.
         let b = store.acquire(Stage::Fold, 2, "b@h:2").await.unwrap();
-        assert_eq!(store.acquire_held(Stage::Fold, 2, "a@", "a@h:3", false).await.unwrap(), None);
+        assert_eq!(
+            store.acquire_held(Stage::Fold, 2, "a@", "a@h:3", false, None).await.unwrap().map(|a| a.generation),
+            None
+        );
         assert!(store.check_lease(Stage::Fold, 2, b).await.is_ok(), "b's lease stays");
         // Fan-out partition 0 is still a's: taken, one generation up, and not again by the same process.
-        let g = store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3", false).await.unwrap();
+        let g = store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3", false, None).await.unwrap().map(|a| a.generation);
         assert_eq!(g, Some(2));
-        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3", false).await.unwrap(), None);
+        assert_eq!(
+            store.acquire_held(Stage::FanOut, 0, "a@", "a@h:3", false, None).await.unwrap().map(|a| a.generation),
+            None
+        );
         assert_eq!(store.leases_held("a@").await.unwrap(), vec![(Stage::FanOut, 0)]);
         // A clean stop marks what its process holds draining; each task's clean end releases its own lease, only
         // at its generation, and a lease released before the mark is not marked; a lease taken again starts clear.
         assert_eq!(store.mark_draining("a@h:3").await.unwrap(), 1, "a@h:3 holds fan-out 0 alone");
         assert!(store.draining(Stage::FanOut, 0, "a@").await.unwrap());
         assert!(!store.draining(Stage::Fold, 3, "b@").await.unwrap(), "b's lease is not a's to mark");
-        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false).await.unwrap(), None, "draining");
+        assert_eq!(
+            store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false, None).await.unwrap().map(|a| a.generation),
+            None,
+            "draining"
+        );
         store.release(Stage::FanOut, 0, 1).await.unwrap(); // an older task of the partition
         assert!(store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "still draining");
         store.release(Stage::FanOut, 0, 2).await.unwrap();
         assert!(!store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "released");
         assert_eq!(store.mark_draining("a@h:3").await.unwrap(), 0, "released first, then the mark: not draining");
-        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false).await.unwrap(), Some(3));
+        assert_eq!(
+            store.acquire_held(Stage::FanOut, 0, "a@", "a@h:4", false, None).await.unwrap().map(|a| a.generation),
+            Some(3)
+        );
         store.mark_draining("a@h:4").await.unwrap();
-        assert_eq!(store.acquire_held(Stage::FanOut, 0, "a@", "a@h:5", true).await.unwrap(), Some(4), "waited out");
+        assert_eq!(
+            store.acquire_held(Stage::FanOut, 0, "a@", "a@h:5", true, None).await.unwrap().map(|a| a.generation),
+            Some(4),
+            "waited out"
+        );
         assert!(!store.draining(Stage::FanOut, 0, "a@").await.unwrap(), "a new lease is not draining");
         // The wait a restart makes: over at once when nothing drains, up to the drain's end otherwise.
-        let lease = |owner: &'static str| unread::state::load::lease_if_held(&store, Stage::FanOut, 0, "a@", owner);
+        let lease =
+            |owner: &'static str| unread::state::load::lease_if_held(&store, Stage::FanOut, 0, "a@", owner, None);
         store.mark_draining("a@h:5").await.unwrap();
         let started = Instant::now();
         let (taken, _) = tokio::join!(lease("a@h:6"), async {
@@ -200,6 +219,18 @@ fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_
         });
         assert_eq!(taken.unwrap().map(|l| l.generation), Some(5), "taken after the drain");
         assert!(started.elapsed() >= Duration::from_millis(300), "not before the drain ended");
+        // A lease names the transactional id its owner writes with; a successor learns it when the owner did not
+        // release the lease and the id is not its own (then it fences that producer), and not otherwise.
+        let unreleased = |owner: &str, id: &str| Some(Unreleased { owner: owner.into(), transactional_id: id.into() });
+        let take = |owner: &'static str, id: &'static str| store.acquire_as(Stage::FanOut, 5, owner, Some(id));
+        assert_eq!(take("x@h:1", "g.fanout.x").await.unwrap().unreleased, None, "a new lease");
+        let y = take("y@h:2", "g.fanout.y").await.unwrap();
+        assert_eq!(y.unreleased, unreleased("x@h:1", "g.fanout.x"), "x did not release it");
+        store.release(Stage::FanOut, 5, y.generation).await.unwrap();
+        assert_eq!(take("x@h:3", "g.fanout.x").await.unwrap().unreleased, None, "y released it");
+        assert_eq!(take("x@h:4", "g.fanout.x").await.unwrap().unreleased, None, "x's own id: its init fences it");
+        let held = store.acquire_held(Stage::FanOut, 5, "x@", "x@h:5", false, Some("g.fanout.x5")).await.unwrap();
+        assert_eq!(held.unwrap().unreleased, unreleased("x@h:4", "g.fanout.x"), "a static member's id changed");
         let pool = sqlx::PgPool::connect(&stack.database_url).await.unwrap();
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await.unwrap();
     });

@@ -90,21 +90,22 @@ fn sigkill_in_the_middle_then_restart_is_exact() {
     let svc = ns.start(&["--flush-interval-ms", "100"]); // the old spelling still works
     ns.ok(&["lag", "--wait", "120"]);
     assert_matches(svc.port, &expected);
+    // The killed process wrote with its own shared producer, another id than its successor's: the successor
+    // fenced it (aborting its open transaction) on taking the leases it left unreleased.
+    let log = ns.log_of(svc.port);
+    assert!(log.contains("the previous owner's producer is fenced"), "no fencing of the killed producer:\n{log}");
     svc.stop();
     ns.cleanup();
 }
 
-/// `--shared-producer` (one transactional producer and one transaction for all of an instance's fan-out tasks): a
-/// static member SIGKILLed with deltas in flight and restarted with the same instance id (which fences its
-/// previous incarnation and aborts its open transaction) ends exact; and the flag is refused without an instance
-/// id.
+/// One transactional producer and one transaction for all of an instance's fan-out tasks (the default), for a
+/// static member: SIGKILLed with deltas in flight and restarted with the same instance id, whose producer's
+/// transactional id is the same (its initialization fences the previous incarnation and aborts its open
+/// transaction, with no fencing of its own), ends exact. `--shared-producer`, the default now, is still accepted.
 #[test]
 fn shared_producer_sigkill_then_restart_is_exact() {
     let Some(stack) = stack("shared_producer_sigkill_then_restart_is_exact") else { return };
     let ns = Ns::new(&stack, "shared");
-    let out = ns.cmd(&["run", "--shared-producer"]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("--group-instance-id"), "{stderr}");
     let mut pipeline = unread::pipeline::Pipeline::new();
     produce_dev_copies(&ns, &mut pipeline, 3);
     let expected = pipeline.views();
@@ -118,6 +119,8 @@ fn shared_producer_sigkill_then_restart_is_exact() {
     ns.ok(&["lag", "--wait", "120"]);
     assert_matches(svc.port, &expected);
     assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    let log = ns.log_of(svc.port);
+    assert!(!log.contains("the previous owner's producer is fenced"), "its own id needs no fencing:\n{log}");
     svc.stop();
     ns.cleanup();
 }
@@ -430,6 +433,10 @@ fn two_instances_one_killed_one_paused_then_resumed_stay_exact() {
         .and_then(|n| n.parse().ok())
         .expect("metric present");
     assert!(fenced >= 1, "the resumed instance's late checkpoints were fenced:\n{metrics}");
+    // c was out of the group when b took its leases unreleased: b fenced c's producer (and a's, killed in round 1).
+    let log = ns.log_of(b.port);
+    let fencings = log.matches("the previous owner's producer is fenced").count();
+    assert!(fencings >= 2, "b fenced {fencings} producers:\n{log}");
     c.stop();
     b.stop();
     ns.cleanup();
@@ -752,15 +759,16 @@ fn verify_finds_a_changed_count_and_a_deleted_user_and_repair_fixes_both() {
 /// partitions: new lease generations, and the same transactional ids, which fences `a`'s producers. `a` wakes and
 /// tries to produce its late batches. Kafka refuses them (`a`'s tasks end fenced by Kafka: the race happened), the
 /// delta log as the folds read it (`read_committed`) holds no record of an older generation after a newer one of
-/// the same fan-out partition, the folds' own fence finds nothing to drop, and the counts are exact.
+/// the same fan-out partition, the folds' own fence finds nothing to drop, and the counts are exact. With
+/// `--producer-per-partition`; the default's case is the next test.
 #[test]
 fn zombie_deltas_from_a_fenced_fan_out_are_never_folded() {
     let Some(stack) = stack("zombie_deltas_from_a_fenced_fan_out_are_never_folded") else { return };
     let ns = Ns::new(&stack, "zombie");
     ns.ok(&["produce", &dev_events()]);
-    let a = ns.start_with_env(&[], &[("UNREAD_FAULT_PRODUCE_DELAY", "4s")]);
+    let a = ns.start_with_env(&["--producer-per-partition"], &[("UNREAD_FAULT_PRODUCE_DELAY", "4s")]);
     std::thread::sleep(Duration::from_secs(2)); // a has checked its leases and sleeps before producing
-    let b = ns.start(&[]);
+    let b = ns.start(&["--producer-per-partition"]);
     ns.ok(&["lag", "--wait", "3m"]);
     assert_matches(b.port, &dev_expected());
     let refused = metric(a.port, "unread_kafka_fenced_tasks_total");
@@ -775,15 +783,16 @@ fn zombie_deltas_from_a_fenced_fan_out_are_never_folded() {
     ns.cleanup();
 }
 
-/// The same race with `--shared-producer`: the zombie's producer is its instance's, which the other instance's
-/// tasks do not fence, so its late batches reach the delta log behind their successors' deltas; the fold's fence
-/// drops those (what it drops is at least what the log holds as stale), and the counts are exact.
+/// The same race with one producer per instance (the default): the zombie is a live member of the group, whose
+/// producer (the instance's, writing for the partitions it keeps too) its successor does not fence, so its late
+/// batches reach the delta log behind their successors' deltas; the fold's fence drops those (what it drops is at
+/// least what the log holds as stale), and the counts are exact.
 #[test]
 fn zombie_deltas_with_a_shared_producer_are_dropped_by_the_fold() {
     let Some(stack) = stack("zombie_deltas_with_a_shared_producer_are_dropped_by_the_fold") else { return };
     let ns = Ns::new(&stack, "zombieshared");
     ns.ok(&["produce", &dev_events()]);
-    let member = |id| ["--shared-producer", "--group-instance-id", id];
+    let member = |id| ["--group-instance-id", id];
     let a = ns.start_with_env(&member("zombie-a"), &[("UNREAD_FAULT_PRODUCE_DELAY", "4s")]);
     std::thread::sleep(Duration::from_secs(2)); // a has checked its leases and sleeps before producing
     let b = ns.start(&member("zombie-b"));

@@ -136,6 +136,11 @@ impl<'s> Ns<'s> {
         Ok(svc)
     }
 
+    /// What the service on `port` logged so far (its stderr).
+    pub fn log_of(&self, port: u16) -> String {
+        std::fs::read_to_string(std::env::temp_dir().join(format!("{}-{port}.log", self.name))).unwrap_or_default()
+    }
+
     /// Removes the namespace now (as `Drop` would).
     pub fn cleanup(self) {}
 
