@@ -1,9 +1,11 @@
 //! The fan-out stage: one task per partition of `unread.conversation-events`.
 //!
-//! A task takes its partition's lease, loads its conversations and next offset from the checkpoint, and
-//! initializes its own transactional producer (`transactional.id` `{group}.fanout.{partition}`, which fences the
-//! producer of any earlier owner: a zombie); a restarted static member does those three before it rejoins
-//! ([`super::prepare`]). Then it repeats: take a batch of records, decode them (bad ones go to
+//! A task takes its partition's lease, loads its conversations and next offset from the checkpoint, and gets its
+//! transactional producer: the instance's shared one ([`super::shared_transaction`]) or, with
+//! `--producer-per-partition`, its own (`transactional.id` `{group}.fanout.{partition}`, which fences the producer
+//! of any earlier owner: a zombie). A previous owner that did not release the lease and wrote with another id is
+//! fenced too, unless it is still a member of the group ([`fence`]). A restarted static member does those steps
+//! before it rejoins ([`super::prepare`]). Then it repeats: take a batch of records, decode them (bad ones go to
 //! the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas` keyed by user
 //! inside a Kafka transaction, commit the transaction every transaction interval, and every flush interval (or
 //! flush events) commit it, then checkpoint the changed conversations with the next offset in one PostgreSQL
@@ -57,7 +59,8 @@ struct FanOutTask {
     /// marks their receipts keys complete ([`SentWrite::new`]).
     created: HashSet<String>,
     in_flight: Vec<DeliveryFuture>,
-    /// With `--shared-producer`: the number of the shared transaction this task's uncommitted deltas are in.
+    /// With the instance's shared producer: the number of the shared transaction this task's uncommitted deltas are
+    /// in.
     epoch: Option<u64>,
     /// When each batch of the open transaction was taken, and its records: for the live path's
     /// [`Step::FanOutReadToCommitted`].
@@ -155,8 +158,8 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
 }
 
 /// Partition `p`'s own transactional producer, created and connected ([`connected_producer`]; by a restarted static
-/// member since its start, [`super::prepare::early`]) but not initialized, so it fences nothing yet; `None` with
-/// `--shared-producer`, whose producer is the instance's.
+/// member since its start, [`super::prepare::early`]) but not initialized, so it fences nothing yet; `None` unless
+/// `--producer-per-partition`: the producer is the instance's.
 ///
 /// Errors: as [`connected_producer`].
 async fn connect_own(shared: &Shared, p: i32) -> Result<Option<FutureProducer>, TaskError> {
@@ -258,7 +261,8 @@ pub async fn fence(shared: &Shared, p: i32, previous: &Unreleased, leased: Insta
 
 /// Whether `owner` is a member of the fan-out's consumer group now: its consumer's `client.id` is the owner's
 /// name ([`crate::kafka::Membership::client_id`]). Asked of the group coordinator with the classic protocol's
-/// DescribeGroups (up to 2 s); a group it cannot describe (KIP-848's, or an error) counts as no member.
+/// DescribeGroups (up to 2 s); a group it cannot describe (an error) counts as no member. KIP-848 groups, which
+/// that request cannot describe, run with a producer per partition ([`super::RunOptions::one_producer`]).
 async fn live_member(shared: &Shared, owner: &str) -> bool {
     let (client, group, owner) = (shared.producer.get().1, shared.transactional_prefix.clone(), owner.to_owned());
     let ask = move || {
@@ -384,7 +388,7 @@ fn init_in_slices(producer: &FutureProducer, limit: Duration) -> Result<(), Kafk
 }
 
 impl FanOutTask {
-    /// Begins a Kafka transaction unless one is open: the task's own, or with `--shared-producer` the instance's,
+    /// Begins a Kafka transaction unless one is open: the instance's shared one, or with `--producer-per-partition` the task's own,
     /// which then stays open (uncommitted) while the caller holds what this returns.
     async fn begin<'a>(&mut self, shared: &'a Shared) -> Result<Option<Open<'a>>, TaskError> {
         let open = match &shared.shared_transaction {

@@ -93,8 +93,9 @@ pub struct RunOptions {
     pub group_instance_id: Option<String>,
     /// One transactional producer per fan-out partition (`{group}.fanout.{p}`), each committing its own
     /// transactions, instead of the default: one producer per instance whose one transaction every fan-out task
-    /// produces into and any of them commits for all (at 1,000 msg/s p50 42–55 ms against 83–153 ms with one per
-    /// partition, docs/performance.md). What each mode fences: docs/operations.md, "Fencing".
+    /// produces into and any of them commits for all (at 1,000 msg/s p50 30–36 ms against 60–77 ms with one per
+    /// partition, docs/performance.md). Always on with --group-protocol consumer. What each mode fences:
+    /// docs/operations.md, "Fencing".
     #[arg(long, env = "UNREAD_PRODUCER_PER_PARTITION")]
     pub producer_per_partition: bool,
     /// Accepted for compatibility: one producer per instance is now the default (`--producer-per-partition`
@@ -135,6 +136,15 @@ pub struct RunOptions {
 }
 
 impl RunOptions {
+    /// Whether the instance's fan-out tasks share one transactional producer (the default), rather than one per
+    /// partition (`--producer-per-partition`). Not with `--group-protocol consumer`: a successor tells a live
+    /// previous owner, which it must not fence, from a dead one by describing the group, and the classic
+    /// DescribeGroups that librdkafka's `rd_kafka_list_groups` sends answers `GROUP_ID_NOT_FOUND` for a KIP-848
+    /// group ([`fanout_stage::fence`]).
+    pub fn one_producer(&self) -> bool {
+        !self.producer_per_partition && self.group_protocol == crate::kafka::GroupProtocol::Classic
+    }
+
     /// The API's token verifier: `None` with `--insecure-no-auth`.
     ///
     /// Errors: no key configured and no `--insecure-no-auth`; a key file that does not load.
@@ -199,8 +209,9 @@ pub struct Shared {
     pub producer: ProducerSlot,
     /// The Kafka bootstrap servers.
     pub brokers: String,
-    /// What the fan-out's transactional ids start with: its consumer group, `{group}.fanout`; partition `p`'s id
-    /// is `{group}.fanout.{p}`.
+    /// What the fan-out's transactional ids start with: its consumer group, `{group}.fanout`; the instance's shared
+    /// producer's id is `{group}.fanout.{instance}`, partition `p`'s own (`--producer-per-partition`)
+    /// `{group}.fanout.{p}`.
     pub transactional_prefix: String,
     /// When tasks flush.
     pub flush: FlushPolicy,
@@ -361,7 +372,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         store.migrate().await?;
         let migrated = ms();
         // A restarted static member reads what it held and starts its producers' connections now.
-        let producers = opts.producer_per_partition.then_some((s.brokers.as_str(), transactional_prefix.as_str()));
+        let producers = (!opts.one_producer()).then_some((s.brokers.as_str(), transactional_prefix.as_str()));
         let early = match &opts.group_instance_id {
             Some(id) => Some(prepare::early(&store, &stages(&opts.roles), id, producers).await),
             None => None,
@@ -395,7 +406,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         metrics: Arc::new(Metrics::default()),
         owner: owner_name(opts.group_instance_id.as_deref()),
         prepared: Default::default(),
-        shared_transaction: (!opts.producer_per_partition).then(|| {
+        shared_transaction: opts.one_producer().then(|| {
             let instance = opts.group_instance_id.clone().unwrap_or_else(|| owner_name(None));
             shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}"))
         }),

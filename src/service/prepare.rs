@@ -131,7 +131,7 @@ pub struct Early {
 
 /// Reads the leases whose owner is named `{instance}@…`, keeps those of `stages` (the stages that run here), and
 /// for the fan-out's starts connecting their producers (`producers`: the brokers and the transactional ids'
-/// prefix; `None` with `--shared-producer`, whose one producer is the instance's). A failure to read the leases is
+/// prefix; `None` unless `--producer-per-partition`: the one producer is the instance's). A failure to read the leases is
 /// logged, and nothing is prepared.
 pub async fn early(
     store: &CheckpointStore,

@@ -1,15 +1,18 @@
-//! `--shared-producer`: one transactional producer for every fan-out task of an instance, and one Kafka
-//! transaction that all of them produce into and that any of them commits for all (a group commit).
+//! The default (`--producer-per-partition` turns it off): one transactional producer for every fan-out task of an
+//! instance, and one Kafka transaction that all of them produce into and that any of them commits for all (a group
+//! commit).
 //!
 //! Eight partition tasks with a producer each brought eight clients (their broker and poll threads) and up to eight
 //! commits, each writing a marker into every delta partition it touched, per round of batches. One producer and
 //! one commit per round measured, at 1,000 msg/s, p50 42–55 ms and p99 88–228 ms against 83–153 and 386–535 ms,
 //! and 14–22% less CPU per per-recipient update (docs/performance.md, "One transactional producer per instance").
 //!
-//! The transactional id is `{group}.fanout.{instance}` (a static member's `--group-instance-id`), so the next
-//! incarnation of the instance fences this one and aborts its open transaction when it initializes. A zombie of
-//! another instance is not fenced by Kafka: the lease check before every produce and the fold's fence against
-//! older lease generations are the lines against it (docs/operations.md, "Fencing").
+//! The transactional id is `{group}.fanout.{instance}` (a static member's `--group-instance-id`, else the
+//! process's `host:pid`), so the next incarnation of a static member fences this one and aborts its open
+//! transaction when it initializes. Another instance that takes a partition this one did not release fences this
+//! producer unless this instance is still a member of the group ([`super::fanout_stage::fence`]); a zombie that is
+//! a member meets the lease check before every produce and the fold's fence against older lease generations
+//! (docs/operations.md, "Fencing").
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -26,7 +29,7 @@ const ACKS_WAIT: Duration = Duration::from_secs(30);
 
 /// The instance's shared transactional producer and its transaction.
 pub struct SharedTransaction {
-    /// `{group}.fanout.{instance}`.
+    /// `{group}.fanout.{instance}` (or `{group}.fanout.{host:pid}`).
     id: String,
     /// Created and initialized by the first task that starts, and again by the first that starts after Kafka
     /// fenced it ([`SharedTransaction::producer`]).
@@ -49,7 +52,7 @@ impl SharedTransaction {
         Self { id, producer: Mutex::new(None), state }
     }
 
-    /// The transactional id, `{group}.fanout.{instance}`.
+    /// The transactional id, `{group}.fanout.{instance}` (or `{group}.fanout.{host:pid}`).
     pub fn id(&self) -> &str {
         &self.id
     }

@@ -143,6 +143,8 @@ fn with_the_consumer_protocol_a_member_leaving_and_coming_back_moves_only_its_pa
     let revoked = log.lines().filter(|l| l.contains("partition revoked")).count();
     // Incremental: b gave up exactly what moved to a; eager rebalances would have revoked all it held, twice.
     assert_eq!(revoked as f64, 16.0 - kept, "b revoked {revoked} partitions and keeps {kept}:\n{log}");
+    // KIP-848 groups run with a producer per partition (a successor could not tell a live owner from a dead one).
+    assert!(!log.contains("shared transactional producer"), "a shared producer under KIP-848:\n{log}");
     a.stop();
     b.stop();
 }
