@@ -349,28 +349,10 @@ impl CheckpointStore {
         owner: &str,
         transactional_id: Option<&str>,
     ) -> StoreResult<Acquired> {
-        // The previous row's values come from a locked read joined to the update (a CTE read only in RETURNING
-        // would see the row as this statement left it); a first lease is inserted, and a concurrent first insert
-        // makes the update run again.
+        // A first lease is inserted; a concurrent first insert makes the update run again.
         for _ in 0..3 {
-            let updated: Option<(i64, Option<String>, Option<String>)> = sqlx::query_as(
-                "UPDATE partition_leases l SET generation = l.generation + 1, owner = $3, acquired_at = now(), \
-                 draining = false, released = false, transactional_id = $4 \
-                 FROM (SELECT owner, transactional_id, released FROM partition_leases \
-                 WHERE stage = $1 AND partition = $2 FOR UPDATE) prev \
-                 WHERE l.stage = $1 AND l.partition = $2 \
-                 RETURNING l.generation, CASE WHEN NOT prev.released THEN prev.owner END, \
-                 CASE WHEN NOT prev.released THEN prev.transactional_id END",
-            )
-            .bind(stage.as_str())
-            .bind(partition)
-            .bind(owner)
-            .bind(transactional_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db("taking a lease"))?;
-            if let Some((generation, previous, id)) = updated {
-                return Ok(Acquired::new(generation, (previous, id), transactional_id));
+            if let Some(taken) = self.take(stage, partition, owner, transactional_id, None).await? {
+                return Ok(taken);
             }
             let inserted: Option<i64> = sqlx::query_scalar(
                 "INSERT INTO partition_leases (stage, partition, generation, owner, transactional_id) \
@@ -422,26 +404,45 @@ impl CheckpointStore {
         even_draining: bool,
         transactional_id: Option<&str>,
     ) -> StoreResult<Option<Acquired>> {
+        self.take(stage, partition, owner, transactional_id, Some((prefix, even_draining))).await
+    }
+
+    /// The update of [`CheckpointStore::acquire_as`] and [`CheckpointStore::acquire_held`]: the next generation of
+    /// an existing lease row, taken by `owner` writing with `transactional_id`; with `held`, only if an owner named
+    /// `{prefix}…` other than `owner` holds it and is not draining it (unless the flag says even then). `None` when
+    /// no row matched. The previous owner and id come from a locked read joined to the update (a CTE read only in
+    /// RETURNING would see the row as this statement left it).
+    ///
+    /// Errors: [`StoreError::Db`].
+    async fn take(
+        &self,
+        stage: Stage,
+        partition: i32,
+        owner: &str,
+        transactional_id: Option<&str>,
+        held: Option<(&str, bool)>,
+    ) -> StoreResult<Option<Acquired>> {
+        let (prefix, even_draining) = held.map_or((None, false), |(prefix, even)| (Some(prefix), even));
         let row: Option<(i64, Option<String>, Option<String>)> = sqlx::query_as(
-            "UPDATE partition_leases l SET generation = l.generation + 1, owner = $4, acquired_at = now(), \
-             draining = false, released = false, transactional_id = $6 \
+            "UPDATE partition_leases l SET generation = l.generation + 1, owner = $3, acquired_at = now(), \
+             draining = false, released = false, transactional_id = $4 \
              FROM (SELECT owner, transactional_id, released FROM partition_leases \
              WHERE stage = $1 AND partition = $2 FOR UPDATE) prev \
-             WHERE l.stage = $1 AND l.partition = $2 AND starts_with(l.owner, $3) AND l.owner <> $4 \
-             AND (NOT l.draining OR l.released OR $5) \
+             WHERE l.stage = $1 AND l.partition = $2 AND ($5::text IS NULL OR (starts_with(l.owner, $5) \
+             AND l.owner <> $3 AND (NOT l.draining OR l.released OR $6))) \
              RETURNING l.generation, CASE WHEN NOT prev.released THEN prev.owner END, \
              CASE WHEN NOT prev.released THEN prev.transactional_id END",
         )
         .bind(stage.as_str())
         .bind(partition)
-        .bind(prefix)
         .bind(owner)
-        .bind(even_draining)
         .bind(transactional_id)
+        .bind(prefix)
+        .bind(even_draining)
         .fetch_optional(&self.pool)
         .await
-        .map_err(db("taking a lease held before"))?;
-        Ok(row.map(|(generation, owner, id)| Acquired::new(generation, (owner, id), transactional_id)))
+        .map_err(db("taking a lease"))?;
+        Ok(row.map(|(generation, previous, id)| Acquired::new(generation, (previous, id), transactional_id)))
     }
 
     /// Marks every lease `owner` holds as draining (a clean stop has begun), unless its task already stopped
