@@ -388,8 +388,8 @@ fn init_in_slices(producer: &FutureProducer, limit: Duration) -> Result<(), Kafk
 }
 
 impl FanOutTask {
-    /// Begins a Kafka transaction unless one is open: the instance's shared one, or with `--producer-per-partition` the task's own,
-    /// which then stays open (uncommitted) while the caller holds what this returns.
+    /// Begins a Kafka transaction unless one is open: the instance's shared one, which then stays open
+    /// (uncommitted) while the caller holds what this returns, or with `--producer-per-partition` the task's own.
     async fn begin<'a>(&mut self, shared: &'a Shared) -> Result<Option<Open<'a>>, TaskError> {
         let open = match &shared.shared_transaction {
             Some(t) => Some(t.open(self.epoch).await?),
