@@ -125,6 +125,32 @@ fn shared_producer_sigkill_then_restart_is_exact() {
     ns.cleanup();
 }
 
+/// The instance's shared producer fenced under it while it runs (here by the test, as a successor does when it
+/// takes a partition the instance left unreleased while cut off from its group): the tasks whose deltas meet the
+/// fencing fail, start again after 1 s, the first creates a new producer under the same id, and the counts stay
+/// exact.
+#[test]
+fn a_fenced_shared_producer_is_created_again_and_the_counts_stay_exact() {
+    use rdkafka::producer::Producer;
+    let Some(stack) = stack("a_fenced_shared_producer_is_created_again_and_the_counts_stay_exact") else { return };
+    let ns = Ns::new(&stack, "refence");
+    let svc = ns.start(&["--group-instance-id", "it-refence"]);
+    let mut pipeline = unread::pipeline::Pipeline::new();
+    produce_dev_copies(&ns, &mut pipeline, 1);
+    ns.ok(&["lag", "--wait", "120"]);
+    let id = format!("{}.fanout.it-refence", ns.name);
+    let fencer = unread::kafka::transactional_producer(&stack.brokers, &id).unwrap();
+    fencer.init_transactions(Duration::from_secs(30)).unwrap();
+    drop(fencer);
+    produce_dev_copies(&ns, &mut pipeline, 1);
+    ns.ok(&["lag", "--wait", "120"]);
+    assert_matches(svc.port, &pipeline.views());
+    let log = ns.log_of(svc.port);
+    assert!(log.contains("the shared producer was fenced; initializing a new one"), "no new producer:\n{log}");
+    svc.stop();
+    ns.cleanup();
+}
+
 #[test]
 fn projection_lost_then_rebuilt_from_checkpoint_is_exact() {
     let Some(stack) = stack("projection_lost_then_rebuilt_from_checkpoint_is_exact") else { return };
