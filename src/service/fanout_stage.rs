@@ -170,7 +170,7 @@ async fn connect_own(shared: &Shared, p: i32) -> Result<Option<FutureProducer>, 
         let stopped = || Err(TaskError::kafka("connecting the transactional producer")(KafkaError::Canceled));
         return connecting.await.unwrap_or_else(|_| stopped()).map(Some);
     }
-    let (brokers, id) = (shared.brokers.clone(), format!("{}.{p}", shared.transactional_prefix));
+    let (brokers, id) = (shared.brokers.clone(), shared.transactional_id(p));
     connected_producer(brokers, id, Arc::default()).await.map(Some)
 }
 
@@ -196,7 +196,7 @@ async fn begin(
             match (connected, &shared.shared_transaction) {
                 (Some(producer), _) => initialized(producer).await,
                 (None, Some(t)) => t.producer(shared).await,
-                (None, None) => transactional_producer(shared, &format!("{}.{p}", shared.transactional_prefix)).await,
+                (None, None) => transactional_producer(shared, &shared.transactional_id(p)).await,
             }
         }),
         async {
@@ -242,13 +242,13 @@ pub struct Fences(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option
 /// Errors: as [`transactional_producer`].
 pub async fn fence(shared: &Shared, p: i32, previous: &Unreleased, leased: Instant) -> Result<(), TaskError> {
     let id = previous.transactional_id.as_str();
-    if live_member(shared, &previous.owner).await {
-        info!(partition = p, owner = %previous.owner, "the previous owner is a live member: not fenced");
-        return Ok(());
-    }
     let slot = shared.fences.0.lock().unwrap_or_else(|e| e.into_inner()).entry(id.to_owned()).or_default().clone();
     let mut last = slot.lock().await;
     if last.is_some_and(|began| began >= leased) {
+        return Ok(()); // fenced since this lease was taken: no need to ask the group either
+    }
+    if live_member(shared, &previous.owner).await {
+        info!(partition = p, owner = %previous.owner, "the previous owner is a live member: not fenced");
         return Ok(());
     }
     let began = Instant::now();

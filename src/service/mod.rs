@@ -386,6 +386,12 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let (kafka_ms, (store, postgres_ms, migrated_ms, early), (projection, redis_ms)) =
         tokio::try_join!(kafka, store, projection)?;
     info!(kafka_ms, postgres_ms, migrated_ms, redis_ms, "connected");
+    let owner = owner_name(opts.group_instance_id.as_deref());
+    // The shared producer's instance: a static member's id, else this process (its owner name, `host:pid`).
+    let instance = opts.group_instance_id.as_deref().unwrap_or(&owner);
+    let shared_transaction = opts
+        .one_producer()
+        .then(|| shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}")));
     let shared = Arc::new(Shared {
         topics: s.topics(),
         store,
@@ -404,12 +410,9 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
             .ok()
             .and_then(|d| humantime::parse_duration(&d).ok()),
         metrics: Arc::new(Metrics::default()),
-        owner: owner_name(opts.group_instance_id.as_deref()),
+        owner,
         prepared: Default::default(),
-        shared_transaction: opts.one_producer().then(|| {
-            let instance = opts.group_instance_id.clone().unwrap_or_else(|| owner_name(None));
-            shared_transaction::SharedTransaction::new(format!("{transactional_prefix}.{instance}"))
-        }),
+        shared_transaction,
         fences: Default::default(),
     });
     if let (Some(early), Some(id)) = (early, &opts.group_instance_id) {

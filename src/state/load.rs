@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::offsets::{FoldNext, Input, Offsets};
 use super::{StateError, StateResult};
-use crate::checkpoint::store::{Acquired, CheckpointStore, MemberRow, NoteRow, StateRow, TimedStateRow, Unreleased};
+use crate::checkpoint::store::{Acquired, CheckpointStore, MemberRow, NoteRow, StateRow, TimedStateRow};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::SharedLists;
 use crate::core::delta::Fence;
@@ -59,20 +59,9 @@ pub struct FoldPartition {
 /// are one checkpoint, whichever order (or connections) they are read in. (Read the other way round, a commit in
 /// between gave a state newer than its offset: re-processing a leave and a rejoin on it moved the member's join
 /// head forward and lost its unread.)
-#[derive(Debug, Clone)]
-pub struct Lease {
-    /// The lease generation taken: every commit of an older one is fenced from now on.
-    pub generation: i64,
-    /// The previous owner, when it did not release the lease and wrote with another transactional id
-    /// ([`Acquired::unreleased`]).
-    pub unreleased: Option<Unreleased>,
-}
-
-impl From<Acquired> for Lease {
-    fn from(a: Acquired) -> Self {
-        Self { generation: a.generation, unreleased: a.unreleased }
-    }
-}
+///
+/// The store's [`Acquired`]: the generation taken and, for a fan-out, the previous owner to fence, if any.
+pub type Lease = Acquired;
 
 /// Takes `stage`'s partition `p` lease as `owner` (bumps its generation), writing with Kafka's
 /// `transactional_id` (a fan-out's producer; `None` for the fold).
@@ -85,7 +74,7 @@ pub async fn lease(
     owner: &str,
     transactional_id: Option<&str>,
 ) -> StateResult<Lease> {
-    Ok(store.acquire_as(stage, p, owner, transactional_id).await?.into())
+    Ok(store.acquire_as(stage, p, owner, transactional_id).await?)
 }
 
 /// Longest [`lease_if_held`] waits for the previous incarnation's drain of a partition: 2 s, what a SIGTERM's
@@ -121,15 +110,14 @@ pub async fn lease_if_held(
                 let ms = started.elapsed().as_millis() as u64;
                 tracing::info!(%stage, partition = p, ms, waited_out, "lease taken after the previous incarnation's drain");
             }
-            return Ok(Some(acquired.into()));
+            return Ok(Some(acquired));
         }
         if waited_out {
             return Ok(None);
         }
         if !store.draining(stage, p, prefix).await? {
             // Not (or no longer) draining: the drain may have ended since the try above, so one more.
-            let taken = store.acquire_held(stage, p, prefix, owner, false, transactional_id).await?;
-            return Ok(taken.map(Into::into));
+            return Ok(store.acquire_held(stage, p, prefix, owner, false, transactional_id).await?);
         }
         tokio::time::sleep(DRAIN_POLL).await;
         waited = true;
