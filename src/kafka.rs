@@ -364,6 +364,37 @@ pub fn partition_counts(brokers: &str) -> anyhow::Result<HashMap<String, i32>> {
     Ok(md.topics().iter().map(|t| (t.name().to_owned(), t.partitions().len() as i32)).collect())
 }
 
+/// Waits until the broker's metadata shows each of `topics` (name, partition count) with that many partitions, each
+/// with a leader. A topic's creation is acknowledged before every broker's metadata cache has it; a consumer that
+/// subscribes in that gap is told the topic does not exist and looks again only at its next metadata refresh
+/// (`topic.metadata.refresh.interval.ms`, 5 minutes), so `unread topics create` returns only when they are usable.
+///
+/// Errors: they are not all visible within [`QUERY_TIMEOUT`] (naming those that are not), or the broker does not
+/// answer.
+pub fn await_topics(brokers: &str, topics: &[(String, i32)]) -> anyhow::Result<()> {
+    let client: BaseConsumer = base(brokers).create().context("creating a Kafka metadata client")?;
+    let deadline = std::time::Instant::now() + QUERY_TIMEOUT;
+    loop {
+        let md = client.fetch_metadata(None, QUERY_TIMEOUT).with_context(|| format!("Kafka at {brokers}"))?;
+        let ready = |(name, n): &&(String, i32)| {
+            md.topics().iter().any(|t| {
+                t.name() == name
+                    && t.error().is_none()
+                    && t.partitions().len() as i32 == *n
+                    && t.partitions().iter().all(|p| p.leader() >= 0)
+            })
+        };
+        let missing: Vec<&str> = topics.iter().filter(|t| !ready(t)).map(|(name, _)| name.as_str()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            anyhow::bail!("topics created but not in the metadata of {brokers} after 10 s: {}", missing.join(", "));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The partition count of one topic (0 when it does not exist).
 ///
 /// Errors: the broker does not answer within [`QUERY_TIMEOUT`].

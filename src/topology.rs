@@ -110,10 +110,11 @@ fn new_topic<'a>(name: &'a str, spec: &'a TopicSpec, partitions: i32, values: &'
     }
 }
 
-/// Creates `topics` (name, spec, partitions) and returns one line per topic saying what happened; a topic created
-/// concurrently by another process counts as created.
+/// Creates `topics` (name, spec, partitions) and returns one line per topic saying what happened, once the
+/// broker's metadata shows them all ([`kafka::await_topics`]); a topic created concurrently by another process
+/// counts as created.
 ///
-/// Errors: the broker is unreachable or a creation fails.
+/// Errors: the broker is unreachable, a creation fails, or the topics do not show in the metadata within 10 s.
 async fn create_all(brokers: &str, topics: &[(String, &TopicSpec, i32)]) -> anyhow::Result<Vec<String>> {
     if topics.is_empty() {
         return Ok(Vec::new());
@@ -126,14 +127,18 @@ async fn create_all(brokers: &str, topics: &[(String, &TopicSpec, i32)]) -> anyh
         topics.iter().zip(&values).map(|((name, spec, n), v)| new_topic(name, spec, *n, v)).collect();
     let results =
         kafka::admin(brokers)?.create_topics(&new, &kafka::admin_options()).await.context("creating topics")?;
-    results
+    let lines = results
         .into_iter()
         .map(|r| match r {
             Ok(name) => Ok(format!("{name}: created")),
             Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => Ok(format!("{name}: created concurrently")),
             Err((name, e)) => bail!("creating {name}: {e}"),
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let created: Vec<(String, i32)> = topics.iter().map(|(name, _, n)| (name.clone(), *n)).collect();
+    let brokers = brokers.to_owned();
+    tokio::task::spawn_blocking(move || kafka::await_topics(&brokers, &created)).await??;
+    Ok(lines)
 }
 
 /// Creates the topics of `names` (a namespace's, [`crate::config::Settings::topics`]) that do not exist, with the

@@ -12,6 +12,7 @@ pub mod records;
 pub mod shared_transaction;
 pub mod task;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -362,7 +363,9 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let ms = move || started.elapsed().as_millis();
     let kafka = async {
         let counts = tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers));
-        counts.await.context("checking Kafka")?.map(|_| ms())
+        let counts = counts.await.context("checking Kafka")??;
+        missing_topics(&s.topics(), &stages(&opts.roles), &counts)?;
+        anyhow::Ok(ms())
     };
     let transactional_prefix = s.stage_group(Stage::FanOut);
     let store = async {
@@ -529,6 +532,21 @@ fn stage_topics(topics: &Topics, stage: Stage) -> (Vec<&str>, Option<&str>) {
     match stage {
         Stage::FanOut => (vec![&topics.conversation_events], None),
         Stage::Fold => (vec![&topics.user_events, &topics.user_deltas], Some(&topics.user_events)),
+    }
+}
+
+/// Fails when a topic the `stages` subscribe to is not in the broker's metadata (`counts`): a consumer subscribed
+/// to a missing topic would wait, never ready, until its next metadata refresh (5 minutes) and then get nothing, so
+/// the process stops at once instead, before joining any group (issue 23: fail fast).
+///
+/// Errors: names the missing topics and the command that creates them.
+fn missing_topics(topics: &Topics, stages: &[Stage], counts: &HashMap<String, i32>) -> anyhow::Result<()> {
+    let mut missing: Vec<&str> = stages.iter().flat_map(|&s| stage_topics(topics, s).0).collect();
+    missing.retain(|t| !counts.contains_key(*t));
+    missing.dedup();
+    match missing.is_empty() {
+        true => Ok(()),
+        false => anyhow::bail!("topic {} does not exist; create it with `unread topics create`", missing.join(", ")),
     }
 }
 

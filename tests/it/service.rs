@@ -202,6 +202,25 @@ fn user_events_produced_before_the_conversation_events_is_exact() {
 }
 
 #[test]
+fn a_service_whose_topics_do_not_exist_stops_at_once_naming_them() {
+    let Some(stack) = stack("a_service_whose_topics_do_not_exist_stops_at_once_naming_them") else { return };
+    let ns = Ns::new(&stack, "notopics");
+    let started = Instant::now();
+    let out = ns
+        .cmd(&["run", "--roles", "fold", "--listen", "127.0.0.1:0"])
+        .env("UNREAD_TOPIC_PREFIX", format!("{}.missing.", ns.name))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(!out.status.success(), "{stderr}");
+    let topics = format!("{0}.missing.unread.user-events, {0}.missing.unread.user-deltas", ns.name);
+    assert!(last.starts_with("unread: ") && last.contains(&topics) && last.contains("unread topics create"), "{last}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+}
+
+#[test]
 fn api_reaches_every_id_and_rejects_bad_ones_with_json() {
     let Some(stack) = stack("api_reaches_every_id_and_rejects_bad_ones_with_json") else { return };
     let ns = Ns::new(&stack, "api");
