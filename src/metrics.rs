@@ -92,6 +92,9 @@ pub enum Step {
     /// A delta's Kafka timestamp (when the fan-out produced it, inside its open transaction) → the fold took it:
     /// the wait for the transaction's commit is in this step too.
     DeltaToFoldRead,
+    /// A user event's Kafka timestamp (read ack, mute, mark… from its producer or the write gateway) → the fold
+    /// took it: the user's own actions, which skip the fan-out.
+    UserEventToFoldRead,
     /// The fold took a record (delta or user event) → its users were written to Redis.
     FoldReadToRedis,
     /// A change was announced on the change channel → its user's new counts were queued to the sockets.
@@ -105,6 +108,7 @@ impl Step {
             Step::ProducedToFanOutRead => "produced_to_fanout_read",
             Step::FanOutReadToCommitted => "fanout_read_to_committed",
             Step::DeltaToFoldRead => "delta_to_fold_read",
+            Step::UserEventToFoldRead => "user_event_to_fold_read",
             Step::FoldReadToRedis => "fold_read_to_redis",
             Step::RedisToPushed => "redis_to_pushed",
         }

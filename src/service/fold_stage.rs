@@ -97,7 +97,8 @@ impl StageTask for FoldTask {
     async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
         let (mut n_events, mut n_deltas, mut pending) = (0, 0, 0);
         let increments_before = self.fold.stats().increments;
-        let (read_at, now, mut ages) = (Instant::now(), SystemTime::now(), Vec::with_capacity(batch.len()));
+        let (read_at, now) = (Instant::now(), SystemTime::now());
+        let (mut ages, mut event_ages) = (Vec::with_capacity(batch.len()), Vec::new());
         for record in batch {
             let is_event = record.topic() == self.shared.topics.user_events;
             let next = if is_event { &mut self.next.user_events } else { &mut self.next.user_deltas };
@@ -106,8 +107,9 @@ impl StageTask for FoldTask {
                 Verdict::Process => *next = record.offset() + 1,
             }
             pending += 1;
-            if !is_event {
-                ages.extend(records::age(record, now));
+            match is_event {
+                true => event_ages.extend(records::age(record, now)),
+                false => ages.extend(records::age(record, now)),
             }
             let outcome = if is_event { self.apply_event(record) } else { self.apply_delta(record) };
             match outcome {
@@ -121,6 +123,7 @@ impl StageTask for FoldTask {
         metrics.processed(&self.shared.topics.user_events, n_events);
         metrics.processed(&self.shared.topics.user_deltas, n_deltas);
         metrics.live_path_each(Step::DeltaToFoldRead, ages);
+        metrics.live_path_each(Step::UserEventToFoldRead, event_ages);
         if pending > 0 {
             self.read.push((read_at, pending));
         }
