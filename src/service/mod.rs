@@ -544,9 +544,10 @@ fn missing_topics(topics: &Topics, stages: &[Stage], counts: &HashMap<String, i3
     let mut missing: Vec<&str> = stages.iter().flat_map(|&s| stage_topics(topics, s).0).collect();
     missing.retain(|t| !counts.contains_key(*t));
     missing.dedup();
-    match missing.is_empty() {
-        true => Ok(()),
-        false => anyhow::bail!("topic {} does not exist; create it with `unread topics create`", missing.join(", ")),
+    match missing.len() {
+        0 => Ok(()),
+        1 => anyhow::bail!("topic {} does not exist; create it with `unread topics create`", missing[0]),
+        _ => anyhow::bail!("topics {} do not exist; create them with `unread topics create`", missing.join(", ")),
     }
 }
 
@@ -606,4 +607,25 @@ async fn wait_for_stop(
     }
     info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_topics_names_each_topic_a_stage_subscribes_to_and_the_command() {
+        let topics = Topics::new("t.");
+        let mut counts: HashMap<String, i32> = [(topics.conversation_events.clone(), 8)].into_iter().collect();
+        assert!(missing_topics(&topics, &[Stage::FanOut], &counts).is_ok());
+        let err = missing_topics(&topics, &[Stage::FanOut, Stage::Fold], &counts).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "topics t.unread.user-events, t.unread.user-deltas do not exist; create them with `unread topics create`"
+        );
+        counts.insert(topics.user_events.clone(), 8);
+        let err = missing_topics(&topics, &[Stage::Fold], &counts).unwrap_err().to_string();
+        assert_eq!(err, "topic t.unread.user-deltas does not exist; create it with `unread topics create`");
+        assert!(missing_topics(&topics, &[], &HashMap::new()).is_ok());
+    }
 }
