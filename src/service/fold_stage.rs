@@ -107,10 +107,8 @@ impl StageTask for FoldTask {
                 Verdict::Process => *next = record.offset() + 1,
             }
             pending += 1;
-            match is_event {
-                true => event_ages.extend(records::age(record, now)),
-                false => ages.extend(records::age(record, now)),
-            }
+            let ages = if is_event { &mut event_ages } else { &mut ages };
+            ages.extend(records::age(record, now));
             let outcome = if is_event { self.apply_event(record) } else { self.apply_delta(record) };
             match outcome {
                 Ok(()) if is_event => n_events += 1,

@@ -543,7 +543,6 @@ fn stage_topics(topics: &Topics, stage: Stage) -> (Vec<&str>, Option<&str>) {
 fn missing_topics(topics: &Topics, stages: &[Stage], counts: &HashMap<String, i32>) -> anyhow::Result<()> {
     let mut missing: Vec<&str> = stages.iter().flat_map(|&s| stage_topics(topics, s).0).collect();
     missing.retain(|t| !counts.contains_key(*t));
-    missing.dedup();
     match missing.len() {
         0 => Ok(()),
         1 => anyhow::bail!("topic {} does not exist; create it with `unread topics create`", missing[0]),
