@@ -34,8 +34,9 @@ pub mod headers {
     pub const ERROR_REASON: &str = "unread.error.reason";
     /// The prefix of every header above: `dead-letter replay` drops them when re-publishing.
     pub const PREFIX: &str = "unread.";
-    /// On a delta: the fan-out partition and lease generation that produced it
-    /// ([`crate::core::delta::DeltaSource`]), for the fold's fence against zombie deltas.
+    /// On a delta of a release before the source moved into the delta itself ([`crate::core::delta::Delta::source`]):
+    /// the fan-out partition and lease generation that produced it ([`crate::core::delta::DeltaSource`]), for the
+    /// fold's fence against zombie deltas. Read, never written: the fold falls back to it for such deltas.
     pub const DELTA_SOURCE: &str = "unread.delta.source";
 }
 

@@ -25,6 +25,12 @@ pub struct Delta {
     /// the wire for other kinds, so v1 deltas are unchanged.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub feed: bool,
+    /// Where the delta came from, for the fold's fence against zombie deltas: set by the fan-out's shell when it
+    /// produces the delta, `None` in the core. On the wire `"source": [partition, generation]`; absent in deltas of
+    /// releases before it, which carried it in the record header [`crate::kafka::headers::DELTA_SOURCE`] (the fold
+    /// still reads that header when the field is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<DeltaSource>,
 }
 
 /// One step of a [`Delta`]. Seqs are the conversation's message seqs (1..=2^53).
@@ -96,8 +102,10 @@ pub enum DeltaOp {
 }
 
 /// Where a delta came from: the fan-out partition that produced it and that task's lease generation. Carried in
-/// the record header [`crate::kafka::headers::DELTA_SOURCE`] as `"{partition} {generation}"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// the delta as [`Delta::source`], `[partition, generation]` on the wire; deltas of earlier releases carried it in
+/// the record header [`crate::kafka::headers::DELTA_SOURCE`] as `"{partition} {generation}"` ([`DeltaSource::parse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(i32, i64)", into = "(i32, i64)")]
 pub struct DeltaSource {
     /// The fan-out partition (of `unread.conversation-events`).
     pub partition: i32,
@@ -105,13 +113,21 @@ pub struct DeltaSource {
     pub generation: i64,
 }
 
-impl DeltaSource {
-    /// The header value, `"{partition} {generation}"`.
-    pub fn header_value(&self) -> String {
-        format!("{} {}", self.partition, self.generation)
+impl From<(i32, i64)> for DeltaSource {
+    fn from((partition, generation): (i32, i64)) -> Self {
+        Self { partition, generation }
     }
+}
 
-    /// Parses a header value; `None` when it is not two numbers.
+impl From<DeltaSource> for (i32, i64) {
+    fn from(s: DeltaSource) -> Self {
+        (s.partition, s.generation)
+    }
+}
+
+impl DeltaSource {
+    /// Parses the header value of a delta of an earlier release, `"{partition} {generation}"`; `None` when it is
+    /// not two numbers.
     pub fn parse(value: &[u8]) -> Option<Self> {
         let (p, g) = std::str::from_utf8(value).ok()?.split_once(' ')?;
         Some(Self { partition: p.parse().ok()?, generation: g.parse().ok()? })
@@ -176,6 +192,23 @@ mod tests {
         assert!(!restored.admit(src(0, 3)) && restored.admit(src(1, 1)));
         assert_eq!(DeltaSource::parse(b"7 12"), Some(src(7, 12)));
         assert_eq!(DeltaSource::parse(b"7"), None);
-        assert_eq!(DeltaSource::parse(src(2, 5).header_value().as_bytes()), Some(src(2, 5)));
+    }
+
+    #[test]
+    fn a_delta_carries_its_source_as_a_pair_and_one_without_it_reads_as_before() {
+        let mut d = Delta {
+            user_id: "u".into(),
+            conversation_id: "c".into(),
+            ops: vec![DeltaOp::Left],
+            feed: false,
+            source: None,
+        };
+        let without = serde_json::to_string(&d).unwrap();
+        assert_eq!(without, r#"{"user_id":"u","conversation_id":"c","ops":["Left"]}"#, "as deltas were before");
+        d.source = Some(DeltaSource { partition: 3, generation: 17 });
+        let with = serde_json::to_string(&d).unwrap();
+        assert_eq!(with, r#"{"user_id":"u","conversation_id":"c","ops":["Left"],"source":[3,17]}"#);
+        assert_eq!(serde_json::from_str::<Delta>(&with).unwrap(), d);
+        assert_eq!(serde_json::from_str::<Delta>(&without).unwrap().source, None);
     }
 }

@@ -286,6 +286,7 @@ fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, 
         conversation_id: conversation_id.to_owned(),
         ops: vec![op.clone()],
         feed,
+        source: None,
     }));
 }
 
@@ -498,6 +499,7 @@ impl<'e> ConvBatch<'e> {
             conversation_id: self.conversation_id.to_owned(),
             ops,
             feed,
+            source: None,
         };
         let recalled = || (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
         let everyone =

@@ -281,10 +281,10 @@ impl Replay {
             }
             next[p] = msg.offset() + 1;
             // The source's fold would have dropped a zombie delta: so does the replay, from the same fence.
-            if records::delta_source(&msg).is_some_and(|source| !fence[p].admit(source)) {
-                continue;
-            }
             if let Ok(d) = records::delta(&msg) {
+                if records::delta_source(&msg, &d).is_some_and(|source| !fence[p].admit(source)) {
+                    continue;
+                }
                 self.dirty_users.insert(d.user_id.clone());
                 self.fold.apply_delta(&d);
                 applied += 1;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tracing::{debug, info};
 
@@ -484,12 +484,12 @@ impl FanOutTask {
                     _ => {}
                 }
             }
-            let (deltas, stats) = self.fanout.process_batch(&events);
+            let (mut deltas, stats) = self.fanout.process_batch(&events);
             sh.metrics.fanout_batch(&stats);
             self.dirty.extend(keys);
             let source = DeltaSource { partition: p, generation: self.generation };
             let _open = self.begin(sh).await?;
-            produce(&self.producer, &sh.topics.user_deltas, &deltas, source, &mut self.in_flight).await?;
+            produce(&self.producer, &sh.topics.user_deltas, &mut deltas, source, &mut self.in_flight).await?;
         }
         Ok(pending)
     }
@@ -633,23 +633,21 @@ fn whole_lists(fanout: &FanOut, generation: i64) -> Vec<ListWrite> {
     fanout.whole_shared().into_iter().map(whole).collect()
 }
 
-/// Enqueues deltas keyed by user, each with its `source` header (for the fold's fence against zombie deltas);
-/// their acknowledgements join `in_flight`. Waits only while the producer's queue is full.
+/// Enqueues deltas keyed by user, each carrying its `source` ([`crate::core::delta::Delta::source`], for the
+/// fold's fence against zombie deltas); their acknowledgements join `in_flight`. Waits only while the producer's
+/// queue is full. The source travels in the payload, not in a record header: a header costs librdkafka a list and
+/// its copies on both sides, which was about a seventh of the service's CPU at 20,000 msg/s (docs/performance.md).
 async fn produce(
     producer: &FutureProducer,
     topic: &str,
-    deltas: &[crate::core::delta::Delta],
+    deltas: &mut [crate::core::delta::Delta],
     source: DeltaSource,
     in_flight: &mut Vec<DeliveryFuture>,
 ) -> Result<(), TaskError> {
-    let source = source.header_value();
     for d in deltas {
-        let payload = serde_json::to_vec(d).expect("deltas serialize");
-        let header = Header { key: crate::kafka::headers::DELTA_SOURCE, value: Some(&source) };
-        let mut record = FutureRecord::to(topic)
-            .key(d.user_id.as_bytes())
-            .payload(&payload)
-            .headers(OwnedHeaders::new().insert(header));
+        d.source = Some(source);
+        let payload = serde_json::to_vec(&*d).expect("deltas serialize");
+        let mut record = FutureRecord::to(topic).key(d.user_id.as_bytes()).payload(&payload);
         loop {
             match producer.send_result(record) {
                 Ok(delivery) => break in_flight.push(delivery),

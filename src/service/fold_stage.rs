@@ -204,7 +204,7 @@ impl FoldTask {
 
     fn apply_delta(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
         let d = records::delta(record)?;
-        if records::delta_source(record).is_some_and(|source| !self.fence.admit(source)) {
+        if records::delta_source(record, &d).is_some_and(|source| !self.fence.admit(source)) {
             self.shared.metrics.zombie_delta();
             debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
             return Ok(());

@@ -105,10 +105,15 @@ pub fn age(record: &impl Message, now: std::time::SystemTime) -> Option<Duration
     now.duration_since(std::time::UNIX_EPOCH + Duration::from_millis(produced)).ok()
 }
 
-/// The fan-out partition and generation a delta record says it came from ([`crate::kafka::headers::DELTA_SOURCE`]);
-/// `None` for a record without the header (or with a malformed one), which the fold applies unfenced.
-pub fn delta_source(record: &impl Message) -> Option<crate::core::delta::DeltaSource> {
+/// The fan-out partition and generation delta `d` (decoded from `record`) came from: its own
+/// [`crate::core::delta::Delta::source`], or for a delta of an earlier release the record header
+/// [`crate::kafka::headers::DELTA_SOURCE`]; `None` for a delta with neither (or a malformed header), which the fold
+/// applies unfenced.
+pub fn delta_source(record: &impl Message, d: &Delta) -> Option<crate::core::delta::DeltaSource> {
     use rdkafka::message::Headers;
+    if d.source.is_some() {
+        return d.source;
+    }
     let headers = record.headers()?;
     let header = headers.iter().find(|h| h.key == crate::kafka::headers::DELTA_SOURCE)?;
     crate::core::delta::DeltaSource::parse(header.value?)

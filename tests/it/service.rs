@@ -878,11 +878,8 @@ fn stale_deltas_in_log(brokers: &str, topic: &str) -> usize {
             Some(Ok(msg)) => msg,
             other => panic!("reading {topic}: {other:?}"),
         };
-        let source = msg.headers().and_then(|h| {
-            use rdkafka::message::Headers;
-            h.iter().find(|h| h.key == unread::kafka::headers::DELTA_SOURCE).and_then(|h| h.value)
-        });
-        let source = source.and_then(unread::core::delta::DeltaSource::parse).expect("every delta has its source");
+        let delta: unread::core::delta::Delta = serde_json::from_slice(msg.payload().unwrap()).unwrap();
+        let source = delta.source.expect("every delta has its source");
         stale += usize::from(!fences[msg.partition() as usize].admit(source));
     }
     stale
