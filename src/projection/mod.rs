@@ -255,9 +255,19 @@ impl ReceiptKeys {
 
 /// The receipts keys of `conversation_id`: `{prefix}rl:{#id}`, `rj:`, `rc:`, `ro:`, `rm:`, `rw:`.
 pub fn receipt_keys(prefix: &str, conversation_id: &str) -> ReceiptKeys {
-    let key = |kind: &str| format!("{prefix}{kind}:{{#{conversation_id}}}");
+    let key = |kind: &str| receipt_key(prefix, kind, conversation_id);
     let (complete, written) = (key("rm"), key("rw"));
     ReceiptKeys { sent: key("rl"), joins: key("rj"), cursors: key("rc"), senders: key("ro"), complete, written }
+}
+
+/// One receipts key of `conversation_id`, `{prefix}{kind}:{#id}` (`kind` one of those of [`receipt_keys`]), for a
+/// caller that writes only some of them: the fold's publish writes one or two per changed conversation.
+pub fn receipt_key(prefix: &str, kind: &str, conversation_id: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + kind.len() + conversation_id.len() + 4);
+    for part in [prefix, kind, ":{#", conversation_id, "}"] {
+        key.push_str(part);
+    }
+    key
 }
 
 /// A seq set as the receipts' `sent` string: `"lo-hi lo-hi …"`.

@@ -550,6 +550,7 @@ impl FanOutTask {
 impl StageTask for &mut FanOutTask {
     const STAGE: Stage = Stage::FanOut;
     const MAX_BATCH: usize = MAX_BATCH;
+    const LINGERS: bool = true;
 
     fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>) {
         (&mut self.input, &self.shared)

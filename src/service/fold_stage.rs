@@ -85,6 +85,7 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
 impl StageTask for FoldTask {
     const STAGE: Stage = Stage::Fold;
     const MAX_BATCH: usize = MAX_BATCH * 4;
+    const LINGERS: bool = false;
 
     fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>) {
         (&mut self.input, &self.shared)

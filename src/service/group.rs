@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures::{FutureExt, StreamExt};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -333,6 +334,15 @@ impl PartitionInput {
     }
 }
 
+impl PartitionInput {
+    /// Adds what the task's lanes already hold to `batch` (the priority lane first), up to `max` records in all;
+    /// never waits.
+    pub fn take_more(&mut self, batch: &mut Vec<OwnedMessage>, max: usize) {
+        take_ready(&mut self.priority, batch, max);
+        take_ready(&mut self.records, batch, max);
+    }
+}
+
 /// Moves what `rx` already holds into `batch`, up to `max` records in all.
 fn take_ready(rx: &mut mpsc::Receiver<OwnedMessage>, batch: &mut Vec<OwnedMessage>, max: usize) {
     while batch.len() < max {
@@ -400,6 +410,9 @@ pub struct Dispatcher {
 
 /// Records a task holds per partition: 20,000 per topic.
 const QUEUE: usize = 20_000;
+
+/// Most records the dispatcher hands over in one turn of its loop: 512.
+const DRAIN: usize = 512;
 
 /// How often records that found a full channel try again: 2 ms.
 const STALLED_RETRY: Duration = Duration::from_millis(2);
@@ -626,6 +639,14 @@ impl Tasks {
         lane.push(m, &self.consumer);
     }
 
+    /// A record or error from the consumer: the record to its task ([`Tasks::dispatch`]), the error to the log.
+    fn take(&mut self, msg: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) {
+        match msg {
+            Ok(m) => self.dispatch(m.detach()),
+            Err(e) => warn!(stage = %self.stage, error = %e, "consumer error"),
+        }
+    }
+
     /// Closes every task's input (each flushes and checkpoints) and waits for them, up to 30 s.
     async fn stop_all(self) {
         info!(stage = %self.stage, "stopping: flushing partition tasks");
@@ -648,6 +669,9 @@ impl Dispatcher {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let (consumer, brokers) = (self.consumer.clone(), self.brokers.clone());
+        // One stream for the loop's life: `recv` would register and drop a waker slot per record.
+        let source = self.consumer.clone();
+        let mut stream = source.stream();
         let priority = self.priority.take();
         let (eager, revoked) = (self.eager, HashMap::new());
         let mut tasks = Tasks { stage, spawn, consumer, brokers, running: HashMap::new(), priority, eager, revoked };
@@ -675,10 +699,19 @@ impl Dispatcher {
                     }
                 }
                 _ = health.tick() => tasks.restart_ended().await,
-                _ = tokio::time::sleep(STALLED_RETRY), if tasks.stalled() => tasks.drain_stalled(),
-                msg = self.consumer.recv() => match msg {
-                    Ok(m) => tasks.dispatch(m.detach()),
-                    Err(e) => warn!(%stage, error = %e, "consumer error"),
+                // In a block, so that the timer is made only when records wait (a disabled branch is still built).
+                _ = async { tokio::time::sleep(STALLED_RETRY).await }, if tasks.stalled() => tasks.drain_stalled(),
+                msg = stream.next() => {
+                    tasks.take(msg.expect("Kafka streams never end"));
+                    // The records already fetched follow in this turn: one turn of the loop per batch, not per
+                    // record. A rebalance in the queue stops it (its callback leaves the stream pending), so the
+                    // event is handled before any record behind it.
+                    for _ in 1..DRAIN {
+                        match stream.next().now_or_never() {
+                            Some(msg) => tasks.take(msg.expect("Kafka streams never end")),
+                            None => break,
+                        }
+                    }
                 }
             }
         }

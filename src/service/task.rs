@@ -42,6 +42,9 @@ pub trait StageTask: Send {
     const STAGE: Stage;
     /// Most records taken in one batch.
     const MAX_BATCH: usize;
+    /// Whether the task waits for more records under load ([`linger`]): the fan-out's does; the fold's does not
+    /// (a user's own events are on its path).
+    const LINGERS: bool;
 
     /// The task's input and what it shares with the other tasks.
     fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>);
@@ -81,10 +84,11 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
     let flush = task.parts().1.flush;
     let (mut pending, mut last_commit, mut running) = (0usize, Instant::now(), None);
     let mut first = true; // the first output is logged: where a restart's pause of the partition ends
+    let mut waits = Duration::ZERO; // how long the next batch lingers
     loop {
         let commit_in = if pending > 0 { flush.interval.saturating_sub(last_commit.elapsed()) } else { flush.interval };
         let wait = task.publish_due_in().map_or(commit_in, |due| due.min(commit_in));
-        let Some(batch) = task.parts().0.next_batch(T::MAX_BATCH, wait).await else {
+        let Some(mut batch) = task.parts().0.next_batch(T::MAX_BATCH, wait).await else {
             let mut done = commit_task(&mut task, false, &mut running).await;
             done = done.and(finish(&mut task, &mut running).await);
             let generation = task.generation();
@@ -95,6 +99,13 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
             }
             return done;
         };
+        if !waits.is_zero() && !batch.is_empty() && batch.len() < T::MAX_BATCH {
+            tokio::time::sleep(waits).await;
+            task.parts().0.take_more(&mut batch, T::MAX_BATCH);
+        }
+        if T::LINGERS {
+            waits = linger(batch.len(), flush.linger);
+        }
         pending += task.apply(&batch).await?;
         if pending >= flush.events || (pending > 0 && last_commit.elapsed() >= flush.interval) {
             commit_task(&mut task, false, &mut running).await?;
@@ -109,6 +120,18 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
         }
     }
 }
+
+/// How long a task waits for more records after its next batch begins, given that its previous batch took `taken`
+/// records: 1 ms per record, at most `most` (`--fanout-linger`). Under light load a batch is a record or two, so
+/// the wait is a few milliseconds; from about 1,000 records/s on a partition it grows to `most`, and the batches
+/// with it: a conversation's messages in one batch reach each member as one delta, so the cost per message falls
+/// as the load rises. A full batch (a backlog) never waits, nor does the first after an idle spell.
+pub fn linger(taken: usize, most: Duration) -> Duration {
+    (LINGER_PER_RECORD * u32::try_from(taken).unwrap_or(u32::MAX)).min(most)
+}
+
+/// What each record of a task's previous batch adds to its next batch's wait ([`linger`]): 1 ms.
+const LINGER_PER_RECORD: Duration = Duration::from_millis(1);
 
 /// After a clean stop (last commit and checkpoint done): marks the lease released, which a restarted static member
 /// waits for while the lease is draining ([`super::prepare`]). A failure is only logged: that member then waits out
@@ -187,4 +210,20 @@ async fn finish<T: StageTask>(task: &mut T, running: &mut Option<Checkpointing>)
         input.probe_lag(topic, next, move |lag| metrics.lag(T::STAGE, &label, p, lag));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::linger;
+
+    #[test]
+    fn a_batch_lingers_a_millisecond_per_record_of_the_previous_one_up_to_the_flag() {
+        let ms = Duration::from_millis;
+        assert_eq!(linger(0, ms(100)), ms(0), "after an idle spell: no wait");
+        assert_eq!(linger(3, ms(100)), ms(3), "light load: a few milliseconds");
+        assert_eq!(linger(250, ms(100)), ms(100), "heavy load: the flag's bound");
+        assert_eq!(linger(250, ms(0)), ms(0), "--fanout-linger 0ms: never");
+    }
 }

@@ -23,7 +23,7 @@ use redis::{Cmd, FromRedisValue, RedisError, Value};
 use super::{redis_err, ProjectionResult, RedisProjection, UserWrite};
 use crate::core::fold::{ConvState, OwnChange, UserState};
 use crate::core::seqset::SeqSet;
-use crate::projection::{receipt_keys, ReceiptKeys};
+use crate::projection::{receipt_key, receipt_keys, ReceiptKeys};
 
 /// Lua helper of the receipts scripts: `expire(ttl)` sets the expiry of all six keys (absent ones stay absent).
 /// Time is frozen while a script runs, so they get one deadline.
@@ -300,14 +300,15 @@ impl RedisProjection {
     fn receipt_cmds<'a>(&self, accepted: impl Iterator<Item = &'a UserWrite>) -> Vec<Cmd> {
         let mut members: std::collections::BTreeMap<&str, (Cmd, Cmd, Cmd, Cmd)> = Default::default();
         let mut cmds = Vec::new();
+        // Only the keys written are built: a message received usually writes none, one sent only `ro:`.
+        let key = |kind: &str, r: &ReceiptWrite| receipt_key(&self.prefix, kind, &r.conversation_id);
         for (w, r) in accepted.flat_map(|w| w.receipts.iter().map(move |r| (w, r))) {
-            let keys = receipt_keys(&self.prefix, &r.conversation_id);
             if r.member_changed {
                 let (joins, cursors, left_joins, left_cursors) =
                     members.entry(&r.conversation_id).or_insert_with(|| {
                         let cmd = |name: &str, key: &str| redis::cmd(name).arg(key).clone();
-                        let (j, c) = (keys.joins.as_str(), keys.cursors.as_str());
-                        (cmd("ZADD", j), cmd("ZADD", c), cmd("ZREM", j), cmd("ZREM", c))
+                        let (j, c) = (key("rj", r), key("rc", r));
+                        (cmd("ZADD", &j), cmd("ZADD", &c), cmd("ZREM", &j), cmd("ZREM", &c))
                     });
                 match r.member {
                     Some((joined, cursor)) => {
@@ -321,11 +322,12 @@ impl RedisProjection {
                 }
             }
             if !r.own_removed.is_empty() {
-                cmds.push(redis::cmd("HDEL").arg(&keys.senders).arg(r.own_removed.iter().collect::<Vec<_>>()).clone());
+                let seqs: Vec<u64> = r.own_removed.iter().collect();
+                cmds.push(redis::cmd("HDEL").arg(key("ro", r)).arg(seqs).clone());
             }
             if !r.own_added.is_empty() {
                 let mut hset = redis::cmd("HSET");
-                hset.arg(&keys.senders);
+                hset.arg(key("ro", r));
                 r.own_added.iter().for_each(|seq| {
                     hset.arg(seq).arg(&w.user_id);
                 });
