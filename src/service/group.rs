@@ -411,6 +411,9 @@ pub struct Dispatcher {
 /// Records a task holds per partition: 20,000 per topic.
 const QUEUE: usize = 20_000;
 
+/// How long a task that ended, its partition still assigned, waits before it starts again: 1 s.
+const RESTART_AFTER: Duration = Duration::from_secs(1);
+
 /// Most records the dispatcher hands over in one turn of its loop: 512.
 const DRAIN: usize = 512;
 
@@ -451,7 +454,7 @@ impl Lane {
                 set_paused(consumer, &tp, true);
                 (self.paused, _) = (Some(tp), self.stalled.push_back(m));
             }
-            // The task ended; restart_ended starts it again and it seeks back to its checkpoint.
+            // The task ended; note_ended starts it again and it seeks back to its checkpoint.
             Err(TrySendError::Closed(_)) => tracing::debug!("task input closed"),
         }
     }
@@ -504,6 +507,8 @@ struct Tasks {
     /// Under eager rebalances, the tasks of partitions revoked since the last assignment, still running: the
     /// next assignment keeps those it gives back and stops the others ([`Tasks::revoke`]).
     revoked: HashMap<i32, Running>,
+    /// Partitions whose task ended while still assigned, and when each starts again ([`Tasks::note_ended`]).
+    restarting: HashMap<i32, Instant>,
 }
 
 impl Tasks {
@@ -567,6 +572,7 @@ impl Tasks {
     /// position: its input drops what its checkpoint covers ([`PartitionInput::accept`]).
     fn revoke(&mut self, partitions: &HashSet<i32>) {
         for p in partitions {
+            self.restarting.remove(p); // a task the partition's next owner (or this member, anew) starts
             let Some(t) = self.running.remove(p) else { continue };
             if self.eager {
                 info!(stage = %self.stage, partition = p, "partition revoked; its task waits for the assignment");
@@ -604,25 +610,38 @@ impl Tasks {
         }
     }
 
-    /// Starts again, after 1 s, every task that ended (failed, panicked or fenced) though its partition is still
-    /// assigned; it resumes from its checkpoint. One wait for all: a fencing of the instance's shared producer ends
-    /// every fan-out task at once, which a wait per task turned into a pause of one second per partition.
-    async fn restart_ended(&mut self) {
+    /// Notes every task that ended (failed, panicked or fenced) though its partition is still assigned: it starts
+    /// again 1 s later ([`RESTART_AFTER`], [`Tasks::start_due`]) and resumes from its checkpoint. The dispatcher
+    /// goes on meanwhile: the other partitions are not held up, and the records of a waiting partition are dropped
+    /// ([`Tasks::dispatch`]), since its new task seeks back to its checkpoint and reads them again. One wait for all
+    /// that ended together: a fencing of the instance's shared producer ends every fan-out task at once.
+    fn note_ended(&mut self) {
         let ended: Vec<i32> = self.running.iter().filter(|(_, t)| t.handle.is_finished()).map(|(p, _)| *p).collect();
-        if ended.is_empty() {
-            return;
-        }
-        for &p in &ended {
+        let due = Instant::now() + RESTART_AFTER;
+        for p in ended {
             let handle = self.remove(p).expect("listed");
             let stage = self.stage;
-            match handle.await {
-                Ok(Ok(())) => warn!(%stage, partition = p, "task ended; starting it again"),
-                Ok(Err(_)) => info!(%stage, partition = p, "starting the failed task again from its checkpoint"),
-                Err(e) => warn!(%stage, partition = p, error = %e, "task panicked; starting it again"),
+            match handle.now_or_never() {
+                Some(Ok(Ok(()))) => warn!(%stage, partition = p, "task ended; starting it again"),
+                Some(Ok(Err(_))) => info!(%stage, partition = p, "starting the failed task again from its checkpoint"),
+                Some(Err(e)) => warn!(%stage, partition = p, error = %e, "task panicked; starting it again"),
+                None => warn!(%stage, partition = p, "task ended; starting it again"),
             }
+            self.restarting.insert(p, due);
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        for p in ended {
+    }
+
+    /// When the next noted task is due to start again ([`Tasks::note_ended`]); `None`: none waits.
+    fn next_restart(&self) -> Option<Instant> {
+        self.restarting.values().min().copied()
+    }
+
+    /// Starts again every noted task whose wait is over; it seeks back to its checkpoint.
+    fn start_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<i32> = self.restarting.iter().filter(|(_, at)| **at <= now).map(|(p, _)| *p).collect();
+        for p in due {
+            self.restarting.remove(&p);
             self.start(p, true);
         }
     }
@@ -631,6 +650,9 @@ impl Tasks {
     /// priority topic; never waits for a full channel ([`Lane`]).
     fn dispatch(&mut self, m: OwnedMessage) {
         let p = m.partition();
+        if self.restarting.contains_key(&p) {
+            return; // its task starts again soon, from its checkpoint, and reads this record again
+        }
         if !self.running.contains_key(&p) && !self.revoked.contains_key(&p) {
             self.start(p, false);
         }
@@ -674,13 +696,16 @@ impl Dispatcher {
         let mut stream = source.stream();
         let priority = self.priority.take();
         let (eager, revoked) = (self.eager, HashMap::new());
-        let mut tasks = Tasks { stage, spawn, consumer, brokers, running: HashMap::new(), priority, eager, revoked };
+        let restarting = HashMap::new();
+        let running = HashMap::new();
+        let mut tasks = Tasks { stage, spawn, consumer, brokers, running, priority, eager, revoked, restarting };
         let mut health = tokio::time::interval(Duration::from_secs(1));
         loop {
             // Records waiting for a full channel go first, each turn (and every STALLED_RETRY while idle).
             if tasks.stalled() {
                 tasks.drain_stalled();
             }
+            let next_restart = tasks.next_restart();
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => if *shutdown.borrow() { break },
@@ -698,7 +723,9 @@ impl Dispatcher {
                         }
                     }
                 }
-                _ = health.tick() => tasks.restart_ended().await,
+                _ = health.tick() => tasks.note_ended(),
+                _ = async { tokio::time::sleep_until(next_restart.unwrap_or_else(Instant::now).into()).await },
+                    if next_restart.is_some() => tasks.start_due(),
                 // In a block, so that the timer is made only when records wait (a disabled branch is still built).
                 _ = async { tokio::time::sleep(STALLED_RETRY).await }, if tasks.stalled() => tasks.drain_stalled(),
                 msg = stream.next() => {
@@ -728,7 +755,9 @@ mod tests {
 
     use rdkafka::message::{Message, OwnedMessage, Timestamp};
 
-    use super::{GroupConsumer, GroupContext, Lane, PartitionInput, Run, Verdict, QUEUE};
+    use super::{
+        GroupConsumer, GroupContext, Lane, PartitionInput, Run, SpawnTask, Tasks, Verdict, QUEUE, RESTART_AFTER,
+    };
 
     /// A consumer that never connects (librdkafka connects lazily): enough to pause and resume.
     fn consumer() -> Arc<GroupConsumer> {
@@ -799,6 +828,60 @@ mod tests {
         // Both lanes dropped (the task revoked): the input ends.
         drop((deltas, events));
         assert!(input.next_batch(10, Duration::from_secs(1)).await.is_none());
+    }
+
+    /// Tasks whose spawn records each start (partition, restarted) and makes partition 0's task fail at once and
+    /// the others run until their input closes.
+    fn failing_tasks(starts: Arc<std::sync::Mutex<Vec<(i32, bool)>>>) -> Tasks {
+        let spawn: SpawnTask = Arc::new(move |mut input: PartitionInput| {
+            starts.lock().unwrap().push((input.partition, input.restarted));
+            tokio::spawn(async move {
+                if input.partition == 0 {
+                    return Err(crate::service::TaskError::Stopped);
+                }
+                while input.next_batch(10, Duration::from_secs(60)).await.is_some() {}
+                Ok(())
+            })
+        });
+        let (consumer, brokers, stage) = (consumer(), "127.0.0.1:9".into(), crate::checkpoint::Stage::Fold);
+        let (running, revoked, restarting) = (HashMap::new(), HashMap::new(), HashMap::new());
+        Tasks { stage, spawn, consumer, brokers, running, priority: None, eager: false, revoked, restarting }
+    }
+
+    #[tokio::test]
+    async fn a_failed_task_starts_again_from_its_checkpoint_without_holding_up_the_other_partitions() {
+        let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = failing_tasks(starts.clone());
+        let at = |p: i32, offset: i64| {
+            OwnedMessage::new(Some(vec![]), None, "t".into(), Timestamp::NotAvailable, p, offset, None)
+        };
+        tasks.dispatch(at(0, 0));
+        tasks.dispatch(at(1, 0));
+        while !tasks.running[&0].handle.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        let noted = std::time::Instant::now();
+        tasks.note_ended();
+        assert!(!tasks.running.contains_key(&0) && tasks.running.contains_key(&1));
+        let due = tasks.next_restart().expect("partition 0 waits");
+        assert!(due >= noted + RESTART_AFTER - Duration::from_millis(50), "it waits about {RESTART_AFTER:?}");
+        // Meanwhile the dispatcher goes on: partition 1 gets its records; partition 0's are left to its restart.
+        tasks.dispatch(at(0, 1));
+        tasks.dispatch(at(1, 1));
+        assert!(!tasks.running.contains_key(&0), "no task started for a waiting partition");
+        tasks.start_due();
+        assert!(!tasks.running.contains_key(&0), "not before its time");
+        tokio::time::sleep_until(due.into()).await;
+        tasks.start_due();
+        assert_eq!(*starts.lock().unwrap(), [(0, false), (1, false), (0, true)], "restarted: it seeks back");
+        assert_eq!(tasks.next_restart(), None);
+        // A revoke forgets a waiting partition: its next owner starts it afresh.
+        while !tasks.running[&0].handle.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        tasks.note_ended();
+        tasks.revoke(&[0].into());
+        assert_eq!(tasks.next_restart(), None);
     }
 
     #[test]
