@@ -7,7 +7,8 @@
 //! The live path runs through the publish, not the commit: the fold publishes its changed users to Redis after
 //! every batch, and the fan-out commits its Kafka transaction every `--transaction-interval`. While a publish runs,
 //! records queue up and the next batch takes them all (a group commit), so a publish costs per batch, not per
-//! record. The commit (the checkpoint in PostgreSQL) follows every `--flush-interval`, off the live path.
+//! record. The commit (the checkpoint in PostgreSQL) follows every `--flush-interval`, off the live path. Under
+//! load a fan-out batch also lingers ([`linger`]), so that it holds more messages of each conversation.
 //!
 //! Words, the same in both stages, in the flags and in the metrics:
 //! - **publish**: what makes applied records visible downstream (fold: the changed users' Redis writes, version
