@@ -324,17 +324,14 @@ impl PartitionInput {
                 },
                 _ = tokio::time::sleep(wait) => return Some(batch),
             }
-            take_ready(&mut self.priority, &mut batch, max);
         }
-        take_ready(&mut self.records, &mut batch, max);
+        self.take_more(&mut batch, max);
         if !batch.is_empty() {
             self.timing.1 = self.timing.1.or(Some(Instant::now()));
         }
         Some(batch)
     }
-}
 
-impl PartitionInput {
     /// Adds what the task's lanes already hold to `batch` (the priority lane first), up to `max` records in all;
     /// never waits.
     pub fn take_more(&mut self, batch: &mut Vec<OwnedMessage>, max: usize) {
