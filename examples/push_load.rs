@@ -4,8 +4,14 @@
 //!
 //! Prints: connect time, the server's memory per connection (RSS after connecting minus before, over N), messages
 //! received and messages/s over the produce and probe window (at least 10 s), produce-to-client latency p50/p99/max of the probes (from just before
-//! the gateway POST to each of the user's clients seeing the change), and how many clients end with a state
-//! different from what the API answers for their user after the lag is zero.
+//! the gateway POST to a client seeing the change), and how many clients end with a state different from what the
+//! API answers for their user after the lag is zero.
+//!
+//! The probes cycle through [`PROBED`] users, toggling mute on a conversation of the rig's own,
+//! [`PROBE_CONVERSATION`], which they join before the clients connect. A probe of a conversation of the set itself
+//! could name one the user joins only later in the set: the mute is then kept, but shows (contract: `conversations`
+//! lists the conversations U is a member of) only once the fan-out has delivered the join, so its latency would be the
+//! join's, not the user event's.
 //!
 //! Usage: push_load API_URL SERVER_PID EXPECTED_JSONL EVENTS_FILE CLIENTS   (the API runs with --insecure-no-auth)
 
@@ -24,11 +30,18 @@ use unread::core::contract::UserView;
 /// A probe in flight: user → (conversation, muted value sent, when).
 type Probes = Mutex<HashMap<String, (String, bool, Instant)>>;
 
+/// How many users the probes cycle through.
+const PROBED: usize = 200;
+/// The conversation the probed users join before the load, and whose mute the probes toggle.
+const PROBE_CONVERSATION: &str = "push-load.probes";
+
 #[derive(Default)]
 struct Shared {
     probes: Probes,
-    /// (when the probe was sent, how long until a client saw it)
+    /// (when the probe was sent, how long until a client saw it), one per client
     latencies: Mutex<Vec<(Instant, Duration)>>,
+    /// (when the probe was sent, how long its POST took to be answered 202: the gateway's produce)
+    accepted: Mutex<Vec<(Instant, Duration)>>,
     messages: AtomicU64,
     views: Mutex<Vec<(String, UserView)>>,
 }
@@ -102,7 +115,28 @@ fn observe_probe(shared: &Shared, user: &str, changes: &Changes) {
     }
 }
 
-/// Toggles mute on a conversation of a random user every 50 ms until `stop`.
+/// Makes the probed users members of [`PROBE_CONVERSATION`] (one `conversation.created` through `unread produce`)
+/// and waits until it is folded.
+async fn join_probed(unread: &str, probed: &[(String, String)]) {
+    let members: Vec<&str> = probed.iter().map(|(u, _)| u.as_str()).collect();
+    let event = serde_json::json!({"type": "conversation.created", "event_id": "push-load.probes#1",
+        "occurred_at": "2020-01-01T00:00:00Z", "conversation_id": PROBE_CONVERSATION, "kind": "group", "members": members});
+    let file = std::env::temp_dir().join(format!("push_load_probes_{}.jsonl", std::process::id()));
+    std::fs::write(&file, format!("{event}\n")).unwrap();
+    for args in [vec!["produce", file.to_str().unwrap()], vec!["lag", "--wait", "1m"]] {
+        let status = tokio::process::Command::new(unread)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success(), "unread {} failed", args[0]);
+    }
+    std::fs::remove_file(file).ok();
+}
+
+/// Toggles mute on the conversation of one of `users` after another, every 50 ms after the last POST was answered,
+/// until `stop`.
 async fn probe(
     api: String,
     users: Vec<(String, String)>,
@@ -115,7 +149,8 @@ async fn probe(
         let (user, conversation) = &users[(i * 7919) % users.len()];
         i += 1;
         let muted = shared.probes.lock().unwrap().get(user).is_none_or(|p| !p.1);
-        shared.probes.lock().unwrap().insert(user.clone(), (conversation.clone(), muted, Instant::now()));
+        let sent = Instant::now();
+        shared.probes.lock().unwrap().insert(user.clone(), (conversation.clone(), muted, sent));
         let path = format!("/v1/users/{}/conversations/{}/mute", encode(user), encode(conversation));
         let (agent, url) = (agent.clone(), format!("{api}{path}"));
         let body = format!("{{\"muted\":{muted}}}");
@@ -124,7 +159,27 @@ async fn probe(
         if !matches!(posted.await, Ok(Ok(r)) if r.status().as_u16() == 202) {
             eprintln!("a probe was not accepted");
         }
+        shared.accepted.lock().unwrap().push((sent, sent.elapsed()));
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Prints the three probes seen last: when each was sent (after the produce began), how long its POST took, and
+/// how long until its first client saw it.
+fn slowest(seen: &[(Instant, Duration)], posts: &[(Instant, Duration)], t0: Instant) {
+    let mut first: HashMap<Instant, Duration> = HashMap::new();
+    for (sent, l) in seen {
+        first.entry(*sent).and_modify(|f| *f = (*f).min(*l)).or_insert(*l);
+    }
+    let mut probes: Vec<(Instant, Duration)> = first.into_iter().collect();
+    probes.sort_by_key(|(_, l)| std::cmp::Reverse(*l));
+    for (sent, l) in probes.iter().take(3) {
+        let post = posts.iter().find(|(s, _)| s == sent).map_or(f64::NAN, |(_, p)| p.as_secs_f64() * 1000.0);
+        println!(
+            "  a slowest probe: sent {:.0} ms after the produce began, POST answered in {post:.1} ms, first seen after {:.1} ms",
+            sent.saturating_duration_since(t0).as_secs_f64() * 1000.0,
+            l.as_secs_f64() * 1000.0
+        );
     }
 }
 
@@ -147,6 +202,10 @@ async fn main() {
     let ws = api.replacen("http://", "ws://", 1);
     let shared = Arc::new(Shared::default());
     let done = Arc::new(tokio::sync::Notify::new());
+    let unread = std::env::var("UNREAD_BIN").unwrap_or_else(|_| "target/release/unread".into());
+    let probed: Vec<(String, String)> =
+        users.iter().take(PROBED).map(|u| (u.user_id.clone(), PROBE_CONVERSATION.to_owned())).collect();
+    join_probed(&unread, &probed).await;
     let rss_before = rss_kib(pid);
     let (ready_tx, mut ready) = tokio::sync::mpsc::channel(n);
     let started = Instant::now();
@@ -175,12 +234,9 @@ async fn main() {
         rss_after / 1024,
         (rss_after.saturating_sub(rss_before)) as f64 / n as f64
     );
-    let probed: Vec<(String, String)> =
-        users.iter().filter_map(|u| Some((u.user_id.clone(), u.conversations.keys().next()?.clone()))).collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let prober = tokio::spawn(probe(api.clone(), probed, shared.clone(), stop.clone()));
     let t0 = Instant::now();
-    let unread = std::env::var("UNREAD_BIN").unwrap_or_else(|_| "target/release/unread".into());
     let status = tokio::process::Command::new(&unread)
         .args(["produce", events])
         .stdout(std::process::Stdio::null())
@@ -206,27 +262,32 @@ async fn main() {
     for t in tasks {
         t.await.unwrap();
     }
-    report(api, &shared, messages, t0.elapsed().as_secs_f64() - 3.0, lag_zero).await;
+    report(api, &shared, messages, t0.elapsed().as_secs_f64() - 3.0, (t0, lag_zero)).await;
 }
 
-async fn report(api: &str, shared: &Shared, messages: u64, secs: f64, lag_zero: Instant) {
+async fn report(api: &str, shared: &Shared, messages: u64, secs: f64, (t0, lag_zero): (Instant, Instant)) {
     let all = shared.latencies.lock().unwrap().clone();
-    let sorted = |during: Option<bool>| {
+    let posts = shared.accepted.lock().unwrap().clone();
+    let sorted = |from: &[(Instant, Duration)], during: Option<bool>| {
         let mut l: Vec<Duration> =
-            all.iter().filter(|(sent, _)| during.is_none_or(|d| (*sent < lag_zero) == d)).map(|(_, l)| *l).collect();
+            from.iter().filter(|(sent, _)| during.is_none_or(|d| (*sent < lag_zero) == d)).map(|(_, l)| *l).collect();
         l.sort();
         l
     };
-    for (name, l) in [("sent while the dev set was produced", sorted(Some(true))), ("sent after", sorted(Some(false)))]
-    {
+    for (name, during) in [("sent while the dev set was produced", true), ("sent after", false)] {
+        let (l, p) = (sorted(&all, Some(during)), sorted(&posts, Some(during)));
         println!(
-            "  {name}: {} deliveries, p50 {:.1} ms, p99 {:.1} ms",
+            "  {name}: {} deliveries, p50 {:.1} ms, p99 {:.1} ms; their {} POSTs answered in p50 {:.1} ms, max {:.1} ms",
             l.len(),
             percentile(&l, 0.5),
-            percentile(&l, 0.99)
+            percentile(&l, 0.99),
+            p.len(),
+            percentile(&p, 0.5),
+            percentile(&p, 1.0)
         );
     }
-    let lat = sorted(None);
+    slowest(&all, &posts, t0);
+    let lat = sorted(&all, None);
     println!(
         "messages received: {messages} in {secs:.2} s (the produce and the probes): {:.0} messages/s",
         messages as f64 / secs
