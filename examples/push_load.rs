@@ -27,8 +27,8 @@ use unread::api::stream::SOCKET_BUFFER_BYTES;
 use unread::core::changes::{apply, Changes};
 use unread::core::contract::UserView;
 
-/// A probe in flight: user → (conversation, muted value sent, when).
-type Probes = Mutex<HashMap<String, (String, bool, Instant)>>;
+/// A probe in flight: user → (muted value sent, when); the conversation is [`PROBE_CONVERSATION`].
+type Probes = Mutex<HashMap<String, (bool, Instant)>>;
 
 /// How many users the probes cycle through.
 const PROBED: usize = 200;
@@ -109,16 +109,15 @@ async fn client(
 
 fn observe_probe(shared: &Shared, user: &str, changes: &Changes) {
     let probes = shared.probes.lock().unwrap();
-    let Some((conversation, muted, sent)) = probes.get(user) else { return };
-    if changes.conversations.get(conversation).is_some_and(|c| c.is_some_and(|c| c.muted == *muted)) {
+    let Some((muted, sent)) = probes.get(user) else { return };
+    if changes.conversations.get(PROBE_CONVERSATION).is_some_and(|c| c.is_some_and(|c| c.muted == *muted)) {
         shared.latencies.lock().unwrap().push((*sent, sent.elapsed()));
     }
 }
 
 /// Makes the probed users members of [`PROBE_CONVERSATION`] (one `conversation.created` through `unread produce`)
 /// and waits until it is folded.
-async fn join_probed(unread: &str, probed: &[(String, String)]) {
-    let members: Vec<&str> = probed.iter().map(|(u, _)| u.as_str()).collect();
+async fn join_probed(unread: &str, members: &[String]) {
     let event = serde_json::json!({"type": "conversation.created", "event_id": "push-load.probes#1",
         "occurred_at": "2020-01-01T00:00:00Z", "conversation_id": PROBE_CONVERSATION, "kind": "group", "members": members});
     let file = std::env::temp_dir().join(format!("push_load_probes_{}.jsonl", std::process::id()));
@@ -135,23 +134,18 @@ async fn join_probed(unread: &str, probed: &[(String, String)]) {
     std::fs::remove_file(file).ok();
 }
 
-/// Toggles mute on the conversation of one of `users` after another, every 50 ms after the last POST was answered,
-/// until `stop`.
-async fn probe(
-    api: String,
-    users: Vec<(String, String)>,
-    shared: Arc<Shared>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) {
+/// Toggles mute on [`PROBE_CONVERSATION`] for one of `users` after another, every 50 ms after the last POST was
+/// answered, until `stop`.
+async fn probe(api: String, users: Vec<String>, shared: Arc<Shared>, stop: Arc<std::sync::atomic::AtomicBool>) {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let mut i = 0usize;
     while !stop.load(Ordering::Relaxed) {
-        let (user, conversation) = &users[(i * 7919) % users.len()];
+        let user = &users[(i * 7919) % users.len()];
         i += 1;
-        let muted = shared.probes.lock().unwrap().get(user).is_none_or(|p| !p.1);
+        let muted = shared.probes.lock().unwrap().get(user).is_none_or(|p| !p.0);
         let sent = Instant::now();
-        shared.probes.lock().unwrap().insert(user.clone(), (conversation.clone(), muted, sent));
-        let path = format!("/v1/users/{}/conversations/{}/mute", encode(user), encode(conversation));
+        shared.probes.lock().unwrap().insert(user.clone(), (muted, sent));
+        let path = format!("/v1/users/{}/conversations/{}/mute", encode(user), encode(PROBE_CONVERSATION));
         let (agent, url) = (agent.clone(), format!("{api}{path}"));
         let body = format!("{{\"muted\":{muted}}}");
         let posted =
@@ -203,8 +197,7 @@ async fn main() {
     let shared = Arc::new(Shared::default());
     let done = Arc::new(tokio::sync::Notify::new());
     let unread = std::env::var("UNREAD_BIN").unwrap_or_else(|_| "target/release/unread".into());
-    let probed: Vec<(String, String)> =
-        users.iter().take(PROBED).map(|u| (u.user_id.clone(), PROBE_CONVERSATION.to_owned())).collect();
+    let probed: Vec<String> = users.iter().take(PROBED).map(|u| u.user_id.clone()).collect();
     join_probed(&unread, &probed).await;
     let rss_before = rss_kib(pid);
     let (ready_tx, mut ready) = tokio::sync::mpsc::channel(n);

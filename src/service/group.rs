@@ -619,10 +619,10 @@ impl Tasks {
             let handle = self.remove(p).expect("listed");
             let stage = self.stage;
             match handle.now_or_never() {
-                Some(Ok(Ok(()))) => warn!(%stage, partition = p, "task ended; starting it again"),
+                // `None` cannot be: the handle is finished.
+                Some(Ok(Ok(()))) | None => warn!(%stage, partition = p, "task ended; starting it again"),
                 Some(Ok(Err(_))) => info!(%stage, partition = p, "starting the failed task again from its checkpoint"),
                 Some(Err(e)) => warn!(%stage, partition = p, error = %e, "task panicked; starting it again"),
-                None => warn!(%stage, partition = p, "task ended; starting it again"),
             }
             self.restarting.insert(p, due);
         }
