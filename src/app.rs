@@ -26,7 +26,7 @@ pub struct ApiDeps {
     pub assignments: Vec<(Stage, Arc<Assignment>)>,
     /// The metrics served at `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// The write gateway's producer ([`crate::kafka::service_producer`]); `None`: writes answer 503.
+    /// The write gateway's producer ([`crate::kafka::gateway_producer`]); `None`: writes answer 503.
     pub producer: Option<rdkafka::producer::FutureProducer>,
     /// Turns true when the process stops: the push hub and the server stop with it.
     pub stop: watch::Receiver<bool>,

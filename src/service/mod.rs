@@ -477,7 +477,7 @@ impl Parts {
             limits: opts.limits.clone(),
             assignments: self.assignments.clone(),
             metrics,
-            producer: Some(crate::kafka::service_producer(&s.brokers)?),
+            producer: Some(crate::kafka::gateway_producer(&s.brokers)?),
             stop: self.stop.clone(),
         };
         let state = crate::app::build(deps).await?;
