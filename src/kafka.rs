@@ -168,8 +168,9 @@ pub fn service_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
 
 /// The write gateway's producer of user events: [`service_producer`]'s settings, but it sends at once (linger 0 ms)
 /// instead of waiting 5 ms for more records. A gateway answers a POST when its record is acknowledged, so a linger
-/// is added to every answer and to the read ack's way to the badge, while batching gains little at the rates one
-/// instance's clients post; records that arrive while a request is in flight still share the next one.
+/// adds to every answer and to a read ack's way to the badge; records that arrive while a request is in flight
+/// still share the next one. Measured (docs/performance.md, "The gateway sends at once"): a probe through an idle
+/// gateway reaches its user's sockets in p50 2 ms instead of 7, and 64 clients POST 10,400/s instead of 7,700–8,300.
 ///
 /// Errors: the client cannot be created (a setting is invalid).
 pub fn gateway_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
