@@ -753,11 +753,38 @@ fn kafka_broker_restarted_mid_flow_is_exact() {
     kafka.stop();
     std::thread::sleep(Duration::from_secs(3));
     assert!(svc.alive(), "the service survived the broker stop");
+    let port = svc.port;
+    let during = std::thread::spawn(move || post_mute(port, "gateway-restart")); // in flight across the restart
+    std::thread::sleep(Duration::from_secs(1));
     kafka.start();
     ns.ok(&["lag", "--wait", "180"]);
     assert_exact(svc.port);
+    let during = during.join().unwrap();
+    assert!(during == 202 || during == 503, "a write during the outage: accepted late or refused, not {during}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut after = post_mute(svc.port, "gateway-restart");
+    while after != 202 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(1));
+        after = post_mute(svc.port, "gateway-restart");
+    }
+    assert_eq!(after, 202, "the write gateway takes writes again after the broker came back");
     svc.stop();
     ns.cleanup();
+}
+
+/// A mute through the write gateway on `port`, with `user`'s token: the status (0: no answer within 40 s).
+fn post_mute(port: u16, user: &str) -> u16 {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(40)))
+        .build()
+        .into();
+    agent
+        .post(&format!("http://127.0.0.1:{port}/v1/users/{user}/conversations/restart/mute"))
+        .header("authorization", &format!("Bearer {}", token(user, false)))
+        .header("content-type", "application/json")
+        .send(r#"{"muted":true}"#)
+        .map_or(0, |r| r.status().as_u16())
 }
 
 #[test]
