@@ -772,7 +772,9 @@ fn kafka_broker_restarted_mid_flow_is_exact() {
     ns.cleanup();
 }
 
-/// A mute through the write gateway on `port`, with `user`'s token: the status (0: no answer within 40 s).
+/// A mute through the write gateway on `port`, with `user`'s token: the status (0: no answer within 40 s). Not
+/// `http_post_as`: its agent gives up after 10 s, and a POST sent while the broker is down may wait for its delivery
+/// up to the gateway producer's 30 s (`message.timeout.ms`) before it is answered.
 fn post_mute(port: u16, user: &str) -> u16 {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
