@@ -1,9 +1,12 @@
 //! The per-recipient update that the fan-out emits and the fold applies: the payload of the internal topic
-//! `unread.user-deltas` (record key = `user_id`).
+//! `unread.user-deltas`, partitioned by `user_id`.
 //!
 //! One [`Delta`] says what one batch of a conversation's events means for one user, as an ordered list of
 //! [`DeltaOp`]s. Messages are coalesced: a run of messages during which the user's membership did not change is one
 //! [`DeltaOp::Messages`] carrying seqs as ranges, however many messages it holds.
+//!
+//! A record holds one delta (a JSON object, keyed by its user) or several (a JSON array, no key), all of users of
+//! the record's partition: [`pack`] and [`unpack`].
 //!
 //! Applying a delta is idempotent, and so is applying again any suffix of the deltas of one conversation already
 //! applied (what a fan-out that restarts from its checkpoint produces): see `docs/semantics.md`.
@@ -175,9 +178,115 @@ impl Fence {
     }
 }
 
+/// One record of `unread.user-deltas` as [`pack`] makes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaRecord {
+    /// The partition of its users (`partition_of` their id).
+    pub partition: i32,
+    /// The user of a record of one delta; `None` for a record of several.
+    pub key: Option<String>,
+    /// JSON: a [`Delta`] object, or an array of them.
+    pub payload: Vec<u8>,
+}
+
+/// Packs a batch's deltas into records: per partition (`partition_of(user_id)`), in order, JSON arrays of
+/// consecutive deltas up to `max_bytes` each. A record that would hold one delta holds it alone, as an object keyed
+/// by its user: the form of releases before records of several, which `max_bytes` 0 gives for every delta (during
+/// a rolling upgrade from such a release, whose fold reads no other; docs/operations.md, "Upgrading"). A delta
+/// bigger than `max_bytes` goes alone too.
+///
+/// Why: a delta per record cost a record's overhead in the producer, the broker and the fold's consumer for every
+/// delta, at least a delta per joiner when a million join one feed (docs/performance.md, "Deltas packed per
+/// partition"). The order of one user's deltas, which the fold needs, is kept: they are in one partition, in
+/// order within a record and across records.
+pub fn pack(deltas: &[Delta], partition_of: impl Fn(&str) -> i32, max_bytes: usize) -> Vec<DeltaRecord> {
+    let mut open: Vec<(i32, Vec<&Delta>, Vec<u8>)> = Vec::new(); // partition, its deltas, their array so far
+    let mut records = Vec::new();
+    for d in deltas {
+        let partition = partition_of(&d.user_id);
+        let json = serde_json::to_vec(d).expect("deltas serialize");
+        let i = open.iter().position(|(p, ..)| *p == partition).unwrap_or_else(|| {
+            open.push((partition, Vec::new(), Vec::new()));
+            open.len() - 1
+        });
+        let (_, members, array) = &mut open[i];
+        if !members.is_empty() && array.len() + 1 + json.len() + 1 > max_bytes {
+            records.push(close(partition, std::mem::take(members), std::mem::take(array)));
+        }
+        array.push(if members.is_empty() { b'[' } else { b',' });
+        array.extend_from_slice(&json);
+        members.push(d);
+    }
+    records.extend(open.into_iter().map(|(p, members, array)| close(p, members, array)));
+    records
+}
+
+/// The record of `members`, whose JSON array without its closing bracket is `array`: the lone delta's own object
+/// when there is one.
+fn close(partition: i32, members: Vec<&Delta>, mut array: Vec<u8>) -> DeltaRecord {
+    if let [only] = members[..] {
+        array.remove(0);
+        return DeltaRecord { partition, key: Some(only.user_id.clone()), payload: array };
+    }
+    array.push(b']');
+    DeltaRecord { partition, key: None, payload: array }
+}
+
+/// The deltas of a record's payload: one for a JSON object, each of a JSON array, in order.
+///
+/// Errors: the payload is neither (serde_json's message).
+pub fn unpack(payload: &[u8]) -> Result<Vec<Delta>, serde_json::Error> {
+    match payload.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice(payload),
+        _ => serde_json::from_slice(payload).map(|d| vec![d]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn joined(user: &str) -> Delta {
+        let ops = vec![DeltaOp::Joined { head: 3 }, DeltaOp::ReadDiffusion { since: 3 }];
+        Delta { user_id: user.into(), conversation_id: "feed".into(), ops, feed: true, source: None }
+    }
+
+    #[test]
+    fn packed_deltas_keep_each_partitions_order_and_unpack_to_the_batch() {
+        let batch: Vec<Delta> = (0..10).map(|i| joined(&format!("u{i}"))).collect();
+        let partition_of = |user: &str| i32::from(user.as_bytes()[1] % 3);
+        let records = pack(&batch, partition_of, 1 << 20);
+        assert_eq!(records.len(), 3, "one record per partition: {records:?}");
+        for r in &records {
+            assert_eq!(r.key, None, "several deltas: no key");
+            let deltas = unpack(&r.payload).unwrap();
+            assert!(deltas.iter().all(|d| partition_of(&d.user_id) == r.partition));
+            let expected: Vec<&Delta> = batch.iter().filter(|d| partition_of(&d.user_id) == r.partition).collect();
+            assert_eq!(deltas.iter().collect::<Vec<_>>(), expected, "in the batch's order");
+        }
+    }
+
+    #[test]
+    fn a_record_stays_under_its_bound_and_a_lone_delta_is_an_object_keyed_by_its_user() {
+        let batch: Vec<Delta> = (0..7).map(|i| joined(&format!("u{i}"))).collect();
+        let one = serde_json::to_vec(&batch[0]).unwrap().len();
+        let records = pack(&batch, |_| 0, 3 * one + 4); // three deltas, two commas, two brackets
+        let sizes: Vec<usize> = records.iter().map(|r| unpack(&r.payload).unwrap().len()).collect();
+        assert_eq!(sizes, vec![3, 3, 1]);
+        assert!(records.iter().all(|r| r.payload.len() <= 3 * one + 4));
+        let last = &records[2];
+        assert_eq!((last.key.as_deref(), last.payload[0]), (Some("u6"), b'{'), "the form of a delta per record");
+        assert_eq!(unpack(&last.payload).unwrap(), vec![batch[6].clone()]);
+        let singles = pack(&batch, |_| 0, 0);
+        assert_eq!(singles.len(), 7, "max_bytes 0: a delta per record");
+        for (r, d) in singles.iter().zip(&batch) {
+            assert_eq!(
+                (r.key.as_deref(), serde_json::from_slice::<Delta>(&r.payload).unwrap()),
+                (Some(&*d.user_id), d.clone())
+            );
+        }
+        assert!(unpack(b"[1]").is_err() && unpack(b"{}").is_err());
+    }
 
     #[test]
     fn the_fence_drops_an_older_generation_once_a_newer_one_was_seen_per_partition() {

@@ -27,7 +27,7 @@ use tracing::{debug, info};
 use super::group::{PartitionInput, Verdict};
 use super::shared_transaction::{blocking, Open, SharedTransaction};
 use super::task::{self, StageTask};
-use super::{records, Shared, TaskError};
+use super::{records, DeltaRecords, Shared, TaskError};
 use crate::checkpoint::store::Unreleased;
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp};
@@ -487,7 +487,7 @@ impl FanOutTask {
             let (mut deltas, stats) = self.fanout.process_batch(&events);
             sh.metrics.fanout_batch(&stats);
             self.dirty.extend(keys);
-            let source = DeltaSource { partition: p, generation: self.generation };
+            let source = (DeltaSource { partition: p, generation: self.generation }, sh.deltas);
             let _open = self.begin(sh).await?;
             produce(&self.producer, &sh.topics.user_deltas, &mut deltas, source, &mut self.in_flight).await?;
         }
@@ -634,22 +634,27 @@ fn whole_lists(fanout: &FanOut, generation: i64) -> Vec<ListWrite> {
     fanout.whole_shared().into_iter().map(whole).collect()
 }
 
-/// Enqueues deltas keyed by user, each carrying its `source` ([`crate::core::delta::Delta::source`], for the
-/// fold's fence against zombie deltas); their acknowledgements join `in_flight`. Waits only while the producer's
-/// queue is full. The source travels in the payload, not in a record header: a header costs librdkafka a list and
-/// its copies on both sides, about a seventh of the service's samples in a profile at 20,000 msg/s; without it the
-/// CPU per update fell about 5% (docs/performance.md, "The fan-out lingers under load").
+/// Enqueues deltas, each carrying its `source` ([`crate::core::delta::Delta::source`], for the fold's fence against
+/// zombie deltas), packed into records by partition of their users ([`crate::core::delta::pack`], up to
+/// `records.max_bytes` each); their acknowledgements join `in_flight`. Waits only while the producer's queue is
+/// full. The source travels in the payload, not in a record header: a header costs librdkafka a list and its
+/// copies on both sides, about a seventh of the service's samples in a profile at 20,000 msg/s; without it the CPU
+/// per update fell about 5% (docs/performance.md, "The fan-out lingers under load").
 async fn produce(
     producer: &FutureProducer,
     topic: &str,
     deltas: &mut [crate::core::delta::Delta],
-    source: DeltaSource,
+    (source, records): (DeltaSource, DeltaRecords),
     in_flight: &mut Vec<DeliveryFuture>,
 ) -> Result<(), TaskError> {
-    for d in deltas {
+    for d in deltas.iter_mut() {
         d.source = Some(source);
-        let payload = serde_json::to_vec(&*d).expect("deltas serialize");
-        let mut record = FutureRecord::to(topic).key(d.user_id.as_bytes()).payload(&payload);
+    }
+    for r in crate::core::delta::pack(deltas, |user| records.partition_of(user), records.max_bytes) {
+        let mut record = FutureRecord::to(topic).partition(r.partition).payload(&r.payload);
+        if let Some(key) = &r.key {
+            record = record.key(key.as_bytes());
+        }
         loop {
             match producer.send_result(record) {
                 Ok(delivery) => break in_flight.push(delivery),

@@ -110,10 +110,10 @@ impl StageTask for FoldTask {
             pending += 1;
             let ages = if is_event { &mut event_ages } else { &mut ages };
             ages.extend(records::age(record, now));
-            let outcome = if is_event { self.apply_event(record) } else { self.apply_delta(record) };
+            let outcome = if is_event { self.apply_event(record).map(|()| 1) } else { self.apply_deltas(record) };
             match outcome {
-                Ok(()) if is_event => n_events += 1,
-                Ok(()) => n_deltas += 1,
+                Ok(_) if is_event => n_events += 1,
+                Ok(n) => n_deltas += n,
                 Err(e) => self.dead_letter(record, &e).await?,
             }
         }
@@ -203,16 +203,19 @@ impl FoldTask {
         Ok(())
     }
 
-    fn apply_delta(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
-        let d = records::delta(record)?;
-        if records::delta_source(record, &d).is_some_and(|source| !self.fence.admit(source)) {
-            self.shared.metrics.zombie_delta();
-            debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
-            return Ok(());
+    /// Applies a record's deltas in order ([`records::deltas`]), but those its fence drops; counts them.
+    fn apply_deltas(&mut self, record: &OwnedMessage) -> Result<usize, records::RecordError> {
+        let deltas = records::deltas(record, self.shared.deltas.partitions)?;
+        for d in &deltas {
+            if records::delta_source(record, d).is_some_and(|source| !self.fence.admit(source)) {
+                self.shared.metrics.zombie_delta();
+                debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
+                continue;
+            }
+            self.changed(&d.user_id, [d.conversation_id.clone()]);
+            self.fold.apply_delta(d);
         }
-        self.changed(&d.user_id, [d.conversation_id.clone()]);
-        self.fold.apply_delta(&d);
-        Ok(())
+        Ok(deltas.len())
     }
 
     /// Sends a record that failed to the dead-letter topic; a failed delivery replaces the shared producer.

@@ -93,6 +93,13 @@ pub struct RunOptions {
     #[arg(long, env = "UNREAD_FANOUT_LINGER", default_value = "100ms",
           value_parser = crate::config::parse_duration_or_zero)]
     pub fanout_linger: Duration,
+    /// The most bytes of deltas a fan-out task puts in one record of `unread.user-deltas`, e.g. `262144`: a batch's
+    /// deltas for one partition travel as JSON arrays up to this size ([`crate::core::delta::pack`]), at a record's
+    /// overhead per array rather than per delta (docs/performance.md, "Deltas packed per partition"). `0`: one delta
+    /// per record, the only form releases before 2026-11-27 read; set it while such a release still runs the fold
+    /// stage in a rolling upgrade (docs/operations.md, "Upgrading"). At most the topic's `max.message.bytes`.
+    #[arg(long, env = "UNREAD_DELTA_RECORD_BYTES", default_value_t = 262_144)]
+    pub delta_record_bytes: usize,
     /// An instance that stops heart-beating (killed, paused) loses its partitions after this long, e.g. `3s`: the
     /// pause its partitions see after a SIGKILL (docs/operations.md, "Adding instances or partitions"). At least
     /// the broker's `group.min.session.timeout.ms`.
@@ -229,6 +236,8 @@ pub struct Shared {
     pub flush: FlushPolicy,
     /// When the fan-out read-diffuses a conversation.
     pub diffusion: crate::core::hybrid::Diffusion,
+    /// How deltas go into records of `unread.user-deltas`.
+    pub deltas: DeltaRecords,
     /// Fault injection for tests (`UNREAD_FAULT_PRODUCE_DELAY`, e.g. `3s`): the fan-out sleeps this long between
     /// its lease check and producing a batch's deltas, the window in which a paused task becomes a zombie.
     pub produce_delay: Option<std::time::Duration>,
@@ -243,6 +252,27 @@ pub struct Shared {
     pub shared_transaction: Option<shared_transaction::SharedTransaction>,
     /// The previous owners' producers this instance fenced, and when ([`fanout_stage::fence`]).
     pub fences: fanout_stage::Fences,
+}
+
+/// How the fan-out packs deltas into records of `unread.user-deltas` ([`crate::core::delta::pack`]), and how the
+/// fold checks that a record's deltas belong to its partition.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaRecords {
+    /// The topic's partitions, the same as `unread.user-events`' (co-partitioned); 0 on an instance without the
+    /// stages, where the topic need not exist.
+    pub partitions: i32,
+    /// The most bytes of deltas in one record (`--delta-record-bytes`); 0: one delta per record.
+    pub max_bytes: usize,
+}
+
+impl DeltaRecords {
+    /// The partition of `user_id`'s deltas: Kafka's murmur2 partitioner ([`crate::kafka::partition_for_key`]), as
+    /// for the user's own events.
+    ///
+    /// Panics when the topic's partitions are unknown (0): only the stages call it, and they need the topic.
+    pub fn partition_of(&self, user_id: &str) -> i32 {
+        crate::kafka::partition_for_key(user_id.as_bytes(), self.partitions)
+    }
 }
 
 impl From<StoreError> for TaskError {
@@ -376,7 +406,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         let counts = tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers));
         let counts = counts.await.context("checking Kafka")??;
         missing_topics(&s.topics(), &stages(&opts.roles), &counts)?;
-        anyhow::Ok(ms())
+        anyhow::Ok((counts.get(&s.topics().user_deltas).copied().unwrap_or(0), ms()))
     };
     let transactional_prefix = s.stage_group(Stage::FanOut);
     let store = async {
@@ -397,7 +427,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?;
         anyhow::Ok((projection.with_ttl(ttl), ms()))
     };
-    let (kafka_ms, (store, postgres_ms, migrated_ms, early), (projection, redis_ms)) =
+    let ((delta_partitions, kafka_ms), (store, postgres_ms, migrated_ms, early), (projection, redis_ms)) =
         tokio::try_join!(kafka, store, projection)?;
     info!(kafka_ms, postgres_ms, migrated_ms, redis_ms, "connected");
     let owner = owner_name(opts.group_instance_id.as_deref());
@@ -421,6 +451,7 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
             linger: opts.fanout_linger.min(opts.flush_interval),
         },
         diffusion: s.diffusion(),
+        deltas: DeltaRecords { partitions: delta_partitions, max_bytes: opts.delta_record_bytes },
         produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
             .ok()
             .and_then(|d| humantime::parse_duration(&d).ok()),
@@ -547,13 +578,17 @@ fn stage_topics(topics: &Topics, stage: Stage) -> (Vec<&str>, Option<&str>) {
     }
 }
 
-/// Fails when a topic the `stages` subscribe to is not in the broker's metadata (`counts`): a consumer subscribed
-/// to a missing topic would wait, never ready, until its next metadata refresh (5 minutes) and then get nothing, so
-/// the process stops at once instead, before joining any group (issue 23: fail fast).
+/// Fails when a topic the `stages` subscribe to, or the fan-out's output `unread.user-deltas`, is not in the
+/// broker's metadata (`counts`): a consumer subscribed to a missing topic would wait, never ready, until its next
+/// metadata refresh (5 minutes) and then get nothing, and the fan-out packs its deltas by that topic's partitions,
+/// so the process stops at once instead, before joining any group (issue 23: fail fast).
 ///
 /// Errors: names the missing topics and the command that creates them.
 fn missing_topics(topics: &Topics, stages: &[Stage], counts: &HashMap<String, i32>) -> anyhow::Result<()> {
     let mut missing: Vec<&str> = stages.iter().flat_map(|&s| stage_topics(topics, s).0).collect();
+    if stages.contains(&Stage::FanOut) && !missing.contains(&topics.user_deltas.as_str()) {
+        missing.push(&topics.user_deltas); // the fan-out writes it, and packs its records by its partitions
+    }
     missing.retain(|t| !counts.contains_key(*t));
     match missing.len() {
         0 => Ok(()),
@@ -625,10 +660,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn missing_topics_names_each_topic_a_stage_subscribes_to_and_the_command() {
+    fn missing_topics_names_each_topic_a_stage_reads_or_writes_and_the_command() {
         let topics = Topics::new("t.");
         let mut counts: HashMap<String, i32> = [(topics.conversation_events.clone(), 8)].into_iter().collect();
-        assert!(missing_topics(&topics, &[Stage::FanOut], &counts).is_ok());
+        let err = missing_topics(&topics, &[Stage::FanOut], &counts).unwrap_err().to_string();
+        assert_eq!(err, "topic t.unread.user-deltas does not exist; create it with `unread topics create`");
         let err = missing_topics(&topics, &[Stage::FanOut, Stage::Fold], &counts).unwrap_err().to_string();
         assert_eq!(
             err,
@@ -637,6 +673,8 @@ mod tests {
         counts.insert(topics.user_events.clone(), 8);
         let err = missing_topics(&topics, &[Stage::Fold], &counts).unwrap_err().to_string();
         assert_eq!(err, "topic t.unread.user-deltas does not exist; create it with `unread topics create`");
+        counts.insert(topics.user_deltas.clone(), 8);
+        assert!(missing_topics(&topics, &[Stage::FanOut, Stage::Fold], &counts).is_ok());
         assert!(missing_topics(&topics, &[], &HashMap::new()).is_ok());
     }
 }

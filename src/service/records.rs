@@ -45,11 +45,22 @@ pub enum RecordError {
     /// A delta on the internal topic that does not decode (a bug or a foreign producer).
     #[error("invalid delta: {0}")]
     BadDelta(String),
+    /// A delta, in a record of several, whose user's partition is not the record's (a bug, a foreign producer, or
+    /// a topic whose partitions changed under the service).
+    #[error("a delta for user {user:?} is in partition {partition}, not in its user's, {expected}")]
+    WrongPartition {
+        /// The delta's user.
+        user: String,
+        /// The record's partition.
+        partition: i32,
+        /// The user's partition.
+        expected: i32,
+    },
 }
 
 impl RecordError {
     /// Short stable name: the decoder's kind, or `no_value`, `missing_key`, `key_mismatch`, `wrong_topic`,
-    /// `bad_delta`.
+    /// `bad_delta`, `wrong_partition`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Decode(e) => e.kind(),
@@ -58,6 +69,7 @@ impl RecordError {
             Self::KeyMismatch { .. } => "key_mismatch",
             Self::WrongTopic { .. } => "wrong_topic",
             Self::BadDelta(_) => "bad_delta",
+            Self::WrongPartition { .. } => "wrong_partition",
         }
     }
 }
@@ -119,18 +131,38 @@ pub fn delta_source(record: &impl Message, d: &Delta) -> Option<crate::core::del
     crate::core::delta::DeltaSource::parse(header.value?)
 }
 
-/// Decodes a delta record of `unread.user-deltas` (JSON of [`Delta`], key = `user_id`).
-pub fn delta(record: &impl Message) -> Result<Delta, RecordError> {
+/// Decodes a record of `unread.user-deltas` ([`crate::core::delta::unpack`]) of a topic of `partitions`
+/// partitions: one delta (a JSON object, key = its `user_id`) or several (a JSON array, each of a user of the
+/// record's partition), in order.
+///
+/// Errors: no value; a payload that is neither form, or an empty array ([`RecordError::BadDelta`]); a lone delta
+/// whose key is not its user ([`RecordError::KeyMismatch`]); a delta of several whose user belongs to another
+/// partition ([`RecordError::WrongPartition`]). A record that fails is refused whole: none of its deltas apply.
+pub fn deltas(record: &impl Message, partitions: i32) -> Result<Vec<Delta>, RecordError> {
     let value = record.payload().ok_or(RecordError::NoValue)?;
-    let delta: Delta = serde_json::from_slice(value).map_err(|e| RecordError::BadDelta(e.to_string()))?;
-    if record.key() != Some(delta.user_id.as_bytes()) {
-        return Err(RecordError::KeyMismatch {
-            key: String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned(),
-            field: "user_id",
-            id: delta.user_id,
-        });
+    let deltas = crate::core::delta::unpack(value).map_err(|e| RecordError::BadDelta(e.to_string()))?;
+    match &deltas[..] {
+        [] => Err(RecordError::BadDelta("an empty array of deltas".into())),
+        [one] if value.first() == Some(&b'{') => match record.key() == Some(one.user_id.as_bytes()) {
+            true => Ok(deltas),
+            false => Err(RecordError::KeyMismatch {
+                key: String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned(),
+                field: "user_id",
+                id: one.user_id.clone(),
+            }),
+        },
+        several => {
+            let partition = record.partition();
+            let stray = several.iter().find_map(|d| {
+                let expected = crate::kafka::partition_for_key(d.user_id.as_bytes(), partitions);
+                (expected != partition).then(|| (d.user_id.clone(), expected))
+            });
+            match stray {
+                Some((user, expected)) => Err(RecordError::WrongPartition { user, partition, expected }),
+                None => Ok(deltas),
+            }
+        }
     }
-    Ok(delta)
 }
 
 /// Writes a failed record to the dead-letter topic unchanged (key, value, original headers), with headers
