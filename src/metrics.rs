@@ -379,7 +379,7 @@ impl Metrics {
         }
     }
 
-    /// `n` records of `topic` processed.
+    /// `n` records of `topic` processed; of `unread.user-deltas`, `n` deltas, however many records carried them.
     pub fn processed(&self, topic: &str, n: usize) {
         if n > 0 {
             self.processed.get_or_create(&TopicLabel { topic: topic.to_owned() }).inc_by(n as u64);

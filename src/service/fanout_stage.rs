@@ -6,12 +6,12 @@
 //! of any earlier owner: a zombie). A previous owner that did not release the lease and wrote with another id is
 //! fenced too, unless it is still a member of the group ([`fence`]). A restarted static member does those steps
 //! before it rejoins ([`super::prepare`]). Then it repeats: take a batch of records, decode them (bad ones go to
-//! the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas` keyed by user
-//! inside a Kafka transaction, commit the transaction every transaction interval, and every flush interval (or
-//! flush events) commit it, then checkpoint the changed conversations with the next offset in one PostgreSQL
-//! transaction. Deltas are committed before the
-//! checkpoint that covers their input, so a crash can repeat deltas but never lose one; the fold applies a
-//! repeated suffix idempotently (docs/semantics.md). The fold reads `read_committed`: a zombie's late batch is
+//! the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas`, packed per
+//! partition of their users ([`crate::core::delta::pack`]), inside a Kafka transaction, commit the transaction
+//! every transaction interval, and every flush interval (or flush events) commit it, then checkpoint the changed
+//! conversations with the next offset in one PostgreSQL transaction. Deltas are committed before the checkpoint
+//! that covers their input, so a crash can repeat deltas but never lose one; the fold applies a repeated suffix
+//! idempotently (docs/semantics.md). The fold reads `read_committed`: a zombie's late batch is
 //! refused or aborted by the broker and never reaches it (docs/operations.md § Fencing).
 
 use std::collections::{HashMap, HashSet};
@@ -487,9 +487,10 @@ impl FanOutTask {
             let (mut deltas, stats) = self.fanout.process_batch(&events);
             sh.metrics.fanout_batch(&stats);
             self.dirty.extend(keys);
-            let source = (DeltaSource { partition: p, generation: self.generation }, sh.deltas);
+            let source = DeltaSource { partition: p, generation: self.generation };
             let _open = self.begin(sh).await?;
-            produce(&self.producer, &sh.topics.user_deltas, &mut deltas, source, &mut self.in_flight).await?;
+            let (topic, records) = (&sh.topics.user_deltas, sh.deltas);
+            produce(&self.producer, topic, &mut deltas, source, records, &mut self.in_flight).await?;
         }
         Ok(pending)
     }
@@ -644,7 +645,8 @@ async fn produce(
     producer: &FutureProducer,
     topic: &str,
     deltas: &mut [crate::core::delta::Delta],
-    (source, records): (DeltaSource, DeltaRecords),
+    source: DeltaSource,
+    records: DeltaRecords,
     in_flight: &mut Vec<DeliveryFuture>,
 ) -> Result<(), TaskError> {
     for d in deltas.iter_mut() {
