@@ -232,13 +232,18 @@ fn close(partition: i32, members: Vec<&Delta>, mut array: Vec<u8>) -> DeltaRecor
     DeltaRecord { partition, key: None, payload: array }
 }
 
-/// The deltas of a record's payload: one for a JSON object, each of a JSON array, in order.
+/// Whether a record's payload is of several deltas (a JSON array: its first byte after whitespace is `[`), not one.
+pub fn is_packed(payload: &[u8]) -> bool {
+    payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+}
+
+/// The deltas of a record's payload: one for a JSON object, each of a JSON array ([`is_packed`]), in order.
 ///
 /// Errors: the payload is neither (serde_json's message).
 pub fn unpack(payload: &[u8]) -> Result<Vec<Delta>, serde_json::Error> {
-    match payload.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => serde_json::from_slice(payload),
-        _ => serde_json::from_slice(payload).map(|d| vec![d]),
+    match is_packed(payload) {
+        true => serde_json::from_slice(payload),
+        false => serde_json::from_slice(payload).map(|d| vec![d]),
     }
 }
 

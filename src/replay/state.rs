@@ -282,7 +282,8 @@ impl Replay {
             next[p] = msg.offset() + 1;
             // The source's fold would have dropped a zombie delta: so does the replay, from the same fence.
             // A record the source's fold refused (dead-lettered) is skipped whole, as there.
-            for d in records::deltas(&msg, self.partitions.user).unwrap_or_default() {
+            let partition_of = |user: &str| partition_for_key(user.as_bytes(), self.partitions.user);
+            for d in records::deltas(&msg, partition_of).unwrap_or_default() {
                 if records::delta_source(&msg, &d).is_some_and(|source| !fence[p].admit(source)) {
                     continue;
                 }

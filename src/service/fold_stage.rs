@@ -205,7 +205,8 @@ impl FoldTask {
 
     /// Applies a record's deltas in order ([`records::deltas`]), but those its fence drops; counts them.
     fn apply_deltas(&mut self, record: &OwnedMessage) -> Result<usize, records::RecordError> {
-        let deltas = records::deltas(record, self.shared.deltas.partitions)?;
+        let packing = self.shared.deltas;
+        let deltas = records::deltas(record, |user| packing.partition_of(user))?;
         for d in &deltas {
             if records::delta_source(record, d).is_some_and(|source| !self.fence.admit(source)) {
                 self.shared.metrics.zombie_delta();

@@ -131,19 +131,19 @@ pub fn delta_source(record: &impl Message, d: &Delta) -> Option<crate::core::del
     crate::core::delta::DeltaSource::parse(header.value?)
 }
 
-/// Decodes a record of `unread.user-deltas` ([`crate::core::delta::unpack`]) of a topic of `partitions`
-/// partitions: one delta (a JSON object, key = its `user_id`) or several (a JSON array, each of a user of the
-/// record's partition), in order.
+/// Decodes a record of `unread.user-deltas` ([`crate::core::delta::unpack`]): one delta (a JSON object, key = its
+/// `user_id`) or several (a JSON array, each of a user whose partition, `partition_of` its id, is the record's), in
+/// order.
 ///
 /// Errors: no value; a payload that is neither form, or an empty array ([`RecordError::BadDelta`]); a lone delta
 /// whose key is not its user ([`RecordError::KeyMismatch`]); a delta of several whose user belongs to another
 /// partition ([`RecordError::WrongPartition`]). A record that fails is refused whole: none of its deltas apply.
-pub fn deltas(record: &impl Message, partitions: i32) -> Result<Vec<Delta>, RecordError> {
+pub fn deltas(record: &impl Message, partition_of: impl Fn(&str) -> i32) -> Result<Vec<Delta>, RecordError> {
     let value = record.payload().ok_or(RecordError::NoValue)?;
     let deltas = crate::core::delta::unpack(value).map_err(|e| RecordError::BadDelta(e.to_string()))?;
     match &deltas[..] {
         [] => Err(RecordError::BadDelta("an empty array of deltas".into())),
-        [one] if value.first() == Some(&b'{') => match record.key() == Some(one.user_id.as_bytes()) {
+        [one] if !crate::core::delta::is_packed(value) => match record.key() == Some(one.user_id.as_bytes()) {
             true => Ok(deltas),
             false => Err(RecordError::KeyMismatch {
                 key: String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned(),
@@ -154,7 +154,7 @@ pub fn deltas(record: &impl Message, partitions: i32) -> Result<Vec<Delta>, Reco
         several => {
             let partition = record.partition();
             let stray = several.iter().find_map(|d| {
-                let expected = crate::kafka::partition_for_key(d.user_id.as_bytes(), partitions);
+                let expected = partition_of(&d.user_id);
                 (expected != partition).then(|| (d.user_id.clone(), expected))
             });
             match stray {
