@@ -634,7 +634,9 @@ fn sigkill_at_five_points_in_one_run_stays_exact() {
     let Some(stack) = stack("sigkill_at_five_points_in_one_run_stays_exact") else { return };
     let ns = Ns::new(&stack, "kill5");
     let mut pipeline = unread::pipeline::Pipeline::new();
-    produce_dev_copies(&ns, &mut pipeline, 4);
+    // Sixteen copies: with four, a service that packs its deltas (2026-11-27) could finish the input after two kills
+    // (a clean-clone CI run); with sixteen, two local runs had five kills and 110,000-120,000 records still to go.
+    produce_dev_copies(&ns, &mut pipeline, 16);
     let expected = pipeline.views();
     // Kill points spread over the run: each time some progress was checkpointed, at a random delay after start.
     let mut rng = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64 | 1;
