@@ -4,7 +4,9 @@
 //! A token is accepted when its signature verifies with a configured key **of the algorithm that key is for** (an
 //! HS256 token is never checked against an RSA key's bytes, `alg: none` is never accepted), `exp` is in the future,
 //! `nbf` (if any) in the past, and `iss`/`aud` present and equal to the configured ones when configured; `sub` is
-//! the user id (60 s of leeway on `exp` and `nbf`, for clock skew). A
+//! the user id (`--auth-leeway`, 60 s by default, on `exp` and `nbf`, for clock skew). A stream opened with a token
+//! ends when the token expires plus that leeway, unless the client refreshes it over the socket ([`Grant::until`],
+//! `crate::api::stream`). A
 //! token whose `scope` (space-separated) holds the configured service scope (`unread:any` by default) is a service
 //! token: it reads any user and may use the batch route. Any other token reads its own `sub` only.
 
@@ -37,6 +39,11 @@ pub struct AuthOptions {
     /// The required `aud`, if any.
     #[arg(long = "auth-audience", env = "UNREAD_AUTH_AUDIENCE")]
     pub audience: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`, e.g. `60s`: a token is accepted until `exp` plus this, and a stream
+    /// opened with it ends then (unless refreshed over the socket).
+    #[arg(long = "auth-leeway", env = "UNREAD_AUTH_LEEWAY", default_value = "60s",
+          value_parser = crate::config::parse_duration_or_zero)]
+    pub leeway: Duration,
     /// The `scope` entry that makes a service token (reads any user, uses the batch route).
     #[arg(long = "auth-service-scope", env = "UNREAD_AUTH_SERVICE_SCOPE", default_value = "unread:any")]
     pub service_scope: String,
@@ -102,9 +109,6 @@ pub struct Verifier {
     verified: Mutex<HashMap<String, Verified>>,
 }
 
-/// Seconds of clock skew allowed on `exp` and `nbf`.
-const LEEWAY_SECS: u64 = 60;
-
 /// Most tokens remembered as verified; the memory is cleared when full (about 300 bytes a token).
 const VERIFIED_CAPACITY: usize = 10_000;
 
@@ -114,6 +118,16 @@ struct Verified {
     access: Access,
     nbf: u64,
     exp: u64,
+}
+
+/// What a verified token grants, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// What it may do.
+    pub access: Access,
+    /// The last second (since the Unix epoch) it is accepted: its `exp` plus the leeway. A stream opened or
+    /// refreshed with it ends then.
+    pub until: u64,
 }
 
 impl Verifier {
@@ -142,7 +156,7 @@ impl Verifier {
     fn validation(&self, alg: Algorithm) -> Validation {
         let mut v = Validation::new(alg);
         v.validate_nbf = true;
-        v.leeway = LEEWAY_SECS;
+        v.leeway = self.options.leeway.as_secs();
         let mut required = vec!["exp", "sub"];
         if let Some(iss) = &self.options.issuer {
             v.set_issuer(&[iss]);
@@ -167,10 +181,17 @@ impl Verifier {
     /// Errors: [`AuthError::Invalid`] for a token of no configured algorithm (`none` included) or key, a bad
     /// signature, an expired or not yet valid token, a wrong issuer or audience, a missing `sub`.
     pub fn verify(&self, token: &str) -> Result<Access, AuthError> {
-        let now = jsonwebtoken::get_current_timestamp();
+        self.grant(token).map(|g| g.access)
+    }
+
+    /// [`Verifier::verify`], with the time the token stops being accepted.
+    ///
+    /// Errors: as [`Verifier::verify`].
+    pub fn grant(&self, token: &str) -> Result<Grant, AuthError> {
+        let (now, leeway) = (jsonwebtoken::get_current_timestamp(), self.options.leeway.as_secs());
         if let Some(v) = self.verified.lock().expect("not poisoned").get(token) {
-            if v.nbf <= now + LEEWAY_SECS && now <= v.exp + LEEWAY_SECS {
-                return Ok(v.access.clone());
+            if v.nbf <= now + leeway && now <= v.exp + leeway {
+                return Ok(Grant { access: v.access.clone(), until: v.exp + leeway });
             }
         }
         let claims = self.decode(token)?;
@@ -180,7 +201,7 @@ impl Verifier {
             remembered.clear();
         }
         remembered.insert(token.to_owned(), verified.clone());
-        Ok(verified.access)
+        Ok(Grant { access: verified.access, until: verified.exp + leeway })
     }
 
     /// Decodes and fully validates a token.
@@ -257,7 +278,26 @@ mod tests {
     use super::*;
 
     fn options() -> AuthOptions {
-        AuthOptions { hs256_secret: Some("s3cret".into()), service_scope: "unread:any".into(), ..Default::default() }
+        AuthOptions {
+            hs256_secret: Some("s3cret".into()),
+            service_scope: "unread:any".into(),
+            leeway: Duration::from_secs(60),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_grant_lasts_until_exp_plus_the_leeway() {
+        let o = AuthOptions { leeway: Duration::from_secs(5), ..options() };
+        let v = Verifier::from_options(&o).unwrap().unwrap();
+        let token = mint(&o, "alice", false, Duration::from_secs(100)).unwrap();
+        let now = jsonwebtoken::get_current_timestamp();
+        for _ in 0..2 {
+            // decoded, then remembered: the same answer
+            let grant = v.grant(&token).unwrap();
+            assert_eq!(grant.access, Access::User("alice".into()));
+            assert!((now + 100 + 5..=now + 100 + 6).contains(&grant.until), "{} vs {now}", grant.until);
+        }
     }
 
     #[test]
@@ -267,7 +307,7 @@ mod tests {
         let token = mint(&o, "alice", false, Duration::from_secs(3600)).unwrap();
         assert_eq!(v.verify(&token), Ok(Access::User("alice".into())));
         assert_eq!(v.verify(&token), Ok(Access::User("alice".into())), "remembered");
-        let past = jsonwebtoken::get_current_timestamp() - LEEWAY_SECS - 10;
+        let past = jsonwebtoken::get_current_timestamp() - o.leeway.as_secs() - 10;
         v.verified.lock().unwrap().get_mut(&token).unwrap().exp = past;
         let remembered = Verified { access: Access::Service("forged".into()), nbf: 0, exp: past };
         v.verified.lock().unwrap().insert("not-a-jwt".into(), remembered);

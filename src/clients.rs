@@ -64,6 +64,12 @@ pub struct ClientSettings {
     /// PEM file of the client certificate's private key; with --redis-cert-file.
     #[arg(long, global = true, env = "UNREAD_REDIS_KEY_FILE", value_name = "PATH")]
     pub redis_key_file: Option<PathBuf>,
+    /// The key partitioner of the input topics' producers: `murmur2` (Java, franz-go, KafkaJS), `crc32`
+    /// (librdkafka's default: confluent-kafka, node-rdkafka) or `fnv1a` (Sarama). The fan-out sends a user's deltas
+    /// where it puts the user's events, unread's own producers use it, and a record on any other partition is
+    /// dead-lettered (`misrouted`). Give every instance and command the same value (docs/producers.md).
+    #[arg(long, global = true, env = "UNREAD_PARTITIONER", value_enum, default_value_t)]
+    pub partitioner: crate::kafka::Partitioner,
 }
 
 /// The settings as the clients use them, files read.
@@ -73,6 +79,8 @@ pub struct Clients {
     pub kafka: Vec<KafkaProperty>,
     /// Redis's TLS certificates, if any file was named.
     pub redis_tls: Option<redis::TlsCertificates>,
+    /// The input producers' key partitioner (`--partitioner`).
+    pub partitioner: crate::kafka::Partitioner,
 }
 
 static CLIENTS: OnceLock<Clients> = OnceLock::new();
@@ -90,13 +98,14 @@ pub fn init(settings: &ClientSettings) -> anyhow::Result<()> {
         None => Vec::new(),
     };
     kafka.extend(settings.kafka_config.iter().cloned());
-    let _ = CLIENTS.set(Clients { kafka, redis_tls: redis_tls(settings)? });
+    let _ = CLIENTS.set(Clients { kafka, redis_tls: redis_tls(settings)?, partitioner: settings.partitioner });
     Ok(())
 }
 
 /// The process's settings ([`init`]); none before it (plaintext, the system's roots).
 pub fn get() -> &'static Clients {
-    static NONE: Clients = Clients { kafka: Vec::new(), redis_tls: None };
+    static NONE: Clients =
+        Clients { kafka: Vec::new(), redis_tls: None, partitioner: crate::kafka::Partitioner::Murmur2 };
     CLIENTS.get().unwrap_or(&NONE)
 }
 

@@ -5,7 +5,9 @@ use clap::Parser;
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("UNREAD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn,sqlx=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only on a terminal: a log file or a collector gets plain `key=value` text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     let cli = unread::cli::Cli::parse();
     match unread::cli::run(cli) {
         Ok(code) => code,

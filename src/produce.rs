@@ -1,5 +1,5 @@
 //! `unread produce FILE`: validate JSON Lines of events against the contract and publish each to its topic, keyed
-//! as the contract says, with an idempotent producer and Kafka's murmur2 partitioner.
+//! as the contract says, with an idempotent producer and the input's partitioner (`--partitioner`, murmur2 by default).
 
 use std::fmt;
 use std::io::IsTerminal;

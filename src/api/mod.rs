@@ -253,12 +253,15 @@ async fn guard(State(limits): State<Arc<LimitOptions>>, req: Request, next: Next
 
 /// Verifies the bearer token of a `/v1` request, applies its rate limit, and hands its [`Access`] to the handler.
 async fn authenticate(State(s): State<Arc<ApiState>>, mut req: Request, next: Next) -> Response {
-    let access = match &s.auth {
-        None => Ok(Access::Service(String::new())),
-        Some(verifier) => bearer(&req).or_else(|e| stream_token(&req).ok_or(e)).and_then(|t| verifier.verify(t)),
+    let grant = match &s.auth {
+        None => Ok(None),
+        Some(verifier) => {
+            bearer(&req).or_else(|e| stream_token(&req).ok_or(e)).and_then(|t| verifier.grant(t)).map(Some)
+        }
     };
-    let access = match access {
-        Ok(access) => access,
+    let (access, until) = match grant {
+        Ok(None) => (Access::Service(String::new()), None),
+        Ok(Some(grant)) => (grant.access, Some(grant.until)),
         Err(e) => return ApiError::from(e).into_response(),
     };
     if let Err(wait) = s.rates.check(&access) {
@@ -269,6 +272,7 @@ async fn authenticate(State(s): State<Arc<ApiState>>, mut req: Request, next: Ne
         return ([(header::RETRY_AFTER, seconds.to_string())], error).into_response();
     }
     req.extensions_mut().insert(access);
+    req.extensions_mut().insert(stream::TokenUntil(until));
     next.run(req).await
 }
 

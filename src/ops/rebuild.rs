@@ -61,7 +61,11 @@ pub async fn rebuild_projection(
             .copied()
             .context("the user-events topic does not exist")?;
         for u in missing {
-            writes.push(UserWrite::of_state(u, None, versions.of(kafka::partition_for_key(u.as_bytes(), partitions))));
+            writes.push(UserWrite::of_state(
+                u,
+                None,
+                versions.of(kafka::Partitioner::configured().partition(u.as_bytes(), partitions)),
+            ));
         }
     }
     let (written, refused) = projection.write(&writes).await?.counts();

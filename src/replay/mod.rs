@@ -322,7 +322,7 @@ fn start_reader(
         reader.assign(&tpl).context("assigning the input partitions")?;
         let user_topic = user_topic.to_owned();
         // A reader thread polls and decodes (one core) while the replay's task folds and checkpoints (the other).
-        std::thread::spawn(move || read_input(reader, user_topic, positions, tx));
+        std::thread::spawn(move || read_input(reader, user_topic, kafka::Partitioner::configured(), positions, tx));
     }
     Ok(rx)
 }

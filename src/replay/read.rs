@@ -9,6 +9,7 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::Message;
 
 use crate::core::contract::{ConversationEvent, Event, Stream, UserEvent};
+use crate::kafka::{Partitioner, Placement};
 use crate::service::records;
 
 /// Largest batch the reader hands over: 5,000 records.
@@ -92,11 +93,12 @@ impl Positions {
 pub fn read_input(
     c: BaseConsumer,
     user_topic: String,
+    partitioner: Partitioner,
     mut pos: Positions,
     tx: tokio::sync::mpsc::Sender<anyhow::Result<ReadBatch>>,
 ) {
     while pos.remaining() > 0 {
-        let batch = match read_batch(&c, &user_topic, &mut pos) {
+        let batch = match read_batch(&c, &user_topic, partitioner, &mut pos) {
             Ok(b) => b,
             Err(e) => {
                 let _ = tx.blocking_send(Err(e.into()));
@@ -109,10 +111,12 @@ pub fn read_input(
     }
 }
 
-/// Polls for up to 50 ms or [`READ_BATCH`] records.
+/// Polls for up to 50 ms or [`READ_BATCH`] records; a record the service would refuse (a bad event, or one on a
+/// partition `partitioner` would not put it in) is counted invalid and not folded, as the service dead-letters it.
 fn read_batch(
     c: &BaseConsumer,
     user_topic: &str,
+    partitioner: Partitioner,
     pos: &mut Positions,
 ) -> Result<ReadBatch, rdkafka::error::KafkaError> {
     let mut batch = ReadBatch::default();
@@ -128,7 +132,8 @@ fn read_batch(
         pos.next[stream][p] = msg.offset() + 1;
         touched.insert((stream, p), msg.offset() + 1);
         batch.records += 1;
-        match records::event(&msg, stream) {
+        let placement = Placement { partitioner, partitions: pos.end[stream].len() as i32 };
+        match records::event(&msg, stream, placement) {
             Ok(Event::Conversation(e)) => batch.conv.push(e),
             Ok(Event::User(e)) => batch.user.push(e),
             Err(_) => batch.invalid += 1,

@@ -18,7 +18,7 @@ use crate::core::delta::Fence;
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 use crate::core::hybrid::{ConvIndex, Diffusion};
-use crate::kafka::{self, partition_for_key};
+use crate::kafka::{self, Partitioner};
 use crate::metrics::Metrics;
 use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
 use crate::service::records;
@@ -40,6 +40,9 @@ pub struct Replay {
     pub fold: Fold,
     /// Partition counts of the input topics.
     pub partitions: PerStream<i32>,
+    /// The input producers' partitioner: which partition's checkpoint holds a conversation or a user, as in the
+    /// service.
+    partitioner: Partitioner,
     /// Lease generations per partition: of the fan-out (conversation partitions) and the fold (user partitions).
     pub generations: PerStream<Vec<i64>>,
     /// Next offsets per input partition.
@@ -82,6 +85,7 @@ impl Replay {
             fanout,
             fold,
             partitions,
+            partitioner: Partitioner::configured(),
             generations,
             next,
             dirty_users,
@@ -122,7 +126,7 @@ impl Replay {
         let touched: HashSet<ListId> = self.fanout.take_list_ops().into_iter().map(|(list, _)| list).collect();
         let mut by_partition: HashMap<i32, Vec<FanOutKey>> = HashMap::new();
         for key in self.dirty_convs.drain() {
-            let p = partition_for_key(key.id().as_bytes(), self.partitions.conversation);
+            let p = self.partitioner.partition(key.id().as_bytes(), self.partitions.conversation);
             by_partition.entry(p).or_default().push(key);
         }
         for p in 0..self.partitions.conversation {
@@ -163,7 +167,8 @@ impl Replay {
     async fn checkpoint_users(&mut self) -> anyhow::Result<()> {
         let mut by_partition: HashMap<i32, Vec<String>> = HashMap::new();
         for user in self.dirty_users.drain() {
-            by_partition.entry(partition_for_key(user.as_bytes(), self.partitions.user)).or_default().push(user);
+            let p = self.partitioner.partition(user.as_bytes(), self.partitions.user);
+            by_partition.entry(p).or_default().push(user);
         }
         for p in 0..self.partitions.user {
             let (generation, users) = (self.generations.user[p as usize], by_partition.remove(&p).unwrap_or_default());
@@ -282,7 +287,7 @@ impl Replay {
             next[p] = msg.offset() + 1;
             // The source's fold would have dropped a zombie delta: so does the replay, from the same fence.
             // A record the source's fold refused (dead-lettered) is skipped whole, as there.
-            let partition_of = |user: &str| partition_for_key(user.as_bytes(), self.partitions.user);
+            let partition_of = |user: &str| self.partitioner.partition(user.as_bytes(), self.partitions.user);
             for d in records::deltas(&msg, partition_of).unwrap_or_default() {
                 if records::delta_source(&msg, &d).is_some_and(|source| !fence[p].admit(source)) {
                     continue;

@@ -448,7 +448,7 @@ impl FanOutTask {
                 Verdict::Skip | Verdict::Gap => continue,
                 Verdict::Process => ages.extend(records::age(record, now)),
             }
-            match records::conversation_event(record) {
+            match records::conversation_event(record, self.shared.conversations) {
                 Ok(e) => events.push(e),
                 Err(e) => {
                     let sh = self.shared.clone();

@@ -197,7 +197,7 @@ impl FoldTask {
     }
 
     fn apply_event(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
-        let e = records::user_event(record)?;
+        let e = records::user_event(record, self.shared.deltas.users())?;
         self.changed(e.user_id(), e.conversation_id().map(str::to_owned));
         self.fold.apply_user_event(&e);
         Ok(())

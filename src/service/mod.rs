@@ -236,8 +236,11 @@ pub struct Shared {
     pub flush: FlushPolicy,
     /// When the fan-out read-diffuses a conversation.
     pub diffusion: crate::core::hybrid::Diffusion,
-    /// How deltas go into records of `unread.user-deltas`.
+    /// How deltas go into records of `unread.user-deltas`, and where a user's events are.
     pub deltas: DeltaRecords,
+    /// Where the producers put a conversation's (or list's) events on `unread.conversation-events`; 0 partitions on
+    /// an instance without the fan-out, which does not read it.
+    pub conversations: crate::kafka::Placement,
     /// Fault injection for tests (`UNREAD_FAULT_PRODUCE_DELAY`, e.g. `3s`): the fan-out sleeps this long between
     /// its lease check and producing a batch's deltas, the window in which a paused task becomes a zombie.
     pub produce_delay: Option<std::time::Duration>,
@@ -263,15 +266,22 @@ pub struct DeltaRecords {
     pub partitions: i32,
     /// The most bytes of deltas in one record (`--delta-record-bytes`); 0: one delta per record.
     pub max_bytes: usize,
+    /// The input producers' partitioner (`--partitioner`).
+    pub partitioner: crate::kafka::Partitioner,
 }
 
 impl DeltaRecords {
-    /// The partition of `user_id`'s deltas: Kafka's murmur2 partitioner ([`crate::kafka::partition_for_key`]), as
-    /// for the user's own events.
+    /// The partition of `user_id`'s deltas: where the input producers' partitioner puts the user's own events
+    /// ([`DeltaRecords::users`]), so that one fold task owns both.
     ///
     /// Panics when the topic's partitions are unknown (0): only the stages call it, and they need the topic.
     pub fn partition_of(&self, user_id: &str) -> i32 {
-        crate::kafka::partition_for_key(user_id.as_bytes(), self.partitions)
+        self.users().of(user_id.as_bytes())
+    }
+
+    /// Where the producers put a user's events on `unread.user-events` (co-partitioned with the deltas).
+    pub fn users(&self) -> crate::kafka::Placement {
+        crate::kafka::Placement { partitioner: self.partitioner, partitions: self.partitions }
     }
 }
 
@@ -403,10 +413,9 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
     let (brokers, started) = (s.brokers.clone(), std::time::Instant::now());
     let ms = move || started.elapsed().as_millis();
     let kafka = async {
-        let counts = tokio::task::spawn_blocking(move || crate::kafka::partition_counts(&brokers));
-        let counts = counts.await.context("checking Kafka")??;
-        missing_topics(&s.topics(), &stages(&opts.roles), &counts)?;
-        anyhow::Ok((counts.get(&s.topics().user_deltas).copied().unwrap_or(0), ms()))
+        let (topics, stages) = (s.topics(), stages(&opts.roles));
+        let counts = tokio::task::spawn_blocking(move || partitions_of(&brokers, &topics, &stages));
+        anyhow::Ok((counts.await.context("checking Kafka")??, ms()))
     };
     let transactional_prefix = s.stage_group(Stage::FanOut);
     let store = async {
@@ -427,9 +436,13 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         let projection = RedisProjection::connect(&s.redis_url, &s.ns_redis_prefix()).await.context("projection")?;
         anyhow::Ok((projection.with_ttl(ttl), ms()))
     };
-    let ((delta_partitions, kafka_ms), (store, postgres_ms, migrated_ms, early), (projection, redis_ms)) =
-        tokio::try_join!(kafka, store, projection)?;
+    let (
+        ((conversation_partitions, delta_partitions), kafka_ms),
+        (store, postgres_ms, migrated_ms, early),
+        (projection, redis_ms),
+    ) = tokio::try_join!(kafka, store, projection)?;
     info!(kafka_ms, postgres_ms, migrated_ms, redis_ms, "connected");
+    let partitioner = crate::kafka::Partitioner::configured();
     let owner = owner_name(opts.group_instance_id.as_deref());
     // The shared producer's instance: a static member's id, else this process (its owner name, `host:pid`).
     let instance = opts.group_instance_id.as_deref().unwrap_or(&owner);
@@ -451,7 +464,8 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
             linger: opts.fanout_linger.min(opts.flush_interval),
         },
         diffusion: s.diffusion(),
-        deltas: DeltaRecords { partitions: delta_partitions, max_bytes: opts.delta_record_bytes },
+        deltas: DeltaRecords { partitions: delta_partitions, max_bytes: opts.delta_record_bytes, partitioner },
+        conversations: crate::kafka::Placement { partitioner, partitions: conversation_partitions },
         produce_delay: std::env::var("UNREAD_FAULT_PRODUCE_DELAY")
             .ok()
             .and_then(|d| humantime::parse_duration(&d).ok()),
@@ -465,6 +479,26 @@ async fn connect(opts: &RunOptions) -> anyhow::Result<Arc<Shared>> {
         prepare::start(&shared, early, id);
     }
     Ok(shared)
+}
+
+/// The partition counts of `unread.conversation-events` and `unread.user-deltas` (0 for one that is absent), from
+/// the broker's metadata. A blocking call.
+///
+/// Errors: Kafka does not answer; a topic the `stages` need is missing ([`missing_topics`]); `unread.user-events`
+/// and `unread.user-deltas` have different partition counts (a user's events and deltas would not meet in one task).
+fn partitions_of(brokers: &str, topics: &Topics, stages: &[Stage]) -> anyhow::Result<(i32, i32)> {
+    let counts = crate::kafka::partition_counts(brokers)?;
+    missing_topics(topics, stages, &counts)?;
+    let count = |topic: &str| counts.get(topic).copied().unwrap_or(0);
+    let (users, deltas) = (count(&topics.user_events), count(&topics.user_deltas));
+    if users > 0 && deltas > 0 && users != deltas {
+        anyhow::bail!(
+            "{} has {users} partitions and {} {deltas}: they must be co-partitioned (the same count)",
+            topics.user_events,
+            topics.user_deltas
+        );
+    }
+    Ok((count(&topics.conversation_events), deltas))
 }
 
 /// The running parts of `unread run`, each a task of `tasks` that ends when `stop` turns true.

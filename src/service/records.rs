@@ -10,6 +10,7 @@ use super::TaskError;
 use crate::core::contract::{decode, ConversationEvent, DecodeError, Event, Stream, UserEvent};
 use crate::core::delta::Delta;
 use crate::kafka::headers as names;
+use crate::kafka::{Partitioner, Placement};
 
 /// Why a record was not processed. [`RecordError::kind`] names it in dead-letter headers and metrics.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,23 @@ pub enum RecordError {
     /// A delta on the internal topic that does not decode (a bug or a foreign producer).
     #[error("invalid delta: {0}")]
     BadDelta(String),
+    /// An input record on a partition other than the one the configured partitioner (`--partitioner`) picks for
+    /// its key: folded, its user's events and deltas would be split between two tasks.
+    #[error(
+        "record with key {key:?} is in partition {partition}, but {partitioner} puts that key in partition {expected}"
+    )]
+    Misrouted {
+        /// The record's key.
+        key: String,
+        /// The record's partition.
+        partition: i32,
+        /// The partition the configured partitioner picks.
+        expected: i32,
+        /// The configured partitioner.
+        partitioner: Partitioner,
+        /// The partitioners that would put the key where it is (none: the producer does not partition by key).
+        fitting: Vec<Partitioner>,
+    },
     /// A delta, in a record of several, whose user's partition is not the record's (a bug, a foreign producer, or
     /// a topic whose partitions changed under the service).
     #[error("a delta for user {user:?} is in partition {partition}, not in its user's, {expected}")]
@@ -59,14 +77,15 @@ pub enum RecordError {
 }
 
 impl RecordError {
-    /// Short stable name: the decoder's kind, or `no_value`, `missing_key`, `key_mismatch`, `wrong_topic`,
-    /// `bad_delta`, `wrong_partition`.
+    /// Short stable name: the decoder's kind, or `no_value`, `missing_key`, `key_mismatch`, `misrouted`,
+    /// `wrong_topic`, `bad_delta`, `wrong_partition`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Decode(e) => e.kind(),
             Self::NoValue => "no_value",
             Self::MissingKey { .. } => "missing_key",
             Self::KeyMismatch { .. } => "key_mismatch",
+            Self::Misrouted { .. } => "misrouted",
             Self::WrongTopic { .. } => "wrong_topic",
             Self::BadDelta(_) => "bad_delta",
             Self::WrongPartition { .. } => "wrong_partition",
@@ -74,8 +93,35 @@ impl RecordError {
     }
 }
 
-/// Decodes an input record expected on the `stream` topic and checks that its key is the event's routing id.
-pub fn event(record: &impl Message, stream: Stream) -> Result<Event, RecordError> {
+impl RecordError {
+    /// What a producer or operator changes so that records like this one are folded: for the kinds a producer's
+    /// settings cause (`missing_key`, `key_mismatch`, `misrouted`); `None` for the others, whose reason says it.
+    pub fn fix(&self) -> Option<String> {
+        let guide = "docs/producers.md";
+        match self {
+            Self::MissingKey { expected } => Some(format!(
+                "key every record with its event's {expected}; a keyless record may land anywhere ({guide})"
+            )),
+            Self::KeyMismatch { field, .. } => Some(format!("key every record with its event's {field} ({guide})")),
+            Self::Misrouted { partitioner, fitting, .. } => Some(match fitting.as_slice() {
+                [] => format!(
+                    "the producer does not place records by key (round-robin, random or sticky?): give it a key \
+                     partitioner, {partitioner} as configured ({guide})"
+                ),
+                [one, ..] => format!(
+                    "the producer looks like it uses {one}: set --partitioner {one} (UNREAD_PARTITIONER) on every \
+                     unread instance and command if all producers do, or set the producer's partitioner to \
+                     {partitioner} ({guide})"
+                ),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes an input record expected on the `stream` topic and checks that its key is the event's routing id and
+/// that it sits where `placement` puts that key ([`RecordError::Misrouted`] otherwise).
+pub fn event(record: &impl Message, stream: Stream, placement: Placement) -> Result<Event, RecordError> {
     let value = record.payload().ok_or(RecordError::NoValue)?;
     let event = decode(value)?;
     if event.stream() != stream {
@@ -90,12 +136,22 @@ pub fn event(record: &impl Message, stream: Stream) -> Result<Event, RecordError
             id: event.routing_key().to_owned(),
         });
     }
+    let (partition, expected) = (record.partition(), placement.of(key));
+    if partition != expected {
+        return Err(RecordError::Misrouted {
+            key: String::from_utf8_lossy(key).into_owned(),
+            partition,
+            expected,
+            partitioner: placement.partitioner,
+            fitting: placement.fitting(key, partition),
+        });
+    }
     Ok(event)
 }
 
 /// [`event`] of a record of `unread.user-events`: a user event, or [`RecordError::WrongTopic`].
-pub fn user_event(record: &impl Message) -> Result<UserEvent, RecordError> {
-    match event(record, Stream::User)? {
+pub fn user_event(record: &impl Message, placement: Placement) -> Result<UserEvent, RecordError> {
+    match event(record, Stream::User, placement)? {
         Event::User(e) => Ok(e),
         Event::Conversation(e) => Err(RecordError::WrongTopic { type_name: Event::Conversation(e).type_name() }),
     }
@@ -103,8 +159,8 @@ pub fn user_event(record: &impl Message) -> Result<UserEvent, RecordError> {
 
 /// [`event`] of a record of `unread.conversation-events`: a conversation or broadcast event, or
 /// [`RecordError::WrongTopic`].
-pub fn conversation_event(record: &impl Message) -> Result<ConversationEvent, RecordError> {
-    match event(record, Stream::Conversation)? {
+pub fn conversation_event(record: &impl Message, placement: Placement) -> Result<ConversationEvent, RecordError> {
+    match event(record, Stream::Conversation, placement)? {
         Event::Conversation(e) => Ok(e),
         Event::User(e) => Err(RecordError::WrongTopic { type_name: Event::User(e).type_name() }),
     }
@@ -165,9 +221,28 @@ pub fn deltas(record: &impl Message, partition_of: impl Fn(&str) -> i32) -> Resu
     }
 }
 
+/// Logs the first refusal of each kind on each topic in this process, with its reason and [`RecordError::fix`];
+/// later ones are only counted (`unread_dead_letter_records_total{kind}`), so a misconfigured producer fills
+/// neither the log nor the disk.
+fn log_first(record: &OwnedMessage, error: &RecordError) {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static SEEN: Mutex<Option<HashSet<(String, &'static str)>>> = Mutex::new(None);
+    let first = SEEN
+        .lock()
+        .map(|mut seen| seen.get_or_insert_with(HashSet::new).insert((record.topic().to_owned(), error.kind())));
+    if first.unwrap_or(false) {
+        let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());
+        let fix = error.fix().unwrap_or_default();
+        tracing::error!(topic, partition, offset, kind = error.kind(), reason = %error, fix,
+            "a record was dead-lettered; later ones of this kind are only counted");
+    }
+}
+
 /// Writes a failed record to the dead-letter topic unchanged (key, value, original headers), with headers
 /// `unread.source.topic`, `unread.source.partition`, `unread.source.offset`, `unread.error.kind`,
-/// `unread.error.reason`, and waits for the broker's acknowledgement.
+/// `unread.error.reason`, and waits for the broker's acknowledgement. The first of each kind on each topic is
+/// logged ([`log_first`]).
 ///
 /// Errors: [`TaskError::Kafka`] when the dead-letter write fails; the caller must not move its offset past the
 /// record then.
@@ -177,6 +252,7 @@ pub async fn dead_letter(
     record: &OwnedMessage,
     error: &RecordError,
 ) -> Result<(), TaskError> {
+    log_first(record, error);
     let (partition, offset) = (record.partition().to_string(), record.offset().to_string());
     let reason = error.to_string();
     let mut headers = OwnedHeaders::new();

@@ -10,6 +10,7 @@ mod decoder;
 mod hybrid;
 mod inbox;
 mod monitoring;
+mod producers;
 mod properties;
 mod properties_v2;
 mod push;

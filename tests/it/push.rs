@@ -378,3 +378,154 @@ fn reading_right_after_a_change_acks_what_redis_shows_before_the_checkpoint_has_
     }
     svc.stop();
 }
+
+/// What a WebSocket client of the stream saw: its messages until the server closed it, the close frame's code, and
+/// how long after connecting it closed (`None`: still open at `until`).
+struct Seen {
+    messages: Vec<Value>,
+    code: Option<u16>,
+    closed_after: Option<Duration>,
+}
+
+/// Opens a WebSocket stream of `user` with `token`; every `refresh` (if any) sends `{"type":"refresh"}` with the
+/// token `fresh()` gives, until `refresh_for` has passed; reads until the server closes or `until` has passed.
+async fn ws_session(
+    port: u16,
+    user: &str,
+    token: &str,
+    refresh: Option<(Duration, Duration, &(dyn Fn() -> String + Sync))>,
+    until: Duration,
+) -> Seen {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let url = format!("ws://127.0.0.1:{port}/v1/users/{}/stream", encode(user));
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.expect("the stream opens");
+    let started = tokio::time::Instant::now();
+    let mut seen = Seen { messages: Vec::new(), code: None, closed_after: None };
+    let every = refresh.map_or(Duration::from_secs(3600), |r| r.0);
+    let mut tick = tokio::time::interval_at(started + every, every);
+    loop {
+        let message = tokio::select! {
+            m = socket.next() => m,
+            _ = tick.tick(), if refresh.is_some_and(|r| started.elapsed() < r.1) => {
+                let fresh = json!({"type": "refresh", "token": (refresh.unwrap().2)()});
+                socket.send(Message::Text(fresh.to_string().into())).await.unwrap();
+                continue;
+            }
+            _ = tokio::time::sleep_until(started + until) => return seen,
+        };
+        match message {
+            Some(Ok(Message::Text(text))) => seen.messages.push(serde_json::from_str(&text).unwrap()),
+            Some(Ok(Message::Close(frame))) => {
+                seen.code = frame.map(|f| u16::from(f.code));
+                seen.closed_after = Some(started.elapsed());
+                return seen;
+            }
+            Some(Ok(_)) => {}
+            None | Some(Err(_)) => {
+                seen.closed_after = Some(started.elapsed());
+                return seen;
+            }
+        }
+    }
+}
+
+/// The `type` of each message, and the `reason` of a `closing` one.
+fn kinds(seen: &Seen) -> Vec<String> {
+    let kind = |m: &Value| match m["type"].as_str().unwrap() {
+        "closing" => format!("closing:{}", m["reason"].as_str().unwrap()),
+        other => other.to_owned(),
+    };
+    seen.messages.iter().map(kind).collect()
+}
+
+#[test]
+fn a_stream_ends_when_its_token_expires_unless_refreshed_over_the_socket() {
+    let Some(stack) = stack("a_stream_ends_when_its_token_expires_unless_refreshed_over_the_socket") else { return };
+    let ns = Ns::new(&stack, "tokens");
+    let svc = ns.start_with_env(&[], &[("UNREAD_AUTH_LEEWAY", "1s")]);
+    ns.ok(&["produce", &dev_events()]);
+    ns.ok(&["lag", "--wait", "120"]);
+    let (port, user, ttl) = (svc.port, "epod", Duration::from_secs(2));
+    let mint = |who: &str| unread::auth::mint(&test_auth(), who, false, ttl).unwrap();
+    let fresh = || mint(user);
+    let other = || mint("bob");
+    let garbage = || "not-a-jwt".to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let tokens: Vec<String> = (0..4).map(|_| mint(user)).collect();
+    let (plain, refreshed, forbidden, invalid) = rt.block_on(async {
+        let (window, half) = (Duration::from_secs(15), Duration::from_millis(500));
+        tokio::join!(
+            ws_session(port, user, &tokens[0], None, window),
+            // Refreshed every second for 6 s, then left to expire.
+            ws_session(port, user, &tokens[1], Some((Duration::from_secs(1), Duration::from_secs(6), &fresh)), window),
+            ws_session(port, user, &tokens[2], Some((half, window, &other)), window),
+            ws_session(port, user, &tokens[3], Some((half, window, &garbage)), window),
+        )
+    });
+    // exp is whole seconds (up to 1 s sooner than the ttl), then 1 s of leeway: the end comes 1 to 3 s after opening.
+    let in_time =
+        |s: &Seen, from: f64, to: f64| s.closed_after.is_some_and(|d| (from..to + 1.0).contains(&d.as_secs_f64()));
+    assert_eq!(kinds(&plain), ["state", "closing:token_expired"]);
+    assert!(plain.code == Some(4001) && in_time(&plain, 1.0, 3.0), "{:?} {:?}", plain.code, plain.closed_after);
+    let k = kinds(&refreshed);
+    assert!(
+        k.iter().filter(|k| *k == "refreshed").count() >= 5 && k.last().unwrap() == "closing:token_expired",
+        "{k:?}"
+    );
+    assert!(refreshed.code == Some(4001) && in_time(&refreshed, 6.0, 9.0), "{:?}", refreshed.closed_after);
+    assert_eq!(kinds(&forbidden), ["state", "closing:forbidden"]);
+    assert!(forbidden.code == Some(4003) && in_time(&forbidden, 0.4, 0.6), "{:?}", forbidden.closed_after);
+    assert_eq!(kinds(&invalid), ["state", "closing:token_invalid"]);
+    assert!(invalid.code == Some(4001) && in_time(&invalid, 0.4, 0.6), "{:?}", invalid.closed_after);
+
+    // SSE cannot take a fresh token: it ends with the same last message.
+    let url = format!("http://127.0.0.1:{port}/v1/users/{user}/stream");
+    let started = Instant::now();
+    let response = ureq::get(&url)
+        .header("accept", "text/event-stream")
+        .header("authorization", &format!("Bearer {}", mint(user)))
+        .call()
+        .unwrap();
+    let body = response.into_body().read_to_string().unwrap(); // returns when the server ends the stream
+    let elapsed = started.elapsed().as_secs_f64();
+    let data: Vec<Value> =
+        body.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(data.last().unwrap(), &json!({"type": "closing", "reason": "token_expired"}), "{body}");
+    assert!((1.0..4.0).contains(&elapsed), "the SSE stream ended after {elapsed} s");
+    svc.stop();
+    ns.cleanup();
+}
+
+#[test]
+fn unread_watch_refreshes_a_minted_token_and_stops_on_an_expired_given_one() {
+    let Some(stack) = stack("unread_watch_refreshes_a_minted_token_and_stops_on_an_expired_given_one") else { return };
+    let ns = Ns::new(&stack, "watchtok");
+    let svc = ns.start_with_env(&[], &[("UNREAD_AUTH_LEEWAY", "1s")]);
+    let api = format!("http://127.0.0.1:{}", svc.port);
+    // A minted token of 2 s, refreshed over the socket: one connection for 8 s, never ended for its token.
+    let mut minted = ns
+        .cmd(&["watch", "--user", "epod", "--api", &api, "--token-ttl", "2s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(8));
+    minted.kill().unwrap();
+    let out = minted.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with(r#"{"type":"state""#), "{stdout}");
+    assert!(!stderr.contains("reconnecting"), "the minted token was refreshed, not the connection: {stderr}");
+    // A given token cannot be refreshed: watch stops when it expires, saying why.
+    let token = unread::auth::mint(&test_auth(), "epod", false, Duration::from_secs(2)).unwrap();
+    let started = Instant::now();
+    let given = ns.cmd(&["watch", "--user", "epod", "--api", &api, "--token", &token]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&given.stderr);
+    assert!(!given.status.success() && stderr.contains("token_expired; pass a fresh --token"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+    svc.stop();
+    ns.cleanup();
+}

@@ -3,7 +3,7 @@
 // older or repeated ones are dropped (docs/api.md, Stream).
 "use strict";
 const $ = (id) => document.getElementById(id);
-let user = "", token = "", view = null, version = 0, socket = null, closing = false;
+let user = "", token = "", view = null, version = 0, socket = null;
 
 const path = (rest) => "/v1/users/" + encodeURIComponent(user) + rest;
 const shown = (n) => (n > 99 ? "99+" : String(n));
@@ -16,18 +16,30 @@ async function post(rest, body) {
   if (!r.ok) status("could not mark: " + r.status + " " + (await r.text()));
 }
 
+// One socket at a time: a socket that is no longer the current one (the user was switched) never reconnects.
 function connect() {
   const q = [];
   if (token) q.push("access_token=" + encodeURIComponent(token));
   if (version) q.push("since=" + version);
   const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-  socket = new WebSocket(scheme + location.host + path("/stream") + (q.length ? "?" + q.join("&") : ""));
-  socket.onopen = () => status("Live: " + user);
-  socket.onmessage = (e) => apply(JSON.parse(e.data));
-  socket.onclose = () => { if (!closing) { status("Reconnecting…"); setTimeout(connect, 1000); } };
+  const s = new WebSocket(scheme + location.host + path("/stream") + (q.length ? "?" + q.join("&") : ""));
+  socket = s;
+  s.onopen = () => status("Live: " + user);
+  s.onmessage = (e) => apply(JSON.parse(e.data));
+  s.onclose = () => { if (socket === s) { status("Reconnecting…"); setTimeout(() => { if (socket === s) connect(); }, 1000); } };
+}
+
+// The server ends a stream whose token expired or was refused: say so, and stop (a fresh token reconnects).
+function ended(reason) {
+  socket = null;
+  status(reason === "token_expired" ? "Your token expired: enter a fresh one to go on." : "Stopped: " + reason + ".");
 }
 
 function apply(m) {
+  if (m.type === "closing") {
+    ended(m.reason);
+    return;
+  }
   if (m.type === "state") {
     view = m.state; version = m.version;
   } else if (m.type === "changes" && m.version > version && view) {
@@ -155,9 +167,9 @@ function render() {
 }
 
 function open(u, t) {
-  closing = true;
-  if (socket) socket.close();
-  closing = false;
+  const old = socket;
+  socket = null;
+  if (old) old.close();
   user = u; token = t; view = null; version = 0;
   history.replaceState(null, "", "#" + new URLSearchParams(t ? { user: u, token: t } : { user: u }));
   status("Connecting…");

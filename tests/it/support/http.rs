@@ -35,6 +35,7 @@ pub fn test_auth() -> unread::auth::AuthOptions {
     unread::auth::AuthOptions {
         hs256_secret: Some(TEST_SECRET.to_owned()),
         service_scope: "unread:any".to_owned(),
+        leeway: Duration::from_secs(60),
         ..Default::default()
     }
 }
