@@ -54,9 +54,12 @@ pub struct StreamQuery {
 #[utoipa::path(get, path = "/v1/users/{user_id}/stream", tag = "stream", security(("bearer" = [])),
     params(("user_id" = String, Path, description = "The user, percent-encoded"), StreamQuery),
     responses(
-        (status = 101, description = "WebSocket (`Upgrade: websocket`): one JSON message per text frame"),
+        (status = 101, description = "WebSocket (`Upgrade: websocket`): one JSON message per text frame; at the \
+            token's `exp` plus the leeway a last `{\"type\":\"closing\",\"reason\":\"token_expired\"}` and close \
+            code 4001, unless the client sent `{\"type\":\"refresh\",\"token\"}` before (docs/api.md § Stream)"),
         (status = 200, description = "Server-Sent Events (`Accept: text/event-stream`): one JSON message per \
-            event, its `id` the version", content_type = "text/event-stream"),
+            event, its `id` the version; ends after a last `closing` message when the token expires",
+            content_type = "text/event-stream"),
         (status = 406, description = "`not_a_stream`: neither a WebSocket upgrade nor `text/event-stream`",
             body = super::openapi::ErrorBody),
         ReadErrors))]

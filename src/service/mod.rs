@@ -576,7 +576,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let members = members(&opts, &membership)?;
     let shared = connect(&opts).await?;
     if opts.group_protocol == crate::kafka::GroupProtocol::Consumer && opts.group_instance_id.is_some() {
-        // Measured with Kafka 4.1 and librdkafka 2.12 (README, "Rolling restart"): a restart kept the member's
+        // Measured with Kafka 4.1 and librdkafka 2.12 (docs/performance.md, "Rolling restart"): a restart kept the member's
         // partitions idle for the whole session timeout.
         tracing::warn!(
             "--group-protocol consumer with --group-instance-id: a restarted member's partitions may wait for the \

@@ -49,6 +49,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.config.dbSchema | quote }}
 - name: UNREAD_READ_DIFFUSION_THRESHOLD
   value: {{ .Values.config.readDiffusionThreshold | quote }}
+- name: UNREAD_PARTITIONER
+  value: {{ .Values.config.partitioner | quote }}
 - name: UNREAD_LOG
   value: {{ .Values.config.log | quote }}
 {{- with .Values.config.projectionTtl }}
