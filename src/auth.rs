@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where the keys are and what the claims must say (every `unread` command that serves or mints tokens).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Tokens")]
 pub struct AuthOptions {
     /// HS256 shared secret (tokens signed with it are accepted; `unread token` signs with it).
     #[arg(long = "auth-hs256-secret", env = "UNREAD_AUTH_HS256_SECRET", hide_env_values = true)]

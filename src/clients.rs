@@ -48,6 +48,7 @@ impl std::str::FromStr for KafkaProperty {
 
 /// What every subcommand's clients need to reach services over TLS and SASL (flags global to the command line).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Clients: TLS, SASL, partitioner (every command)")]
 pub struct ClientSettings {
     /// A librdkafka property for every Kafka client, `KEY=VALUE`; repeatable; after the file's, so it wins.
     #[arg(long = "kafka-config", global = true, value_name = "KEY=VALUE")]

@@ -20,6 +20,7 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Where the services are and which namespace this instance uses.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Where the services are")]
 pub struct Settings {
     /// Kafka bootstrap servers, comma-separated host:port.
     #[arg(long, env = "UNREAD_BROKERS", default_value = "127.0.0.1:39092")]

@@ -49,6 +49,23 @@ impl fmt::Display for DeadLetter {
     }
 }
 
+impl DeadLetter {
+    /// `unread dead-letter list --output json`, one object per record: `{"position": {"partition", "offset"},
+    /// "source": {"topic", "partition", "offset"}, "kind", "reason", "key", "value"}`; key and value as text
+    /// (invalid UTF-8 replaced), `null` when absent.
+    pub fn to_json(&self) -> serde_json::Value {
+        let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+        let (partition, offset) = self.position;
+        serde_json::json!({
+            "position": {"partition": partition, "offset": offset},
+            "source": {"topic": self.source_topic, "partition": self.source_partition.parse::<i64>().ok(),
+                "offset": self.source_offset.parse::<i64>().ok()},
+            "kind": self.kind, "reason": self.reason,
+            "key": text(self.record.key()), "value": text(self.record.payload()),
+        })
+    }
+}
+
 fn header(m: &OwnedMessage, name: &str) -> String {
     m.headers()
         .and_then(|h| h.iter().find(|h| h.key == name).and_then(|h| h.value))

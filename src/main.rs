@@ -3,12 +3,13 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("UNREAD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn,sqlx=warn"));
-    // Colours only on a terminal: a log file or a collector gets plain `key=value` text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
-    let cli = unread::cli::Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(e) = unread::cli::config_file::apply(&args, &<unread::cli::Cli as clap::CommandFactory>::command()) {
+        eprintln!("unread: --config: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    let cli = unread::cli::Cli::parse_from(args);
+    unread::cli::init_logging(cli.log_format);
     match unread::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

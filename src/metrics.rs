@@ -115,6 +115,19 @@ impl Step {
     }
 }
 
+/// A request's route (the matched path pattern, never the ids in it: bounded cardinality), method and status.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StepLabel {
     step: &'static str,
@@ -170,6 +183,10 @@ pub struct Metrics {
     push_dropped: Counter,
     /// Users the scheduled repair rewrote from the checkpoint.
     verify_repaired: Counter,
+    /// HTTP requests answered, by route pattern, method and status.
+    http_requests: Family<RequestLabels, Counter>,
+    /// HTTP request latency (until the response's head), by route pattern.
+    http_latency: Family<RouteLabel, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -212,6 +229,8 @@ impl Default for Metrics {
             push_sockets: Gauge::default(),
             push_dropped: Counter::default(),
             verify_repaired: Counter::default(),
+            http_requests: Family::default(),
+            http_latency: Family::new_with_constructor(latency_histogram),
         };
         m.register();
         m.zero_series();
@@ -351,6 +370,22 @@ impl Metrics {
         );
         let dropped = self.push_dropped.clone();
         r.register("push_dropped_sockets", "Stream sockets dropped because their queue was full", dropped);
+        let requests = self.http_requests.clone();
+        r.register("http_requests", "HTTP requests answered, by route (its pattern), method and status", requests);
+        let latency = self.http_latency.clone();
+        r.register(
+            "http_request_duration_seconds",
+            "HTTP request latency until the response's head, by route",
+            latency,
+        );
+    }
+
+    /// One HTTP request answered: its route pattern (`/v1/users/{user_id}/unread`; `unmatched` for none), method,
+    /// status and the time until the response's head.
+    pub fn http_request(&self, route: &str, method: &str, status: u16, elapsed: std::time::Duration) {
+        let (route, method) = (route.to_owned(), method.to_owned());
+        self.http_latency.get_or_create(&RouteLabel { route: route.clone() }).observe(elapsed.as_secs_f64());
+        self.http_requests.get_or_create(&RequestLabels { route, method, status }).inc();
     }
 
     /// One user read answered from `source` (`redis`, `checkpoint` or `stale`).

@@ -26,6 +26,7 @@ use crate::config::parse_duration;
 
 /// The limits' settings (`unread run`).
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "API limits")]
 pub struct LimitOptions {
     /// Largest request body, bytes.
     #[arg(long, env = "UNREAD_MAX_BODY_BYTES", default_value_t = 1 << 20)]

@@ -227,7 +227,18 @@ pub fn router(state: ApiState) -> Router {
         .layer(Extension(doc))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(limits, guard))
+        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), track))
         .with_state(state)
+}
+
+/// Counts each request by its route pattern, method and status, with its latency ([`Metrics::http_request`]).
+async fn track(State(metrics): State<Arc<crate::metrics::Metrics>>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str().to_owned());
+    let (method, started) = (req.method().clone(), std::time::Instant::now());
+    let response = next.run(req).await;
+    let route = route.as_deref().unwrap_or("unmatched");
+    metrics.http_request(route, method.as_str(), response.status().as_u16(), started.elapsed());
+    response
 }
 
 /// Refuses a request with invalid percent-escapes (400) or an oversized head (431), and bounds its time (408).

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::block_on;
+use super::{block_on, OutputFormat};
 use crate::config::Settings;
 use crate::dead_letter::{read_all, DeadLetter};
 
@@ -19,6 +19,9 @@ pub enum DeadLetterAction {
         /// Only records of this error kind (e.g. invalid_json, key_mismatch).
         #[arg(long)]
         kind: Option<String>,
+        /// `text` or `json` (one JSON object a line per record: position, source, kind, reason, key, value).
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
         #[command(flatten)]
         #[allow(missing_docs)]
         settings: Settings,
@@ -47,10 +50,13 @@ impl DeadLetterAction {
     /// Errors: Kafka unreachable, or a send failing.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            DeadLetterAction::List { limit, kind, settings } => {
+            DeadLetterAction::List { limit, kind, output, settings } => {
                 let (total, matching) = matching(&settings, kind.as_deref())?;
                 for d in matching.iter().take(limit) {
-                    println!("{d}");
+                    match output {
+                        OutputFormat::Text => println!("{d}"),
+                        OutputFormat::Json => println!("{}", d.to_json()),
+                    }
                 }
                 let shown = matching.len().min(limit);
                 eprintln!("{total} dead-letter records, {} matching, {shown} shown", matching.len());

@@ -2,6 +2,7 @@
 //! in a module of their own ([`fold`], [`service`], [`ops`], [`namespaces`], [`dead_letter`]); the reports they
 //! print format themselves ([`std::fmt::Display`]) in the modules that produce them.
 
+pub mod config_file;
 pub mod dead_letter;
 pub mod fold;
 pub mod namespaces;
@@ -28,6 +29,46 @@ pub struct Cli {
     /// How the clients reach managed services (TLS, SASL), for every subcommand.
     #[command(flatten)]
     pub clients: crate::clients::ClientSettings,
+    /// The log's format on stderr: `text` (colours on a terminal) or `json` (one object a line: `timestamp`,
+    /// `level`, `target`, `fields` with the message and every field, for Loki or Elasticsearch). The filter is
+    /// `UNREAD_LOG` (default `info,rdkafka=warn,sqlx=warn`).
+    #[arg(long, global = true, env = "UNREAD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// A TOML file of settings, each key a flag's long name (`brokers = "kafka:9092"`, `flush-interval = "200ms"`);
+    /// flags and `UNREAD_*` variables win over it (docs/operations.md, "Configuration").
+    #[arg(long, global = true, env = "UNREAD_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}
+
+/// How a report is printed (`--output`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// For people: tables and sentences.
+    #[default]
+    Text,
+    /// For scripts: one JSON document (`docs/operations.md` gives each command's fields).
+    Json,
+}
+
+/// The log's format (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `timestamp LEVEL target: message key=value …`, coloured only on a terminal.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Installs the process's log subscriber on stderr: `UNREAD_LOG`'s filter, in `format`.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("UNREAD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn,sqlx=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        // Colours only on a terminal: a log file or a collector gets plain `key=value` text.
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
 }
 
 /// The subcommands.

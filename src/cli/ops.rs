@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{block_on, store};
+use super::{block_on, store, OutputFormat};
 use crate::config::{parse_duration_or_secs, Settings};
 use crate::projection::redis::RedisProjection;
 
@@ -17,6 +17,10 @@ pub struct LagArgs {
     /// A bare number is seconds.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_secs)]
     wait: Option<Duration>,
+    /// `text` (a table) or `json` (`{"rows": [{"stage", "topic", "partition", "end", "checkpoint", "lag"}],
+    /// "total"}`).
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: OutputFormat,
     #[command(flatten)]
     settings: Settings,
 }
@@ -32,7 +36,10 @@ impl LagArgs {
                 Some(wait) => crate::ops::lag::wait_for_zero_lag(&self.settings, &store, wait).await?,
                 None => crate::ops::lag::lag(&self.settings, &store).await?,
             };
-            println!("{report}");
+            match self.output {
+                OutputFormat::Text => println!("{report}"),
+                OutputFormat::Json => println!("{}", report.to_json()),
+            }
             Ok(ExitCode::SUCCESS)
         })
     }
@@ -50,16 +57,43 @@ pub struct VerifyArgs {
     /// Rewrite the differing users in Redis from the trusted side (never over newer state).
     #[arg(long)]
     repair: bool,
+    /// `text` or `json` (`{"checked", "ahead", "differing": [{"user", "differences"}], "repaired", "evicted",
+    /// "clean"}`).
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: OutputFormat,
     #[command(flatten)]
     settings: Settings,
 }
 
+/// `unread verify`'s exit status when it could not compare (a store unreachable, a corrupt row): 2, apart from
+/// [`ExitCode::FAILURE`] (1), which says that something differs.
+pub const VERIFY_COULD_NOT_RUN: u8 = 2;
+
 impl VerifyArgs {
-    /// Compares and prints the report; exit 1 when anything differs (and was not repaired).
-    ///
-    /// Errors: a store unreachable.
+    /// Compares and prints the report; exit 0 when nothing differs (or every difference was repaired), 1 when
+    /// something differs, [`VERIFY_COULD_NOT_RUN`] (2, with the reason on stderr) when it could not compare.
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let Self { against, sample, repair, settings } = self;
+        let output = self.output;
+        match self.compare() {
+            Ok((report, clean)) => {
+                match output {
+                    OutputFormat::Text => println!("{report}"),
+                    OutputFormat::Json => println!("{}", report.to_json(clean)),
+                }
+                Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            }
+            Err(e) => {
+                eprintln!("unread verify: could not compare: {e:#}");
+                Ok(ExitCode::from(VERIFY_COULD_NOT_RUN))
+            }
+        }
+    }
+
+    /// The comparison and whether it is clean.
+    ///
+    /// Errors: a store unreachable or a corrupt row.
+    fn compare(self) -> anyhow::Result<(crate::state::verify::VerifyReport, bool)> {
+        let Self { against, sample, repair, settings, .. } = self;
         block_on(async {
             settings.check()?;
             let report = match against {
@@ -73,8 +107,8 @@ impl VerifyArgs {
                     crate::ops::verify::verify(&settings.topics(), &store, &projection, sample, repair).await?
                 }
             };
-            println!("{report}");
-            Ok(if report.clean(repair) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            let clean = report.clean(repair);
+            Ok((report, clean))
         })
     }
 }

@@ -49,6 +49,16 @@ impl LagReport {
     pub fn total(&self) -> i64 {
         self.rows.iter().map(PartitionLag::lag).sum()
     }
+
+    /// `unread lag --output json`: `{"rows": [{"stage", "topic", "partition", "end", "checkpoint", "lag"}],
+    /// "total"}`, offsets as numbers.
+    pub fn to_json(&self) -> serde_json::Value {
+        let row = |r: &PartitionLag| {
+            serde_json::json!({"stage": r.stage.as_str(), "topic": r.topic, "partition": r.partition, "end": r.end,
+                "checkpoint": r.checkpointed, "lag": r.lag()})
+        };
+        serde_json::json!({"rows": self.rows.iter().map(row).collect::<Vec<_>>(), "total": self.total()})
+    }
 }
 
 impl fmt::Display for LagReport {

@@ -32,6 +32,16 @@ impl VerifyReport {
     pub fn clean(&self, repair: bool) -> bool {
         self.differing.is_empty() || (repair && self.repaired == self.differing.len())
     }
+
+    /// `unread verify --output json`: `{"checked", "ahead", "differing": [{"user", "differences"}], "repaired",
+    /// "evicted", "clean"}`, every differing user with every difference.
+    pub fn to_json(&self, clean: bool) -> serde_json::Value {
+        let differing: Vec<serde_json::Value> = (self.differing.iter())
+            .map(|(user, differences)| serde_json::json!({"user": user, "differences": differences}))
+            .collect();
+        serde_json::json!({"checked": self.checked, "ahead": self.ahead, "differing": differing,
+            "repaired": self.repaired, "evicted": self.evicted, "clean": clean})
+    }
 }
 
 impl fmt::Display for VerifyReport {

@@ -98,3 +98,37 @@ fn fold_fails_on_an_invalid_line_naming_it_unless_skipping() {
     assert!(stderr.contains("line 3") && stderr.contains("1 invalid skipped"), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"total_unread\":1"));
 }
+
+/// `--config FILE`: settings from TOML, under the `UNREAD_*` variables, which are under the flags; a key that is no
+/// setting stops the command with its name.
+#[test]
+fn a_config_file_sets_what_the_environment_and_the_flags_do_not() {
+    let dir = std::env::temp_dir().join(format!("unread-cli-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("unread.toml");
+    std::fs::write(&file, "auth-hs256-secret = \"from-the-file\"\nauth-issuer = \"file-issuer\"\n").unwrap();
+    let claims = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let token = String::from_utf8(out.stdout).unwrap();
+        let payload = token.trim().split('.').nth(1).unwrap().to_owned();
+        use base64::Engine;
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap();
+        serde_json::from_slice::<serde_json::Value>(&json).unwrap()
+    };
+    let token = |extra: &[&str]| {
+        let mut c = unread();
+        c.args(["token", "--user", "ann", "--config"]).arg(&file).args(extra).env_remove("UNREAD_AUTH_ISSUER");
+        c.env_remove("UNREAD_AUTH_HS256_SECRET");
+        c
+    };
+    assert_eq!(claims(&mut token(&[]))["iss"], "file-issuer", "from the file");
+    assert_eq!(claims(token(&[]).env("UNREAD_AUTH_ISSUER", "env-issuer"))["iss"], "env-issuer", "env over file");
+    let flag = claims(token(&["--auth-issuer", "flag-issuer"]).env("UNREAD_AUTH_ISSUER", "env-issuer"));
+    assert_eq!(flag["iss"], "flag-issuer", "flag over env");
+    std::fs::write(&file, "auth-issuer = \"x\"\nflush-intervall = \"1s\"\n").unwrap();
+    let out = token(&[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("\"flush-intervall\" is no setting"), "{stderr}");
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -616,6 +616,12 @@ fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
     // `dead-letter list` shows them; `replay --kind` re-publishes the kind, which (still invalid) comes back.
     let listed = ns.ok(&["dead-letter", "list", "--limit", "5", "--kind", "key_mismatch"]);
     assert_eq!(listed.lines().filter(|l| l.contains("key_mismatch:")).count(), 2, "{listed}");
+    let listed = ns.ok(&["dead-letter", "list", "--kind", "key_mismatch", "--output", "json"]);
+    let records: Vec<serde_json::Value> = listed.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), 2, "{listed}");
+    for r in &records {
+        assert!(r["kind"] == "key_mismatch" && r["source"]["offset"].is_i64() && r["value"].is_string(), "{r}");
+    }
     let out = ns.ok(&["dead-letter", "replay", "--kind", "missing_key"]);
     assert!(out.starts_with("1 dead-letter records re-published"), "{out}");
     ns.ok(&["lag", "--wait", "60"]);
@@ -829,9 +835,23 @@ fn verify_finds_a_changed_count_and_a_deleted_user_and_repair_fixes_both() {
     });
     let out = ns.cmd(&["verify"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "verify must fail when Redis differs: {text}");
+    assert_eq!(out.status.code(), Some(1), "verify exits 1 when Redis differs: {text}");
     assert!(text.contains("differing: 2") && text.contains("[[mandrix]]") && text.contains("epod"), "{text}");
     assert!(text.contains("unread: 169") && text.contains("unread: 7"), "field by field: {text}");
+    // The same for scripts: one JSON document, every difference.
+    let out = ns.cmd(&["verify", "--output", "json"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (out.status.code(), &json["clean"], json["differing"].as_array().unwrap().len()),
+        (Some(1), &false.into(), 2)
+    );
+    let users: Vec<&str> = json["differing"].as_array().unwrap().iter().map(|d| d["user"].as_str().unwrap()).collect();
+    assert!(users.contains(&"[[mandrix]]") && users.contains(&"epod"), "{json}");
+    // Could not compare (Redis unreachable): 2, not the 1 of "differs".
+    let out = ns.cmd(&["verify"]).env("UNREAD_REDIS_URL", "redis://127.0.0.1:1").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("could not compare"), "{stderr}");
     let out = ns.ok(&["verify", "--repair"]);
     assert!(out.contains("differing: 2") && out.contains("repaired: 2"), "{out}");
     let out = ns.ok(&["verify", "--sample", "200"]);

@@ -77,9 +77,12 @@ impl<'s> Ns<'s> {
 
     /// The total lag `unread lag` reports.
     pub fn total_lag(&self) -> i64 {
-        let out = self.ok(&["lag"]);
-        let line = out.lines().find_map(|l| l.strip_prefix("total lag: ")).expect("lag prints a total");
-        line.trim().parse().unwrap()
+        let out = self.ok(&["lag", "--output", "json"]);
+        let report: serde_json::Value = serde_json::from_str(&out).expect("lag --output json prints JSON");
+        let rows = report["rows"].as_array().expect("a row per input partition");
+        let sum: i64 = rows.iter().map(|r| r["lag"].as_i64().unwrap()).sum();
+        assert_eq!(report["total"].as_i64(), Some(sum), "the total is the rows' sum: {report}");
+        sum
     }
 
     /// Starts `unread run` on a free port (flushing every 100 ms unless `extra` says otherwise) and waits until

@@ -86,6 +86,40 @@ app.kubernetes.io/component: {{ .component }}
     name: {{ .Values.secrets.existingSecret }}
 {{- end -}}
 
+{{/* The pod's security context: Pod Security "restricted" (non-root, the runtime's seccomp profile). */}}
+{{- define "unread.podSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* The container's security context: no privilege escalation, no capabilities, a read-only root filesystem. */}}
+{{- define "unread.containerSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/* Spread a component's pods over nodes (and zones, when the values say so). */}}
+{{- define "unread.topologySpread" -}}
+{{- $root := .root -}}
+{{- $component := .component -}}
+{{- with $root.Values.topologySpreadConstraints -}}
+topologySpreadConstraints:
+{{- range . }}
+  - maxSkew: {{ .maxSkew }}
+    topologyKey: {{ .topologyKey }}
+    whenUnsatisfiable: {{ .whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "unread.selector" (dict "root" $root "component" $component) | nindent 8 }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether any client file is mounted. */}}
+{{- define "unread.hasVolumes" -}}
+{{- if or .Values.secrets.kafkaConfigSecret .Values.secrets.redisTlsSecret }}true{{ end -}}
+{{- end -}}
+
 {{/* Mounts of the client files, and their volumes. */}}
 {{- define "unread.volumeMounts" -}}
 {{- if .Values.secrets.kafkaConfigSecret }}
