@@ -41,6 +41,7 @@ pub mod namespace;
 pub mod ops;
 pub mod pipeline;
 pub mod produce;
+pub mod progress;
 pub mod projection;
 pub mod push;
 pub mod replay;

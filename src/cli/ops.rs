@@ -104,7 +104,13 @@ impl VerifyArgs {
                 None => {
                     let (store, projection) = (store(&settings).await?, projection(&settings).await?);
                     let repair = repair.then_some(usize::MAX);
-                    crate::ops::verify::verify(&settings.topics(), &store, &projection, sample, repair).await?
+                    let mut bar = crate::progress::Progress::new(0, ("verify", "users"));
+                    let mut progress = |done: usize, total: usize| bar.set_total_and(total as u64, done as u64);
+                    let topics = settings.topics();
+                    let report =
+                        crate::ops::verify::verify(&topics, &store, &projection, (sample, repair), &mut progress).await?;
+                    bar.finish();
+                    report
                 }
             };
             let clean = report.clean(repair);

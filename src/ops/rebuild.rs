@@ -15,6 +15,9 @@ use crate::state::codec;
 use crate::state::offsets::CheckpointVersions;
 use crate::state::user::Which;
 
+/// Users a rebuild writes to Redis in one call (its progress moves by as many).
+const REBUILD_CHUNK: usize = 1000;
+
 /// What a rebuild did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RebuildReport {
@@ -68,7 +71,14 @@ pub async fn rebuild_projection(
             ));
         }
     }
-    let (written, refused) = projection.write(&writes).await?.counts();
+    let (mut written, mut refused) = (0, 0);
+    let mut progress = crate::progress::Progress::new(writes.len() as u64, ("rebuild", "users"));
+    for (i, chunk) in writes.chunks(REBUILD_CHUNK).enumerate() {
+        let (w, r) = projection.write(chunk).await?.counts();
+        (written, refused) = (written + w, refused + r);
+        progress.set(((i + 1) * REBUILD_CHUNK).min(writes.len()) as u64);
+    }
+    progress.finish();
     if users.is_empty() {
         rebuild_lists(store, projection).await?;
     }

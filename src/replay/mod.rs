@@ -27,7 +27,6 @@
 //! `--from` then only applies to a fresh namespace. A replay that died before its first checkpoint was complete
 //! (start state and offsets of every partition) starts afresh.
 
-mod progress;
 pub mod read;
 mod report;
 mod state;
@@ -337,7 +336,7 @@ async fn fold_input(
     report: &mut ReplayReport,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let mut progress = progress::Progress::new(positions.remaining() as u64);
+    let mut progress = crate::progress::Progress::new(positions.remaining() as u64, ("replay", "records"));
     let mut rx = start_reader(brokers, &r.topics.user_events, &r.topics.conversation_events, positions)?;
     let mut last_checkpoint = Instant::now();
     let mut stop = Box::pin(shutdown_signal());

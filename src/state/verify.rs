@@ -112,13 +112,16 @@ fn map_differences<V: PartialEq + fmt::Debug>(
 /// trusted side) at the checkpoint's version, so the guard still refuses it wherever Redis is newer (`unread run
 /// --verify-every … --repair` bounds `n` per run; `unread verify --repair` has no bound).
 ///
+/// `progress(done, total)` is called after each user compared (`unread verify`'s bar; the background verify passes
+/// a no-op).
+///
 /// Errors: a store is unreachable or a checkpoint row is corrupt.
 pub async fn verify(
     topics: &Topics,
     store: &CheckpointStore,
     projection: &RedisProjection,
-    sample: Option<usize>,
-    repair: Option<usize>,
+    (sample, repair): (Option<usize>, Option<usize>),
+    progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> StateResult<VerifyReport> {
     let lists = shared_lists(store, None).await?;
     let which = sample.map_or(Which::All, Which::Sample);
@@ -127,7 +130,10 @@ pub async fn verify(
     let today = crate::clock::today();
     // Verifying is not a use: its reads must not keep expiring hashes alive.
     let reader = projection.clone().with_ttl(None);
-    for user in users(store, topics, which).await? {
+    let users = users(store, topics, which).await?;
+    let total = users.len();
+    for (done, user) in users.into_iter().enumerate() {
+        progress(done, total);
         let zero = || UserView { user_id: user.user_id.clone(), ..Default::default() };
         let Some(got_now) = reader.read_existing(&user.user_id, today).await?.or_else(|| {
             (!projection.expires()).then(zero) // no hash: lost (a difference), or evicted where hashes expire
