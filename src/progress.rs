@@ -19,7 +19,8 @@ impl Progress {
     pub fn new(total: u64, (command, units): (&'static str, &'static str)) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let template = format!("{command} [{{bar:40}}] {{pos}}/{{len}} {units} {{percent}}% {{msg}} eta {{eta}}");
-            let style = indicatif::ProgressStyle::with_template(&template).expect("valid template").progress_chars("=> ");
+            let style =
+                indicatif::ProgressStyle::with_template(&template).expect("valid template").progress_chars("=> ");
             indicatif::ProgressBar::new(total).with_style(style)
         });
         Self { bar, what: (command, units), total, started: Instant::now(), last_line: Instant::now() }

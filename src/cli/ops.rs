@@ -108,7 +108,8 @@ impl VerifyArgs {
                     let mut progress = |done: usize, total: usize| bar.set_total_and(total as u64, done as u64);
                     let topics = settings.topics();
                     let report =
-                        crate::ops::verify::verify(&topics, &store, &projection, (sample, repair), &mut progress).await?;
+                        crate::ops::verify::verify(&topics, &store, &projection, (sample, repair), &mut progress)
+                            .await?;
                     bar.finish();
                     report
                 }

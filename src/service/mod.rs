@@ -201,7 +201,9 @@ fn spawn_verifier(settings: Settings, shared: &Shared, every: Duration, sample: 
         loop {
             tokio::time::sleep(every).await;
             let quiet = &mut |_, _| {};
-            match crate::state::verify::verify(&settings.topics(), &store, &projection, (Some(sample), repair), quiet).await {
+            match crate::state::verify::verify(&settings.topics(), &store, &projection, (Some(sample), repair), quiet)
+                .await
+            {
                 Ok(r) => {
                     metrics.verified(r.checked, r.differing.len(), r.ahead);
                     metrics.repaired(r.repaired);

@@ -132,3 +132,24 @@ fn a_config_file_sets_what_the_environment_and_the_flags_do_not() {
     assert!(!out.status.success() && stderr.contains("\"flush-intervall\" is no setting"), "{stderr}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `--log-format json`: every log line is one JSON object (timestamp, level, target, fields with the message); the
+/// one line that says why the process stopped stays plain text, after them.
+#[test]
+fn the_log_is_json_lines_with_log_format_json() {
+    // An address the machine does not have: the API refuses to start right after its first warning.
+    let out = unread()
+        .args(["--log-format", "json", "run", "--roles", "api", "--insecure-no-auth", "--listen", "192.0.2.1:8080"])
+        .env_remove("UNREAD_LOG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let (log, last) = stderr.trim_end().rsplit_once('\n').expect("a log line, then the reason");
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["timestamp"].is_string() && v["level"].is_string() && v["fields"]["message"].is_string(), "{v}");
+    }
+    assert!(log.contains("--insecure-no-auth"), "{stderr}");
+    assert!(last.starts_with("unread: binding the read API to 192.0.2.1:8080"), "{last}");
+}
