@@ -91,9 +91,7 @@ impl RecordError {
             Self::WrongPartition { .. } => "wrong_partition",
         }
     }
-}
 
-impl RecordError {
     /// What a producer or operator changes so that records like this one are folded: for the kinds a producer's
     /// settings cause (`missing_key`, `key_mismatch`, `misrouted`); `None` for the others, whose reason says it.
     pub fn fix(&self) -> Option<String> {
@@ -226,11 +224,9 @@ pub fn deltas(record: &impl Message, partition_of: impl Fn(&str) -> i32) -> Resu
 /// neither the log nor the disk.
 fn log_first(record: &OwnedMessage, error: &RecordError) {
     use std::collections::HashSet;
-    use std::sync::Mutex;
-    static SEEN: Mutex<Option<HashSet<(String, &'static str)>>> = Mutex::new(None);
-    let first = SEEN
-        .lock()
-        .map(|mut seen| seen.get_or_insert_with(HashSet::new).insert((record.topic().to_owned(), error.kind())));
+    use std::sync::{LazyLock, Mutex};
+    static SEEN: LazyLock<Mutex<HashSet<(String, &'static str)>>> = LazyLock::new(Mutex::default);
+    let first = SEEN.lock().map(|mut seen| seen.insert((record.topic().to_owned(), error.kind())));
     if first.unwrap_or(false) {
         let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());
         let fix = error.fix().unwrap_or_default();
