@@ -106,7 +106,28 @@ async fn use_the_inbox(c: &Client, ns: &Ns<'_>, port: u16) -> Result<(), String>
         click(c, clear).await?;
         wait_attr(c, conversation, "data-marked", "false").await?;
     }
-    Ok(())
+    // A refused token: a clear message, and no retry loop (still the same message 3 s later).
+    let bad = format!("http://127.0.0.1:{port}/?refused#user=aadi&token=not-a-jwt");
+    c.goto(&bad).await.map_err(|e| e.to_string())?;
+    wait_status(c, "The token was refused").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_status(c, "The token was refused").await
+}
+
+/// Waits (10 s at most) until the status line contains `want`.
+async fn wait_status(c: &Client, want: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = c.find(Locator::Css("#status")).await.map_err(|e| e.to_string())?.text().await;
+        let text = text.map_err(|e| e.to_string())?;
+        if text.contains(want) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the status reads {text:?}, not {want:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn click(c: &Client, css: &str) -> Result<(), String> {

@@ -16,23 +16,43 @@ async function post(rest, body) {
   if (!r.ok) status("could not mark: " + r.status + " " + (await r.text()));
 }
 
-// One socket at a time: a socket that is no longer the current one (the user was switched) never reconnects.
+// One socket at a time: a socket that is no longer the current one (the user was switched) never reconnects. A
+// socket that closes before it opened may carry a refused token: the read route says, and a 401 or 403 stops
+// (no retry loop). Otherwise it reconnects with exponential backoff and jitter, 1 s doubling to 10 s.
+let retries = 0;
 function connect() {
   const q = [];
   if (token) q.push("access_token=" + encodeURIComponent(token));
   if (version) q.push("since=" + version);
   const scheme = location.protocol === "https:" ? "wss://" : "ws://";
   const s = new WebSocket(scheme + location.host + path("/stream") + (q.length ? "?" + q.join("&") : ""));
+  let opened = false;
   socket = s;
-  s.onopen = () => status("Live: " + user);
+  s.onopen = () => { opened = true; retries = 0; status("Live: " + user); };
   s.onmessage = (e) => apply(JSON.parse(e.data));
-  s.onclose = () => { if (socket === s) { status("Reconnecting…"); setTimeout(() => { if (socket === s) connect(); }, 1000); } };
+  s.onclose = () => { if (socket === s) (opened ? reconnect(s) : refusedOrReconnect(s)); };
 }
 
-// The server ends a stream whose token expired or was refused: say so, and stop (a fresh token reconnects).
+async function refusedOrReconnect(s) {
+  const headers = token ? { authorization: "Bearer " + token } : {};
+  const r = await fetch(path("/unread"), { headers }).catch(() => null);
+  if (socket !== s) return;
+  if (r && (r.status === 401 || r.status === 403)) ended("token_refused");
+  else reconnect(s);
+}
+
+function reconnect(s) {
+  const delay = Math.min(10000, 1000 * 2 ** retries) * (0.5 + Math.random() / 2);
+  retries += 1;
+  status("Reconnecting…");
+  setTimeout(() => { if (socket === s) connect(); }, delay);
+}
+
+// The server ended the stream for its token, or refused the token: say so, and stop (a fresh token reconnects).
 function ended(reason) {
   socket = null;
-  status(reason === "token_expired" ? "Your token expired: enter a fresh one to go on." : "Stopped: " + reason + ".");
+  const why = { token_expired: "Your token expired", token_refused: "The token was refused" }[reason];
+  status(why ? why + ": enter a valid one to go on." : "Stopped: " + reason + ".");
 }
 
 function apply(m) {
@@ -170,7 +190,7 @@ function open(u, t) {
   const old = socket;
   socket = null;
   if (old) old.close();
-  user = u; token = t; view = null; version = 0;
+  user = u; token = t; view = null; version = 0; retries = 0;
   history.replaceState(null, "", "#" + new URLSearchParams(t ? { user: u, token: t } : { user: u }));
   status("Connecting…");
   connect();
