@@ -42,8 +42,7 @@ pub struct AuthOptions {
     pub audience: Option<String>,
     /// Clock skew allowed on `exp` and `nbf`, e.g. `60s`: a token is accepted until `exp` plus this, and a stream
     /// opened with it ends then (unless refreshed over the socket).
-    #[arg(long = "auth-leeway", env = "UNREAD_AUTH_LEEWAY", default_value = "60s",
-          value_parser = crate::config::parse_duration_or_zero)]
+    #[arg(long = "auth-leeway", env = "UNREAD_AUTH_LEEWAY", default_value = "60s", value_parser = humantime::parse_duration)]
     pub leeway: Duration,
     /// The `scope` entry that makes a service token (reads any user, uses the batch route).
     #[arg(long = "auth-service-scope", env = "UNREAD_AUTH_SERVICE_SCOPE", default_value = "unread:any")]

@@ -44,6 +44,7 @@ pub mod produce;
 pub mod progress;
 pub mod projection;
 pub mod push;
+pub mod records;
 pub mod replay;
 pub mod service;
 pub mod state;

@@ -10,7 +10,7 @@ use rdkafka::message::Message;
 
 use crate::core::contract::{ConversationEvent, Event, Stream, UserEvent};
 use crate::kafka::{Partitioner, Placement};
-use crate::service::records;
+use crate::records;
 
 /// Largest batch the reader hands over: 5,000 records.
 const READ_BATCH: u64 = 5000;

@@ -21,7 +21,7 @@ use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::kafka::{self, Partitioner};
 use crate::metrics::Metrics;
 use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
-use crate::service::records;
+use crate::records;
 use crate::state::commit::{all_members, commit, fanout_changes, fold_changes, Commit, FanOutKey, Home, RedisWrites};
 use crate::state::{load, FoldNext, Input, Offsets};
 use crate::topology::Topics;
