@@ -11,8 +11,9 @@
 //! before 2026-11-25, let a later seq overtake an earlier one under load, which the contract then counts as a
 //! duplicate: ~0.1% of the messages at 10,000/s and up were never visible, and left out of the percentiles).
 //!
-//! Usage: sustained API_URL SERVER_PIDS BROKERS TOPIC RATE SECONDS   (the API runs with --insecure-no-auth;
-//! SERVER_PIDS comma-separated, their CPU and RSS summed).
+//! Usage: sustained API_URL ADMIN_URLS SERVER_PIDS BROKERS TOPIC RATE SECONDS   (the API runs with
+//! --insecure-no-auth; ADMIN_URLS, each instance's admin address scraped for lag and steps, and SERVER_PIDS are
+//! comma-separated, their CPU and RSS summed).
 //!
 //! Scale-out events (optional, environment): `SUSTAINED_JOIN_AT=S` with `SUSTAINED_JOIN_CMD` (a bash command that
 //! starts one more instance in the background; `SUSTAINED_JOIN_NAME` names it in the report) runs it S seconds into
@@ -94,26 +95,27 @@ async fn watcher(ws: String, c: usize, book: Arc<Mutex<Book>>) {
 }
 
 /// (total lag, CPU seconds per instance, RSS KiB) of the service now: lag and RSS summed over the instances still
-/// running (`apis` and `pids` comma-separated), CPU per pid (0 once gone).
-fn sample(apis: &str, pids: &str) -> (i64, Vec<f64>, u64) {
+/// running (`admins`, their admin addresses, and `pids` comma-separated), CPU per pid (0 once gone).
+fn sample(admins: &str, pids: &str) -> (i64, Vec<f64>, u64) {
     let (mut cpu, mut rss) = (Vec::new(), 0);
     for pid in pids.split(',') {
         let (c, r) = usage(pid);
         cpu.push(c);
         rss += r;
     }
-    (apis.split(',').map(lag).sum(), cpu, rss)
+    (admins.split(',').map(lag).sum(), cpu, rss)
 }
 
-/// One instance's metrics text; empty when it does not answer.
-fn scrape(api: &str) -> String {
-    let metrics = ureq::get(&format!("{api}/metrics")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok());
+/// One instance's metrics text, from its admin address; empty when it does not answer.
+fn scrape(admin: &str) -> String {
+    let metrics =
+        ureq::get(&format!("{admin}/metrics")).call().ok().and_then(|mut r| r.body_mut().read_to_string().ok());
     metrics.unwrap_or_default()
 }
 
 /// One instance's lag (of the partitions it holds), from its metrics; 0 when it does not answer.
-fn lag(api: &str) -> i64 {
-    scrape(api)
+fn lag(admin: &str) -> i64 {
+    scrape(admin)
         .lines()
         .filter(|l| l.starts_with("unread_partition_lag{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -139,10 +141,10 @@ fn ms(sorted: &[Duration], p: f64) -> f64 {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, apis, pid, brokers, topic, rate, seconds] = &args[..] else {
-        panic!("usage: sustained API_URLS SERVER_PIDS BROKERS TOPIC RATE SECONDS")
+    let [_, api, admins, pid, brokers, topic, rate, seconds] = &args[..] else {
+        panic!("usage: sustained API_URL ADMIN_URLS SERVER_PIDS BROKERS TOPIC RATE SECONDS")
     };
-    let api = apis.split(',').next().expect("an API URL").to_owned();
+    let api = api.to_owned();
     let (rate, seconds): (u64, u64) = (rate.parse().unwrap(), seconds.parse().unwrap());
     let producer: FutureProducer = unread::kafka::producer_config(brokers).set("linger.ms", "5").create().unwrap();
     let occurred = "2026-11-22T00:00:00Z";
@@ -179,17 +181,18 @@ async fn main() {
         let delivery = enqueue(&producer, topic, &id, event).await;
         tokio::spawn(async move { delivery.await.expect("delivered").expect("produced") });
         if Instant::now() >= next_sample {
-            let (api, pid) = (apis.clone(), pid.clone());
-            samples.push((started.elapsed(), tokio::task::spawn_blocking(move || sample(&api, &pid)).await.unwrap()));
+            let (admins, pid) = (admins.clone(), pid.clone());
+            samples
+                .push((started.elapsed(), tokio::task::spawn_blocking(move || sample(&admins, &pid)).await.unwrap()));
             next_sample += Duration::from_secs(1);
         }
     }
     let produced_in = started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await; // the last messages become visible
-    let (api, pid) = (apis.clone(), pid.clone());
-    samples.push((started.elapsed(), tokio::task::spawn_blocking(move || sample(&api, &pid)).await.unwrap()));
+    let (a, p) = (admins.clone(), pid.clone());
+    samples.push((started.elapsed(), tokio::task::spawn_blocking(move || sample(&a, &p)).await.unwrap()));
     report(&book, total, produced_in, &samples);
-    let metrics: Vec<String> = apis.split(',').map(scrape).collect();
+    let metrics: Vec<String> = admins.split(',').map(scrape).collect();
     report_steps(&book.lock().unwrap(), rate, &metrics, &samples);
     let events = events.await.unwrap();
     for (i, (name, at)) in events.iter().enumerate() {

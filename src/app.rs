@@ -1,5 +1,6 @@
-//! The composition root of the read API: what it is built from ([`ApiDeps`]), built one way for `unread run` and
-//! for the tests, which serve it in-process without a whole service ([`build`], [`serve`]).
+//! The composition root of the read API and the admin address: what the API is built from ([`ApiDeps`]), built one
+//! way for `unread run` and for the tests, which serve it in-process without a whole service ([`build`], [`serve`],
+//! [`admin`], [`serve_admin`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::watch;
 
+use crate::api::admin::{AdminState, ApiGauges};
 use crate::api::limits::{LimitOptions, RateLimits};
 use crate::api::ApiState;
 use crate::auth::Verifier;
@@ -22,9 +24,7 @@ pub struct ApiDeps {
     pub auth: Option<Arc<Verifier>>,
     /// Size, time and rate limits.
     pub limits: LimitOptions,
-    /// The running stages' assignments, for `/readyz` (empty: the API alone).
-    pub assignments: Vec<(Stage, Arc<Assignment>)>,
-    /// The metrics served at `/metrics`.
+    /// The metrics each request is counted in.
     pub metrics: Arc<Metrics>,
     /// The write gateway's producer ([`crate::kafka::gateway_producer`]); `None`: writes answer 503.
     pub producer: Option<rdkafka::producer::FutureProducer>,
@@ -37,7 +37,7 @@ pub struct ApiDeps {
 ///
 /// Errors: Redis unreachable, or the live pointer names a namespace that is not valid.
 pub async fn build(deps: ApiDeps) -> anyhow::Result<ApiState> {
-    let ApiDeps { settings, auth, limits, assignments, metrics, producer, stop } = deps;
+    let ApiDeps { settings, auth, limits, metrics, producer, stop } = deps;
     let live = crate::namespace::LiveProjection::connect(&settings).await?;
     live.follow();
     let fallback = Arc::new(crate::api::fallback::Fallback::new(settings.clone()));
@@ -52,7 +52,7 @@ pub async fn build(deps: ApiDeps) -> anyhow::Result<ApiState> {
     let gateway = producer.map(|p| Arc::new(crate::api::gateway::Gateway::new(p, topic, prefix)));
     let rates = Arc::new(RateLimits::new(&limits));
     let limits = Arc::new(limits);
-    Ok(ApiState { live, assignments, metrics, auth, fallback, limits, rates, hub, gateway })
+    Ok(ApiState { live, metrics, auth, fallback, limits, rates, hub, gateway })
 }
 
 /// Binds the API's address (port 0: any free port), before anything else starts: a process that cannot serve
@@ -61,6 +61,47 @@ pub async fn build(deps: ApiDeps) -> anyhow::Result<ApiState> {
 /// Errors: the address cannot be bound (in use, say).
 pub async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the read API to {listen}"))
+}
+
+/// Binds the admin address ([`crate::api::admin`]; port 0: any free port), before anything else starts.
+///
+/// Errors: the address cannot be bound (in use, say).
+pub async fn bind_admin(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the admin address to {listen}"))
+}
+
+/// The admin routes' state: the read API's live projection and gauges when `api` is given, otherwise a live
+/// projection of its own (connected here, following the pointer) for `/readyz`.
+///
+/// Errors: Redis unreachable (only when `api` is `None`).
+pub async fn admin(
+    settings: &Settings,
+    api: Option<&ApiState>,
+    assignments: Vec<(Stage, Arc<Assignment>)>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<AdminState> {
+    let (live, api) = match api {
+        Some(s) => (s.live.clone(), Some(ApiGauges { hub: s.hub.clone(), fallback: s.fallback.clone() })),
+        None => {
+            let live = crate::namespace::LiveProjection::connect(settings).await?;
+            live.follow();
+            (live, None)
+        }
+    };
+    Ok(AdminState { live, assignments, metrics, api })
+}
+
+/// Serves the admin routes on `listener` until `stop` turns true.
+pub async fn serve_admin(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    limits: &LimitOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    crate::api::serve::serve(listener, crate::api::admin::router(state), limits, stopped).await;
 }
 
 /// Serves `state` on `listener` until `stop` turns true, then drains the open connections.

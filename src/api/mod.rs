@@ -6,12 +6,11 @@
 //! | `GET /v1/users/{user_id}/unread` | the contract's reader shape; zeros for an unknown user |
 //! | `GET /v1/users/{user_id}/conversations/{conversation_id}/unread` | `{user_id, conversation_id, member, unread, mentions, muted}` |
 //! | `POST /v1/unread:batch` `{"user_ids": [...]}` | `{"users": [reader shape, ...]}` in the order asked (service tokens, at most 1,000 ids) |
-//! | `GET /healthz` | 200 while the process runs |
-//! | `GET /readyz` | 200 when Redis answers and every running stage has partitions; 503 otherwise |
-//! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/users/{user_id}/stream` | the counts pushed as they change (WebSocket or SSE) |
 //! | `POST /v1/users/{user_id}/…/read`, `…/mute`, … | the write gateway: 202 `{"event_ids"}` |
 //! | `GET /`, `GET /inbox.js`, `GET /openapi.json` | the web inbox, the OpenAPI document |
+//!
+//! Liveness, readiness and metrics are on another address ([`admin`]).
 //!
 //! Every answer comes from the namespace the live pointer names ([`crate::namespace`]); the
 //! `x-unread-namespace` header of each user answer says which, and `/readyz` reports it too.
@@ -23,9 +22,10 @@
 //! every other user, so ids cannot be probed), 404 `not_found`, 503 `unavailable` (Redis down: retry later), 500
 //! `malformed` (a stored hash does not decode: a bug to report).
 //!
-//! The `/v1` routes need a bearer JWT ([`crate::auth`]); `/healthz`, `/readyz` and `/metrics` do not. Every read
+//! The `/v1` routes need a bearer JWT ([`crate::auth`]); the inbox and `/openapi.json` do not. Every read
 //! takes `?cap=N` ([`caps`]).
 
+pub mod admin;
 pub mod caps;
 pub mod fallback;
 pub mod gateway;
@@ -45,7 +45,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -54,9 +53,8 @@ use caps::ReadQuery;
 use limits::{LimitOptions, RateLimits};
 use openapi::{ErrorBody, ErrorDetail, ReadErrors};
 
-use crate::checkpoint::Stage;
 use crate::core::contract::{validate_id, UserView};
-use crate::metrics::{Assignment, Metrics};
+use crate::metrics::Metrics;
 use crate::namespace::LiveProjection;
 use crate::projection::ProjectionError;
 
@@ -64,9 +62,7 @@ use crate::projection::ProjectionError;
 pub struct ApiState {
     /// The live namespace's projection, following the live pointer.
     pub live: Arc<LiveProjection>,
-    /// The running stages' assignments (empty when this process runs the API alone).
-    pub assignments: Vec<(Stage, Arc<Assignment>)>,
-    /// The service's metrics, rendered at `/metrics`.
+    /// The service's metrics: each request is counted there ([`Metrics::http_request`]).
     pub metrics: Arc<Metrics>,
     /// The token verifier; `None` with `--insecure-no-auth` (every request may read every user).
     pub auth: Option<Arc<Verifier>>,
@@ -213,9 +209,6 @@ pub fn router(state: ApiState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authenticate));
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1)
-        .routes(routes!(healthz))
-        .routes(routes!(readyz))
-        .routes(routes!(metrics))
         .routes(routes!(openapi_json))
         .routes(routes!(inbox::page))
         .routes(routes!(inbox::script))
@@ -534,46 +527,11 @@ async fn conversation_unread(
     Ok(self::answer(namespace, answer, &query))
 }
 
-/// Liveness: 200 while the process runs.
-#[utoipa::path(get, path = "/healthz", tag = "operations",
-    responses((status = 200, description = "`{\"status\": \"ok\"}`", body = serde_json::Value)))]
-async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
-}
-
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
 async fn openapi_json(Extension(doc): Extension<Arc<String>>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], doc.as_str().to_owned()).into_response()
-}
-
-/// The service's metrics, OpenMetrics text.
-#[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
-async fn metrics(State(s): State<Arc<ApiState>>) -> Response {
-    let (sockets, dropped) = s.hub.socket_counts();
-    s.metrics.api_state(s.fallback.as_ref().is_some_and(|f| f.breaker.is_open()), sockets, dropped);
-    ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
-}
-
-/// Readiness: 200 when Redis answers and every running stage has partitions.
-#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "`{ready, redis, namespace, assigned_partitions}`", body = serde_json::Value),
-    (status = 503, description = "Not ready: the same shape, saying why", body = serde_json::Value)))]
-async fn readyz(State(s): State<Arc<ApiState>>) -> Response {
-    let (namespace, projection) = s.live.current();
-    let redis = projection.ping().await.map_err(|e| e.to_string());
-    let stages: Vec<_> = s.assignments.iter().map(|(stage, a)| (stage.as_str(), a.partitions().len())).collect();
-    let ready = redis.is_ok() && stages.iter().all(|(_, n)| *n > 0);
-    let body = json!({
-        "ready": ready,
-        "redis": redis.err().unwrap_or_else(|| "ok".into()),
-        "namespace": namespace,
-        "assigned_partitions": stages.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
-    });
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(body)).into_response()
 }
 
 #[cfg(test)]

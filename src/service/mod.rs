@@ -66,9 +66,13 @@ pub struct RunOptions {
         default_value = "fanout,fold,api"
     )]
     pub roles: Vec<Role>,
-    /// Address of the read API.
+    /// Address of the read API (role `api`).
     #[arg(help_heading = "Roles", long, env = "UNREAD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Address of `/healthz`, `/readyz` and `/metrics`, served whatever the roles (`docs/operations.md`, "The admin
+    /// address"). Port 0: any free port.
+    #[arg(help_heading = "Roles", long, env = "UNREAD_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
     /// Commit a partition task's changes to the checkpoint (PostgreSQL) at least this often, e.g. `200ms`: how much
     /// input a restarted task reads again. Not on the live path (see `--publish-interval`). A bare number is
     /// milliseconds (the old `--flush-interval-ms` spelling, still accepted).
@@ -542,29 +546,40 @@ impl Parts {
         Ok(())
     }
 
-    /// Starts the read API ([`crate::app`]) on the listener bound at start, following the live pointer.
-    async fn start_api(
+    /// Starts the read API ([`crate::app`]) on its listener when given, following the live pointer, and the admin
+    /// address ([`crate::api::admin`]) on `admin`, both bound at start.
+    ///
+    /// Errors: Redis unreachable, or the gateway's producer cannot be created.
+    async fn start_http(
         &mut self,
         opts: &RunOptions,
-        auth: Option<Arc<crate::auth::Verifier>>,
-        listener: tokio::net::TcpListener,
+        api: Option<(Option<Arc<crate::auth::Verifier>>, tokio::net::TcpListener)>,
+        admin: tokio::net::TcpListener,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<()> {
         let s = &opts.settings;
-        let deps = crate::app::ApiDeps {
-            settings: s.clone(),
-            auth,
-            limits: opts.limits.clone(),
-            assignments: self.assignments.clone(),
-            metrics,
-            producer: Some(crate::kafka::gateway_producer(&s.brokers)?),
-            stop: self.stop.clone(),
+        let api = match api {
+            Some((auth, listener)) => {
+                let producer = Some(crate::kafka::gateway_producer(&s.brokers)?);
+                let (limits, metrics, stop) = (opts.limits.clone(), metrics.clone(), self.stop.clone());
+                let deps = crate::app::ApiDeps { settings: s.clone(), auth, limits, metrics, producer, stop };
+                Some((crate::app::build(deps).await?, listener))
+            }
+            None => None,
         };
-        let state = crate::app::build(deps).await?;
-        info!(addr = %listener.local_addr().context("the API's address")?, "read API listening");
-        let stop = self.stop.clone();
+        let state = crate::app::admin(s, api.as_ref().map(|(a, _)| a), self.assignments.clone(), metrics).await?;
+        if let Some((api, listener)) = api {
+            info!(addr = %listener.local_addr().context("the API's address")?, "read API listening");
+            let stop = self.stop.clone();
+            self.tasks.spawn(async move {
+                crate::app::serve(listener, api, stop).await;
+                Ok(())
+            });
+        }
+        info!(addr = %admin.local_addr().context("the admin address")?, "admin address listening");
+        let (limits, stop) = (opts.limits.clone(), self.stop.clone());
         self.tasks.spawn(async move {
-            crate::app::serve(listener, state, stop).await;
+            crate::app::serve_admin(admin, state, &limits, stop).await;
             Ok(())
         });
         Ok(())
@@ -576,11 +591,12 @@ impl Parts {
 /// Errors: a service unreachable at start, the API address in use, or a part stopping unexpectedly.
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let s = &opts.settings;
-    // Refuse before connecting anything or joining a group: no key, or the API's address taken.
+    // Refuse before connecting anything or joining a group: no key, or the API's or the admin address taken.
     let api = match opts.roles.contains(&Role::Api) {
         true => Some((opts.verifier()?, crate::app::bind(opts.listen).await?)),
         false => None,
     };
+    let admin = crate::app::bind_admin(opts.admin_listen).await?;
     let membership = crate::kafka::Membership {
         session_timeout: opts.session_timeout,
         instance_id: opts.group_instance_id.clone(),
@@ -612,9 +628,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         parts.start_stage(&shared.topics, stage, member, spawn)?;
     }
     shared.metrics.set_assignments(parts.assignments.clone());
-    if let Some((auth, listener)) = api {
-        parts.start_api(&opts, auth, listener, shared.metrics.clone()).await?;
-    }
+    parts.start_http(&opts, api, admin, shared.metrics.clone()).await?;
     wait_for_stop(parts.tasks, stop_tx, &shared).await
 }
 

@@ -90,7 +90,7 @@ fn with_a_projection_ttl_idle_users_leave_redis_and_come_back_exact_through_ever
     // Expired: the batch route refills every user from the checkpoint, exactly.
     wait_until_evicted(&rt, &ns);
     assert_eq!(batch(svc.port, &expected), expected, "the batch route after every hash expired");
-    assert!(metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}") >= expected.len() as f64);
+    assert!(metric_sum(svc.admin, "unread_reads_total{source=\"checkpoint\"}") >= expected.len() as f64);
     assert!(user_hashes(&rt, &ns) > expected.len() / 2, "the batch route wrote the users back");
 
     // A change to users whose hashes were refilled, then one to users whose hashes expired: each time the fold
@@ -114,7 +114,7 @@ fn with_a_projection_ttl_idle_users_leave_redis_and_come_back_exact_through_ever
         std::fs::write(&all, &events).unwrap();
         let after = parse_views(&ns.ok(&["fold", "--shape", "v2", "--input", all.to_str().unwrap()]));
         std::fs::remove_file(&all).ok();
-        let whole_before = metric(svc.port, "unread_projection_whole_rewrites_total");
+        let whole_before = metric(svc.admin, "unread_projection_whole_rewrites_total");
         produce_lines(&ns, "extra", extra);
         ns.ok(&["lag", "--wait", "2m"]);
         let changed: Vec<&UserView> = after.iter().filter(|v| !before.contains(v)).collect();
@@ -127,7 +127,7 @@ fn with_a_projection_ttl_idle_users_leave_redis_and_come_back_exact_through_ever
             let want = after.iter().find(|v| v.user_id == got.user_id);
             assert_eq!(Some(got), want, "round {round}: the fold's write of a changed user");
         }
-        let whole = metric(svc.port, "unread_projection_whole_rewrites_total") - whole_before;
+        let whole = metric(svc.admin, "unread_projection_whole_rewrites_total") - whole_before;
         assert!(whole >= n.1 as f64 / 2.0, "round {round}: {whole} patches refused, then written whole");
         before = after;
     }
@@ -180,11 +180,11 @@ fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_
     assert!(keys_of(&rt, &ns, "r?") > 0, "the fold and the fan-out wrote receipts");
     wait_until_gone(&rt, &ns, "r?");
     // Every message of the set, each conversation refilled from the checkpoint at its first read.
-    let before = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}");
+    let before = metric_sum(svc.admin, "unread_reads_total{source=\"checkpoint\"}");
     crate::v3::assert_receipts(svc.port, &receipts, 1);
     let conversations: std::collections::BTreeSet<&str> =
         receipts.iter().map(|r| r["conversation_id"].as_str().unwrap()).collect();
-    let refills = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}") - before;
+    let refills = metric_sum(svc.admin, "unread_reads_total{source=\"checkpoint\"}") - before;
     assert_eq!(refills, conversations.len() as f64, "one refill per conversation, then reads from Redis");
     // A read sets the keys' expiry again: the conversation read last is complete in Redis.
     let last = receipts.last().unwrap()["conversation_id"].as_str().unwrap();
@@ -210,10 +210,10 @@ fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_
         (complete, exists("rw").query_async::<i64>(&mut conn).await.unwrap())
     });
     assert_eq!((complete, noted), (1, 0), "a new conversation's receipts: complete, nothing noted");
-    let before = metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}");
+    let before = metric_sum(svc.admin, "unread_reads_total{source=\"checkpoint\"}");
     let (code, body) = http_get(svc.port, "/v1/conversations/new/messages/1/receipts").unwrap();
     assert!(code == 200 && body.contains(r#""read":0,"recipients":1"#), "{code} {body}");
-    assert_eq!(metric_sum(svc.port, "unread_reads_total{source=\"checkpoint\"}"), before, "read without a refill");
+    assert_eq!(metric_sum(svc.admin, "unread_reads_total{source=\"checkpoint\"}"), before, "read without a refill");
     svc.stop();
 }
 

@@ -80,7 +80,7 @@ fn messages_to_a_20000_member_channel_write_no_member() {
     let svc = ns.start(&[]); // the default threshold, 1,000 members
     produce_lines(&ns, "join", lines(joins));
     ns.ok(&["lag", "--wait", "2m"]);
-    let settled = || settled_counters(svc.port);
+    let settled = || settled_counters(svc.admin);
     let (writes, _) = settled();
     assert!(writes >= 20_000.0, "every member was written once when joining: {writes}");
     produce_lines(&ns, "send", lines(messages));
@@ -103,7 +103,7 @@ fn messages_to_a_20000_member_channel_write_no_member() {
     }
     // A join and a leave write O(1) checkpoint bytes (issue 21): two member rows, the conversation's row without
     // its members and the two users' rows, not a row of 20,000 members (about 200 KB).
-    let bytes_before = metric(svc.port, "unread_checkpoint_bytes_total");
+    let bytes_before = metric(svc.admin, "unread_checkpoint_bytes_total");
     let mut joined = event("member.joined");
     joined["user_id"] = "m-20000".into();
     let mut left = event("member.left");
@@ -111,7 +111,7 @@ fn messages_to_a_20000_member_channel_write_no_member() {
     produce_lines(&ns, "churn", lines([joined, left].into_iter()));
     ns.ok(&["lag", "--wait", "1m"]);
     settled();
-    let written = metric(svc.port, "unread_checkpoint_bytes_total") - bytes_before;
+    let written = metric(svc.admin, "unread_checkpoint_bytes_total") - bytes_before;
     assert!(written > 0.0 && written < 4096.0, "a join and a leave wrote {written} checkpoint bytes");
     let m5 = http_get(svc.port, "/v1/users/m-5/unread").unwrap().1;
     svc.stop();

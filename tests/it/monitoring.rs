@@ -45,9 +45,11 @@ fn the_dashboard_and_the_alerts_name_only_metrics_the_service_serves() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(producer.send(record, Duration::from_secs(10))).map_err(|(e, _)| e).unwrap();
     ns.ok(&["lag", "--wait", "2m"]);
+    // One request to the API: the HTTP families appear with their first request (the admin address is not counted).
+    assert_eq!(http_get(svc.port, "/openapi.json").unwrap().0, 200);
     let deadline = Instant::now() + Duration::from_secs(60);
     let metrics = loop {
-        let (code, metrics) = http_get(svc.port, "/metrics").unwrap();
+        let (code, metrics) = http_get(svc.admin, "/metrics").unwrap();
         assert_eq!(code, 200);
         if metrics.contains("unread_dead_letter_records_total{") || Instant::now() > deadline {
             break metrics;
@@ -143,7 +145,7 @@ fn a_real_prometheus_sees_unread_redis_failing_fire_when_redis_stops() {
     let rules = std::fs::read_to_string(repo_path("deploy/prometheus/alerts.yml")).unwrap();
     let rules: String =
         rules.lines().map(|l| if l.trim_start().starts_with("for:") { "" } else { l }).collect::<Vec<_>>().join("\n");
-    let prom = PrivatePrometheus::start(svc.port, &rules);
+    let prom = PrivatePrometheus::start(svc.admin, &rules);
     let up = |p: &PrivatePrometheus| p.http_get("/api/v1/query?query=up").is_some_and(|(_, b)| b.contains(r#""1"]"#));
     prom.wait_for("scraping the instance", up);
     assert!(!prom.alerts("firing").contains("UnreadRedisFailing"), "firing before Redis stopped");

@@ -154,7 +154,7 @@ fn a_producer_on_another_partitioner_is_refused_loudly_and_the_rest_stays_exact(
     assert_matches(svc.port, &expected);
     let kinds = dead_kinds(&stack, &ns);
     assert_eq!((count(&kinds, "misrouted"), kinds.len()), (refused, refused), "each refused once, as misrouted");
-    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    let metrics = http_get(svc.admin, "/metrics").unwrap().1;
     assert!(
         metrics.contains(&format!(r#"unread_dead_letter_records_total{{kind="misrouted"}} {refused}"#)),
         "{metrics}"

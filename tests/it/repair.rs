@@ -43,15 +43,15 @@ fn scheduled_repair_mends_a_user_changed_behind_its_back_and_never_overwrites_ne
         assert!(Instant::now() < deadline, "not repaired within 60 s");
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(metric(svc.port, "unread_verify_repaired_users_total") >= 1.0);
+    assert!(metric(svc.admin, "unread_verify_repaired_users_total") >= 1.0);
     // Runs later, the newer hash is still as it was: reported ahead, never rewritten.
-    let runs = metric(svc.port, "unread_verify_runs_total");
-    while metric(svc.port, "unread_verify_runs_total") < runs + 3.0 {
+    let runs = metric(svc.admin, "unread_verify_runs_total");
+    while metric(svc.admin, "unread_verify_runs_total") < runs + 3.0 {
         assert!(Instant::now() < deadline + Duration::from_secs(30), "the verifier stopped running");
         std::thread::sleep(Duration::from_millis(200));
     }
     let still = read(svc.port, &newer.user_id);
     assert_eq!(still.conversations[&cid(newer)].unread, 999, "a hash newer than the checkpoint was overwritten");
-    assert!(metric(svc.port, "unread_verify_ahead_users") >= 1.0);
+    assert!(metric(svc.admin, "unread_verify_ahead_users") >= 1.0);
     svc.stop();
 }

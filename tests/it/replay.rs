@@ -72,11 +72,11 @@ fn replay_of_the_dev_set_while_live_runs_equals_live_and_expected_and_verify_aga
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(served_namespace(svc.port), "r1");
     assert_exact(svc.port);
-    let (_, ready) = http_get(svc.port, "/readyz").unwrap();
+    let (_, ready) = http_get(svc.admin, "/readyz").unwrap();
     assert!(ready.contains(r#""namespace":"r1""#), "{ready}");
 
     // The background verify ran and exported its result.
-    let (_, metrics) = http_get(svc.port, "/metrics").unwrap();
+    let (_, metrics) = http_get(svc.admin, "/metrics").unwrap();
     let runs = metrics.lines().find_map(|l| l.strip_prefix("unread_verify_runs_total ")).unwrap();
     assert!(runs.parse::<u64>().unwrap() >= 1, "{metrics}");
     assert!(metrics.contains("unread_verify_differing_users 0\n"), "{metrics}");
@@ -274,8 +274,13 @@ fn replay_from_earliest_refuses_a_truncated_log_and_from_checkpoint_covers_it() 
 fn replay_from_checkpoint_applies_the_deltas_the_fold_had_not_read() {
     let Some(stack) = stack("replay_from_checkpoint_applies_the_deltas_the_fold_had_not_read") else { return };
     let ns = Ns::new(&stack, "inflight");
-    // Only the fan-out runs: every delta it produces stays unread by any fold.
-    let svc = ns.start(&["--roles", "fanout,api"]);
+    // Only the fan-out runs: every delta it produces stays unread by any fold. Without the api role it serves no
+    // read API, yet its admin address says it is ready (it holds partitions) and serves its metrics.
+    let svc = ns.start(&["--roles", "fanout"]);
+    assert!(http_get(svc.port, "/openapi.json").is_none(), "no read API without the api role");
+    let (code, ready) = http_get(svc.admin, "/readyz").unwrap();
+    assert!(code == 200 && ready.contains(r#""assigned_partitions":{"fanout":"#), "{ready}");
+    assert!(http_get(svc.admin, "/metrics").unwrap().1.contains("unread_assigned_partitions"));
     ns.ok(&["produce", &dev_events()]);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

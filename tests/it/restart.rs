@@ -7,17 +7,17 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 /// The rebalance events an instance has seen, both stages.
-fn rebalances(port: u16) -> f64 {
-    metric_sum(port, "unread_rebalances_total")
+fn rebalances(admin: u16) -> f64 {
+    metric_sum(admin, "unread_rebalances_total")
 }
 
 /// Waits until an instance's rebalance count holds still for 3 s (at most 60 s): its group has settled.
-fn settled(port: u16) -> f64 {
+fn settled(admin: u16) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = rebalances(port);
+    let mut last = rebalances(admin);
     loop {
         std::thread::sleep(Duration::from_secs(3));
-        let now = rebalances(port);
+        let now = rebalances(admin);
         if now == last || Instant::now() > deadline {
             return now;
         }
@@ -33,14 +33,14 @@ fn a_static_member_restarted_within_the_session_timeout_moves_no_partition_of_th
     let flags = |id| ["--group-instance-id", id, "--session-timeout", "30s"];
     let a = ns.start(&flags("a"));
     let b = ns.start(&flags("b"));
-    let before = settled(b.port);
+    let before = settled(b.admin);
     assert!(before > 0.0, "b saw its own assignment");
     a.stop();
     let a = ns.start(&flags("a"));
     ns.ok(&["produce", &dev_events()]);
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches(a.port, &dev_expected());
-    assert_eq!(settled(b.port), before, "b saw a rebalance while a restarted");
+    assert_eq!(settled(b.admin), before, "b saw a rebalance while a restarted");
     // The restarted a got its partitions back and found their starts (lease, state, fan-out producers) made while
     // it rejoined.
     let started = task_starts(&ns, a.port);
@@ -61,15 +61,15 @@ fn an_eager_rebalance_keeps_the_tasks_of_the_partitions_that_stay() {
     let Some(stack) = stack("an_eager_rebalance_keeps_the_tasks_of_the_partitions_that_stay") else { return };
     let ns = Ns::new(&stack, "eager");
     let a = ns.start(&[]);
-    until(a.port, "a holds every partition", |n| n == 16.0);
+    until(a.admin, "a holds every partition", |n| n == 16.0);
     ns.ok(&["produce", &dev_events()]);
     let b = ns.start(&[]);
-    until(b.port, "b shares the partitions", |n| (1.0..16.0).contains(&n));
-    until(a.port, "a keeps the others", |n| n > 0.0 && n + held(b.port) == 16.0);
+    until(b.admin, "b shares the partitions", |n| (1.0..16.0).contains(&n));
+    until(a.admin, "a keeps the others", |n| n > 0.0 && n + held(b.admin) == 16.0);
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches(a.port, &dev_expected());
     assert_matches(b.port, &dev_expected());
-    let kept = held(a.port);
+    let kept = held(a.admin);
     let went_on = log_lines(&ns, a.port, "its task goes on");
     assert_eq!(went_on.len() as f64, kept, "a keeps {kept} partitions:\n{}", went_on.join("\n"));
     let starts = task_starts(&ns, a.port);
@@ -107,15 +107,15 @@ fn plain(line: &str) -> String {
 }
 
 /// The partitions an instance holds now, both stages (8 + 8 on the test stack's topics).
-fn held(port: u16) -> f64 {
-    metric_sum(port, "unread_assigned_partitions")
+fn held(admin: u16) -> f64 {
+    metric_sum(admin, "unread_assigned_partitions")
 }
 
-/// Waits until `check` holds for the instance on `port` (at most 30 s).
-fn until(port: u16, what: &str, check: impl Fn(f64) -> bool) {
+/// Waits until `check` holds for the instance whose admin port is `admin` (at most 30 s).
+fn until(admin: u16, what: &str, check: impl Fn(f64) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !check(held(port)) {
-        assert!(Instant::now() < deadline, "{what}: holds {} partitions after 30 s", held(port));
+    while !check(held(admin)) {
+        assert!(Instant::now() < deadline, "{what}: holds {} partitions after 30 s", held(admin));
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -128,17 +128,17 @@ fn with_the_consumer_protocol_a_member_leaving_and_coming_back_moves_only_its_pa
     let flags = ["--group-protocol", "consumer"];
     let a = ns.start(&flags);
     let b = ns.start(&flags);
-    until(b.port, "b shares the partitions", |n| (1.0..16.0).contains(&n));
-    until(a.port, "a shares the partitions", |n| n > 0.0);
+    until(b.admin, "b shares the partitions", |n| (1.0..16.0).contains(&n));
+    until(a.admin, "a shares the partitions", |n| n > 0.0);
     a.stop();
-    until(b.port, "b takes a's partitions", |n| n == 16.0);
+    until(b.admin, "b takes a's partitions", |n| n == 16.0);
     ns.ok(&["produce", &dev_events()]);
     let a = ns.start(&flags);
-    until(a.port, "a gets partitions back", |n| n > 0.0);
+    until(a.admin, "a gets partitions back", |n| n > 0.0);
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches(a.port, &dev_expected());
     assert_matches(b.port, &dev_expected());
-    let kept = held(b.port);
+    let kept = held(b.admin);
     let log = std::fs::read_to_string(std::env::temp_dir().join(format!("{}-{}.log", ns.name, b.port))).unwrap();
     let revoked = log.lines().filter(|l| l.contains("partition revoked")).count();
     // Incremental: b gave up exactly what moved to a; eager rebalances would have revoked all it held, twice.

@@ -52,7 +52,7 @@ fn dev_set_end_to_end_is_exact_over_http() {
     assert!(c["state"]["head"].as_u64().unwrap() > 169 && c["state"]["members"]["[[mandrix]]"].is_u64(), "{c}");
     let missing = ns.cmd(&["inspect", "user", "nobody here"]).output().unwrap();
     assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("no checkpointed state"));
-    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    let metrics = http_get(svc.admin, "/metrics").unwrap().1;
     for family in [
         "unread_events_processed_total{topic=",
         r#"unread_flush_seconds_bucket{le="+Inf",stage="fold"}"#,
@@ -207,7 +207,7 @@ fn a_service_whose_topics_do_not_exist_stops_at_once_naming_them() {
     let ns = Ns::new(&stack, "notopics");
     let started = Instant::now();
     let out = ns
-        .cmd(&["run", "--roles", "fold", "--listen", "127.0.0.1:0"])
+        .cmd(&["run", "--roles", "fold", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .env("UNREAD_TOPIC_PREFIX", format!("{}.missing.", ns.name))
         .output()
         .unwrap();
@@ -471,7 +471,7 @@ fn two_instances_one_killed_one_paused_then_resumed_stay_exact() {
     std::thread::sleep(Duration::from_secs(5)); // c notices, tries to flush, is fenced, loses its partitions
     ns.ok(&["lag", "--wait", "120"]);
     assert_matches(b.port, &expected);
-    let metrics = http_get(c.port, "/metrics").unwrap().1;
+    let metrics = http_get(c.admin, "/metrics").unwrap().1;
     let fenced: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("unread_fenced_tasks_total "))
@@ -610,7 +610,7 @@ fn poison_records_go_to_the_dead_letter_topic_and_valid_traffic_stays_exact() {
     }
     let big = dead.iter().find(|d| d.kind == "too_large").unwrap();
     assert!(rdkafka::Message::payload(&big.record).unwrap().len() > 10 << 20, "kept unchanged");
-    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    let metrics = http_get(svc.admin, "/metrics").unwrap().1;
     assert!(metrics.contains(r#"unread_dead_letter_records_total{kind="key_mismatch"} 2"#), "{metrics}");
 
     // `dead-letter list` shows them; `replay --kind` re-publishes the kind, which (still invalid) comes back.
@@ -684,7 +684,7 @@ fn redis_down_for_10_s_then_back_empty_is_detected_and_exact() {
     let _redis = PrivateRedis::start(port); // back, and empty: the fold tasks must notice and rewrite everything
     ns.ok(&["lag", "--wait", "120"]);
     assert_exact(svc.port);
-    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    let metrics = http_get(svc.admin, "/metrics").unwrap().1;
     assert!(metrics.contains(r#"unread_errors_total{store="redis"}"#), "the outage was seen: {metrics}");
     svc.stop();
     ns.cleanup();
@@ -706,7 +706,7 @@ fn postgres_down_for_10_s_pauses_checkpoints_then_is_exact() {
     pg.start();
     ns.ok(&["lag", "--wait", "120"]);
     assert_exact(svc.port);
-    let metrics = http_get(svc.port, "/metrics").unwrap().1;
+    let metrics = http_get(svc.admin, "/metrics").unwrap().1;
     assert!(metrics.contains(r#"unread_errors_total{store="postgres"}"#), "the outage was seen: {metrics}");
     svc.stop();
     ns.cleanup();
@@ -879,11 +879,11 @@ fn zombie_deltas_from_a_fenced_fan_out_are_never_folded() {
     let b = ns.start(&["--producer-per-partition"]);
     ns.ok(&["lag", "--wait", "3m"]);
     assert_matches(b.port, &dev_expected());
-    let refused = metric(a.port, "unread_kafka_fenced_tasks_total");
+    let refused = metric(a.admin, "unread_kafka_fenced_tasks_total");
     assert!(refused >= 1.0, "the race did not happen: Kafka fenced no fan-out task of the zombie");
     let stale = stale_deltas_in_log(&stack.brokers, &format!("{}.unread.user-deltas", ns.name));
     assert_eq!(stale, 0, "zombie deltas reached the delta log the folds read");
-    let dropped = metric(a.port, "unread_zombie_deltas_total") + metric(b.port, "unread_zombie_deltas_total");
+    let dropped = metric(a.admin, "unread_zombie_deltas_total") + metric(b.admin, "unread_zombie_deltas_total");
     assert_eq!(dropped, 0.0, "the folds' fence had zombie deltas to drop");
     println!("{refused} zombie fan-out tasks fenced by Kafka; 0 zombie deltas in the log");
     a.stop();
@@ -906,10 +906,10 @@ fn zombie_deltas_with_a_shared_producer_are_dropped_by_the_fold() {
     let b = ns.start(&member("zombie-b"));
     ns.ok(&["lag", "--wait", "3m"]);
     assert_matches(b.port, &dev_expected());
-    let fenced = metric(a.port, "unread_fenced_tasks_total");
+    let fenced = metric(a.admin, "unread_fenced_tasks_total");
     assert!(fenced >= 1.0, "the race did not happen: no task of the sleeper was fenced");
     let stale = stale_deltas_in_log(&stack.brokers, &format!("{}.unread.user-deltas", ns.name));
-    let dropped = metric(a.port, "unread_zombie_deltas_total") + metric(b.port, "unread_zombie_deltas_total");
+    let dropped = metric(a.admin, "unread_zombie_deltas_total") + metric(b.admin, "unread_zombie_deltas_total");
     assert!(dropped >= stale as f64, "{stale} stale deltas in the log, {dropped} dropped by the folds");
     println!("{stale} zombie deltas in the log, {dropped} dropped by the folds' fence");
     a.stop();

@@ -65,7 +65,16 @@ fn plaintext_and_wrong_credentials_are_refused_with_an_error_naming_the_service(
     let line = refused(&["--kafka-config", "sasl.password=wrong", "topics", "create"], &[], &[]);
     assert!(line.starts_with("unread: Kafka at ") && line.contains("SASL authentication error"), "{line}");
     // The service refuses to start at all, before joining a group, rather than running without Kafka.
-    let run = ["--kafka-config", "sasl.password=wrong", "run", "--insecure-no-auth", "--listen", "127.0.0.1:0"];
+    let run = [
+        "--kafka-config",
+        "sasl.password=wrong",
+        "run",
+        "--insecure-no-auth",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ];
     let line = refused(&run, &[], &[]);
     assert!(line.starts_with("unread: Kafka at ") && line.contains("SASL authentication error"), "{line}");
     let plain_redis = stack.redis_url.replace("rediss://", "redis://");

@@ -69,8 +69,8 @@ fn a_broadcast_to_100000_readers_writes_nothing_per_reader() {
         let mut last = (-1.0, -1.0);
         loop {
             std::thread::sleep(Duration::from_millis(300));
-            let writes = metric(svc.port, "unread_redis_user_writes_total");
-            let now = (writes, metric(svc.port, "unread_checkpoint_rows_total"));
+            let writes = metric(svc.admin, "unread_redis_user_writes_total");
+            let now = (writes, metric(svc.admin, "unread_checkpoint_rows_total"));
             if now == last {
                 return now;
             }

@@ -26,6 +26,8 @@ struct Options {
 pub struct App {
     /// The API's port on 127.0.0.1.
     pub port: u16,
+    /// The admin address's port on 127.0.0.1 (`/healthz`, `/readyz`, `/metrics`).
+    pub admin: u16,
     stop: watch::Sender<bool>,
     runtime: Option<tokio::runtime::Runtime>,
     /// (database URL, schema) of its checkpoint, dropped with it.
@@ -45,19 +47,33 @@ pub fn spawn_app(stack: &Stack, test: &str, auth: AuthOptions, args: &[&str]) ->
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (stop, stopped) = watch::channel(false);
     let schema = (settings.database_url.clone(), settings.ns_db_schema());
-    let port = runtime.block_on(async {
+    let (port, admin) = runtime.block_on(async {
         // What `unread migrate` does: degraded reads find the tables, empty.
         super::stack::migrated_store(&schema.0, &schema.1).await;
         let metrics = Arc::new(unread::metrics::Metrics::default());
-        let (assignments, producer, stop) = (Vec::new(), None, stopped.clone());
-        let deps = unread::app::ApiDeps { settings, auth, limits, assignments, metrics, producer, stop };
+        let admin_limits = limits.clone();
+        let deps = unread::app::ApiDeps {
+            settings: settings.clone(),
+            auth,
+            limits,
+            metrics: metrics.clone(),
+            producer: None,
+            stop: stopped.clone(),
+        };
         let state = unread::app::build(deps).await.expect("the API builds");
-        let listener = unread::app::bind("127.0.0.1:0".parse().unwrap()).await.expect("a free port");
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(unread::app::serve(listener, state, stopped));
-        port
+        let admin_state =
+            unread::app::admin(&settings, Some(&state), Vec::new(), metrics).await.expect("the admin state");
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (listener, admin) = (
+            unread::app::bind(any).await.expect("a free port"),
+            unread::app::bind_admin(any).await.expect("a free port"),
+        );
+        let ports = (listener.local_addr().unwrap().port(), admin.local_addr().unwrap().port());
+        tokio::spawn(unread::app::serve(listener, state, stopped.clone()));
+        tokio::spawn(async move { unread::app::serve_admin(admin, admin_state, &admin_limits, stopped).await });
+        ports
     });
-    App { port, stop, runtime: Some(runtime), schema }
+    App { port, admin, stop, runtime: Some(runtime), schema }
 }
 
 impl Drop for App {

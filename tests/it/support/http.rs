@@ -103,7 +103,7 @@ pub fn mismatches_at(port: u16, expected: &[UserView], query: &str) -> (usize, V
     let mut bad = Vec::new();
     for e in expected {
         let path = format!("/v1/users/{}/unread{query}", encode(&e.user_id));
-        let (code, body) = http_get(port, &path).expect("API answers");
+        let (code, body) = http_get(port, &path).expect("the admin address answers");
         let got: Option<UserView> = serde_json::from_str(&body).ok();
         if code != 200 || got.as_ref() != Some(e) {
             bad.push(format!("{}: HTTP {code} {body}", e.user_id));
@@ -129,9 +129,9 @@ pub fn assert_matches_at(port: u16, expected: &[UserView], query: &str) {
     assert!(bad.is_empty(), "{} of {n} users differ, e.g. {:#?}", bad.len(), &bad[..bad.len().min(5)]);
 }
 
-/// The value of a metric line `name value` (a counter's or gauge's, without labels) at the API on `port`.
+/// The value of a metric line `name value` (a counter's or gauge's, without labels) at the admin address on `port`.
 pub fn metric(port: u16, name: &str) -> f64 {
-    let text = http_get(port, "/metrics").expect("API answers").1;
+    let text = http_get(port, "/metrics").expect("the admin address answers").1;
     let prefix = format!("{name} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
@@ -140,9 +140,9 @@ pub fn metric(port: u16, name: &str) -> f64 {
         .unwrap()
 }
 
-/// The sum of every sample of metric `name` (each label set's) at the API on `port`; 0 when it has none yet.
+/// The sum of every sample of metric `name` (each label set's) at the admin address on `port`; 0 when it has none yet.
 pub fn metric_sum(port: u16, name: &str) -> f64 {
-    let text = http_get(port, "/metrics").expect("API answers").1;
+    let text = http_get(port, "/metrics").expect("the admin address answers").1;
     let samples = text.lines().filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])));
     samples.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }

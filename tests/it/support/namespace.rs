@@ -108,9 +108,9 @@ impl<'s> Ns<'s> {
 
     /// One try of [`Ns::start_with_env`]: the ready service, or why not (with the end of its log).
     fn try_start(&self, extra: &[&str], env: &[(&str, &str)]) -> Result<Service, String> {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let mut args = vec!["run", "--listen", &listen];
+        let (port, admin) = (free_port(), free_port());
+        let (listen, admin_listen) = (format!("127.0.0.1:{port}"), format!("127.0.0.1:{admin}"));
+        let mut args = vec!["run", "--listen", &listen, "--admin-listen", &admin_listen];
         if !extra.iter().any(|a| a.starts_with("--flush-interval")) {
             args.extend(["--flush-interval", "100ms"]);
         }
@@ -120,14 +120,14 @@ impl<'s> Ns<'s> {
         let mut cmd = self.cmd(&args);
         cmd.envs(env.iter().copied());
         let child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
-        let mut svc = Service { child, port };
+        let mut svc = Service { child, port, admin };
         let tail = || {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             format!("{} ends:\n{}", path.display(), lines[lines.len().saturating_sub(20)..].join("\n"))
         };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while http_get(port, "/readyz").map(|(s, _)| s) != Some(200) {
+        while http_get(admin, "/readyz").map(|(s, _)| s) != Some(200) {
             if let Some(status) = svc.child.try_wait().unwrap() {
                 return Err(format!("it exited ({status}); {}", tail()));
             }
@@ -192,6 +192,8 @@ pub struct Service {
     pub child: Child,
     /// Its read API's port.
     pub port: u16,
+    /// Its admin address's port (`/healthz`, `/readyz`, `/metrics`).
+    pub admin: u16,
 }
 
 impl Service {

@@ -147,14 +147,14 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
-{{/* Liveness on /healthz, readiness on /readyz (Redis answers, every stage has partitions). */}}
+{{/* Liveness on /healthz, readiness on /readyz (Redis answers, every stage has partitions), on the admin port. */}}
 {{- define "unread.probes" -}}
 livenessProbe:
-  httpGet: {path: /healthz, port: http}
+  httpGet: {path: /healthz, port: admin}
   periodSeconds: 10
   failureThreshold: 3
 readinessProbe:
-  httpGet: {path: /readyz, port: http}
+  httpGet: {path: /readyz, port: admin}
   periodSeconds: 5
   failureThreshold: 2
 {{- end -}}
