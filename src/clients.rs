@@ -70,7 +70,7 @@ pub struct ClientSettings {
     /// where it puts the user's events, unread's own producers use it, and a record on any other partition is
     /// dead-lettered (`misrouted`). Give every instance and command the same value (docs/producers.md).
     #[arg(long, global = true, env = "UNREAD_PARTITIONER", value_enum, default_value_t)]
-    pub partitioner: crate::kafka::Partitioner,
+    pub partitioner: crate::partitioner::Partitioner,
 }
 
 /// The settings as the clients use them, files read.
@@ -81,7 +81,7 @@ pub struct Clients {
     /// Redis's TLS certificates, if any file was named.
     pub redis_tls: Option<redis::TlsCertificates>,
     /// The input producers' key partitioner (`--partitioner`).
-    pub partitioner: crate::kafka::Partitioner,
+    pub partitioner: crate::partitioner::Partitioner,
 }
 
 static CLIENTS: OnceLock<Clients> = OnceLock::new();
@@ -106,7 +106,7 @@ pub fn init(settings: &ClientSettings) -> anyhow::Result<()> {
 /// The process's settings ([`init`]); none before it (plaintext, the system's roots).
 pub fn get() -> &'static Clients {
     static NONE: Clients =
-        Clients { kafka: Vec::new(), redis_tls: None, partitioner: crate::kafka::Partitioner::Murmur2 };
+        Clients { kafka: Vec::new(), redis_tls: None, partitioner: crate::partitioner::Partitioner::Murmur2 };
     CLIENTS.get().unwrap_or(&NONE)
 }
 

@@ -20,7 +20,8 @@
 //! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
 //! - [`replay`]: `unread replay`, the log folded into another namespace; [`namespace`]: promote and drop;
 //! - [`ops`]: `lag`, `verify`, `inspect`, `projection rebuild`; [`produce`], [`dead_letter`], [`topology`];
-//! - [`config`]: settings and namespaces; [`cli`]: the `unread` command line.
+//! - [`config`]: settings and namespaces; [`cli`]: the `unread` command line; [`shutdown`]: SIGINT/SIGTERM as a
+//!   future.
 
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
@@ -39,6 +40,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod namespace;
 pub mod ops;
+pub mod partitioner;
 pub mod pipeline;
 pub mod produce;
 pub mod progress;
@@ -47,5 +49,6 @@ pub mod push;
 pub mod records;
 pub mod replay;
 pub mod service;
+pub mod shutdown;
 pub mod state;
 pub mod topology;

@@ -146,7 +146,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     crate::clients::init(&cli.clients)?;
     match cli.command {
         Command::Fold(args) => args.run(),
-        Command::Run(opts) => block_on(crate::service::run(*opts)).map(|()| ExitCode::SUCCESS),
+        Command::Run(opts) => {
+            block_on(crate::service::run(*opts, crate::shutdown::signal())).map(|()| ExitCode::SUCCESS)
+        }
         Command::Topics { action } => action.run(),
         Command::Produce(args) => args.run(),
         Command::Migrate(args) => args.run(),

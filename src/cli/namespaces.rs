@@ -42,7 +42,7 @@ impl ReplayArgs {
         };
         block_on(async {
             self.settings.check()?;
-            match crate::replay::replay(&self.settings, &opts).await {
+            match crate::replay::replay(&self.settings, &opts, crate::shutdown::signal()).await {
                 Err(ReplayError::Refused(e)) => {
                     eprintln!("unread replay: refused: {e}");
                     Ok(ExitCode::FAILURE)

@@ -155,8 +155,13 @@ pub struct ReplayOptions {
 ///
 /// Errors: [`ReplayError::Refused`] before anything is written; [`ReplayError::Failed`] for a service
 /// unreachable, a corrupt checkpoint, or another replay or service taking the namespace's leases meanwhile
-/// (fenced). An interrupted replay (error or signal) resumes from its last checkpoint when run again.
-pub async fn replay(source: &Settings, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
+/// (fenced). An interrupted replay (an error, or `shutdown` completing: [`crate::shutdown::signal`] for the
+/// command) resumes from its last checkpoint when run again.
+pub async fn replay(
+    source: &Settings,
+    opts: &ReplayOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
     let target = source.in_namespace(&opts.into)?;
     if opts.into == source.namespace || crate::namespace::live_namespace(source).await? == opts.into {
@@ -188,7 +193,7 @@ pub async fn replay(source: &Settings, opts: &ReplayOptions) -> Result<ReplayRep
     }
     let end = marks.map(|m| m.iter().map(|(_, high)| *high).collect());
     let positions = Positions { next: r.next.clone(), end };
-    fold_input(&source.brokers, &mut r, positions, opts, &mut report).await?;
+    fold_input(&source.brokers, &mut r, positions, opts, &mut report, shutdown).await?;
     finish(source, &mut r, &mut report).await?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
@@ -327,19 +332,20 @@ fn start_reader(
 }
 
 /// Reads every input partition up to its end and folds it, checkpointing every `opts.checkpoint_interval`, until
-/// the end or SIGINT/SIGTERM (`report.interrupted`).
+/// the end or until `shutdown` completes (`report.interrupted`).
 async fn fold_input(
     brokers: &str,
     r: &mut Replay,
     positions: Positions,
     opts: &ReplayOptions,
     report: &mut ReplayReport,
+    shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut progress = crate::progress::Progress::new(positions.remaining() as u64, ("replay", "records"));
     let mut rx = start_reader(brokers, &r.topics.user_events, &r.topics.conversation_events, positions)?;
     let mut last_checkpoint = Instant::now();
-    let mut stop = Box::pin(shutdown_signal());
+    let mut stop = std::pin::pin!(shutdown);
     loop {
         let batch = tokio::select! {
             b = rx.recv() => match b {
@@ -391,17 +397,6 @@ async fn finish(source: &Settings, r: &mut Replay, report: &mut ReplayReport) ->
     report.users = r.fold.users().count();
     report.conversations = r.fanout.conversations().count();
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(t) => t,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! The fan-out stage: one task per partition of `unread.conversation-events`.
 //!
 //! A task takes its partition's lease, loads its conversations and next offset from the checkpoint, and gets its
-//! transactional producer: the instance's shared one ([`super::shared_transaction`]) or, with
+//! transactional producer ([`super::tx`]): the instance's shared one or, with
 //! `--producer-per-partition`, its own (`transactional.id` `{group}.fanout.{partition}`, which fences the producer
 //! of any earlier owner: a zombie). A previous owner that did not release the lease and wrote with another id is
-//! fenced too, unless it is still a member of the group ([`fence`]). A restarted static member does those steps
+//! fenced too, unless it is still a member of the group ([`super::tx::fence`]). A restarted static member does those steps
 //! before it rejoins ([`super::prepare`]). Then it repeats: take a batch of records, decode them (bad ones go to
 //! the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas`, packed per
 //! partition of their users ([`crate::core::delta::pack`]), inside a Kafka transaction, commit the transaction
@@ -15,20 +15,22 @@
 //! refused or aborted by the broker and never reaches it (docs/operations.md § Fencing).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tracing::{debug, info};
 
+use super::context::{DeltaRecords, Shared};
+use super::error::TaskError;
 use super::group::{PartitionInput, Verdict};
-use super::shared_transaction::{blocking, Open, SharedTransaction};
+use super::prepare::FanOutStart;
+use super::records;
 use super::task::{self, StageTask};
-use super::{records, DeltaRecords, Shared, TaskError};
-use crate::checkpoint::store::Unreleased;
+use super::tx::producer::{connected_producer, discard};
+use super::tx::{fence, Open, TxProducer};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::ConversationEvent;
@@ -46,10 +48,8 @@ use crate::state::Input;
 struct FanOutTask {
     shared: Arc<Shared>,
     input: PartitionInput,
-    /// The task's own transactional producer ([`crate::kafka::transactional_producer`]).
-    producer: FutureProducer,
-    /// Since when a Kafka transaction is open (begun at the first record produced after a commit), if one is.
-    transaction_since: Option<Instant>,
+    /// Its transactional producer and transaction, its own or the instance's shared one.
+    tx: TxProducer,
     generation: i64,
     fanout: FanOut,
     next: i64,
@@ -59,9 +59,6 @@ struct FanOutTask {
     /// marks their receipts keys complete ([`SentWrite::new`]).
     created: HashSet<String>,
     in_flight: Vec<DeliveryFuture>,
-    /// With the instance's shared producer: the number of the shared transaction this task's uncommitted deltas are
-    /// in.
-    epoch: Option<u64>,
     /// When each batch of the open transaction was taken, and its records: for the live path's
     /// [`Step::FanOutReadToCommitted`].
     read: Vec<(Instant, usize)>,
@@ -74,7 +71,7 @@ struct FanOutTask {
 /// the task from its checkpoint with a new producer. An open transaction of a failed task is aborted.
 pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), TaskError> {
     let p = input.partition;
-    let (Started { loaded, producer, ms: [lease_ms, connect_ms, load_ms, producer_ms] }, prepared) =
+    let (FanOutStart { loaded, producer: tx, ms: [lease_ms, connect_ms, load_ms, producer_ms] }, prepared) =
         match shared.prepared.fanout(p).await {
             Some(started) => (started, true),
             None => (start(&shared, p).await?, false),
@@ -87,40 +84,17 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     // Conversations whose rows still hold their members are rewritten by the first commit that runs.
     let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     input.rewind(&shared.topics.conversation_events, next).await;
-    let (in_flight, transaction_since, read) = (Vec::new(), None, Vec::new());
-    let (created, epoch) = (HashSet::new(), None);
-    let mut task = FanOutTask {
-        epoch,
-        shared,
-        input,
-        producer,
-        transaction_since,
-        generation,
-        fanout,
-        next,
-        dirty,
-        created,
-        in_flight,
-        read,
-    };
-    let result = task::run(&mut task).await.map_err(|e| fenced_or(&task.producer, e));
-    discard(task.producer);
-    result
-}
-
-/// A fan-out task's start: its state loaded under its lease, its transactional producer initialized, and how long
-/// the lease, the producer's connection, the load and the producer's initialization took (ms).
-pub struct Started {
-    loaded: load::FanOutPartition,
-    producer: FutureProducer,
-    ms: [u64; 4],
+    let (in_flight, read, created) = (Vec::new(), Vec::new(), HashSet::new());
+    let mut task = FanOutTask { shared, input, tx, generation, fanout, next, dirty, created, in_flight, read };
+    let result = task::run(&mut task).await;
+    task.tx.finish(result)
 }
 
 /// Takes partition `p`'s lease while its producer connects, then [`begin`]s.
 ///
 /// Errors: as [`load::lease`], [`connect_own`] and [`begin`].
-async fn start(shared: &Shared, p: i32) -> Result<Started, TaskError> {
-    let id = shared.transactional_id(p);
+async fn start(shared: &Shared, p: i32) -> Result<FanOutStart, TaskError> {
+    let id = shared.fanout.transactional_id(p);
     let lease = timed(load::lease(&shared.store, Stage::FanOut, p, &shared.owner, Some(&id)));
     let ((lease, lease_ms), (connected, connect_ms)) = tokio::join!(lease, timed(connect_own(shared, p)));
     let connected = connected?;
@@ -140,8 +114,8 @@ async fn start(shared: &Shared, p: i32) -> Result<Started, TaskError> {
 /// process took the lease since.
 ///
 /// Errors: as [`load::lease_if_held`], [`connect_own`] and [`begin`].
-pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Option<Started>, TaskError> {
-    let id = shared.transactional_id(p);
+pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Option<FanOutStart>, TaskError> {
+    let id = shared.fanout.transactional_id(p);
     let held = timed(load::lease_if_held(&shared.store, Stage::FanOut, p, &prefix, &shared.owner, Some(&id)));
     let ((lease, lease_ms), (connected, connect_ms)) = tokio::join!(held, timed(connect_own(&shared, p)));
     let connected = connected?;
@@ -163,14 +137,14 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
 ///
 /// Errors: as [`connected_producer`].
 async fn connect_own(shared: &Shared, p: i32) -> Result<Option<FutureProducer>, TaskError> {
-    if shared.shared_transaction.is_some() {
+    if shared.fanout.shared_transaction.is_some() {
         return Ok(None);
     }
     if let Some(connecting) = shared.prepared.producer(p) {
         let stopped = || Err(TaskError::kafka("connecting the transactional producer")(KafkaError::Canceled));
         return connecting.await.unwrap_or_else(|_| stopped()).map(Some);
     }
-    let (brokers, id) = (shared.brokers.clone(), shared.transactional_id(p));
+    let (brokers, id) = (shared.brokers.clone(), shared.fanout.transactional_id(p));
     connected_producer(brokers, id, Arc::default()).await.map(Some)
 }
 
@@ -188,89 +162,35 @@ async fn begin(
     mut lease: load::Lease,
     connected: Option<FutureProducer>,
     [lease_ms, connect_ms]: [u64; 2],
-) -> Result<Started, TaskError> {
+) -> Result<FanOutStart, TaskError> {
     let (leased, previous) = (Instant::now(), lease.unreleased.take());
+    let (id, transaction) = (shared.fanout.transactional_id(p), shared.fanout.shared_transaction.clone());
     let ((loaded, load_ms), (producer, producer_ms), fenced) = tokio::join!(
-        timed(load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.diffusion)),
-        timed(async {
-            match (connected, &shared.shared_transaction) {
-                (Some(producer), _) => initialized(producer).await,
-                (None, Some(t)) => t.producer(shared).await,
-                (None, None) => transactional_producer(shared, &shared.transactional_id(p)).await,
-            }
-        }),
+        timed(load::fanout_partition(&shared.store, &shared.topics, p, lease, shared.fanout.diffusion)),
+        timed(TxProducer::initialize(connected, transaction, &shared.brokers, &id)),
         async {
             match &previous {
-                Some(previous) => fence(shared, p, previous, leased).await,
+                Some(previous) => {
+                    fence::fence(&shared.fanout.fences, shared.producer.get().1, p, previous, leased).await
+                }
                 None => Ok(()),
             }
         },
     );
     match (loaded, producer, fenced) {
         (Ok(loaded), Ok(producer), Ok(())) => {
-            Ok(Started { loaded, producer, ms: [lease_ms, connect_ms, load_ms, producer_ms] })
+            Ok(FanOutStart { loaded, producer, ms: [lease_ms, connect_ms, load_ms, producer_ms] })
         }
         (Err(e), producer, _) => {
-            producer.map(discard).ok();
+            producer.map(TxProducer::discard).ok();
             Err(e.into())
         }
         (Ok(_), Err(e), _) => Err(e),
         (Ok(_), Ok(producer), Err(e)) => {
-            discard(producer);
+            producer.discard();
             Err(e)
         }
     }
-}
-
-/// The previous owners' transactional ids this instance fenced, each with when its last fencing began: tasks that
-/// take several partitions of one crashed owner at once fence its producer once.
-#[derive(Default)]
-pub struct Fences(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Instant>>>>>);
-
-/// Fences the producer of partition `p`'s previous owner, which did not release the lease this task took at
-/// `leased` and wrote with another transactional id (the instance's shared producer: its successor's is another):
-/// initializes a producer of that id ([`transactional_producer`]) and drops it. Kafka then refuses every later
-/// send and commit of the old producer and aborts its open transaction, whose deltas would otherwise hold back the
-/// fold's last stable offset until the transaction timed out. A fencing of that id that began after `leased`
-/// (another task's, for another partition of the same owner) is enough.
-///
-/// An owner still a member of the fan-out's consumer group is alive and gave the partition up in a rebalance
-/// ([`live_member`]): it is not fenced, since that would abort the transaction of every partition it keeps. Its
-/// last deltas then repeat what this task produces from the same checkpoint, or come after them and are dropped
-/// by the fold's fence (docs/operations.md, "Fencing").
-///
-/// Errors: as [`transactional_producer`].
-pub async fn fence(shared: &Shared, p: i32, previous: &Unreleased, leased: Instant) -> Result<(), TaskError> {
-    let id = previous.transactional_id.as_str();
-    let slot = shared.fences.0.lock().unwrap_or_else(|e| e.into_inner()).entry(id.to_owned()).or_default().clone();
-    let mut last = slot.lock().await;
-    if last.is_some_and(|began| began >= leased) {
-        return Ok(()); // fenced since this lease was taken: no need to ask the group either
-    }
-    if live_member(shared, &previous.owner).await {
-        info!(partition = p, owner = %previous.owner, "the previous owner is a live member: not fenced");
-        return Ok(());
-    }
-    let began = Instant::now();
-    discard(transactional_producer(shared, id).await?);
-    *last = Some(began);
-    let ms = began.elapsed().as_millis() as u64;
-    info!(partition = p, transactional_id = %id, ms, "the previous owner's producer is fenced");
-    Ok(())
-}
-
-/// Whether `owner` is a member of the fan-out's consumer group now: its consumer's `client.id` is the owner's
-/// name ([`crate::kafka::Membership::client_id`]). Asked of the group coordinator with the classic protocol's
-/// DescribeGroups (up to 2 s); a group it cannot describe (an error) counts as no member. KIP-848 groups, which
-/// that request cannot describe, run with a producer per partition ([`super::RunOptions::one_producer`]).
-async fn live_member(shared: &Shared, owner: &str) -> bool {
-    let (client, group, owner) = (shared.producer.get().1, shared.transactional_prefix.clone(), owner.to_owned());
-    let ask = move || {
-        let groups = client.client().fetch_group_list(Some(&group), Duration::from_secs(2)).ok()?;
-        let found = groups.groups().iter().any(|g| g.members().iter().any(|m| m.client_id() == owner));
-        Some(found)
-    };
-    tokio::task::spawn_blocking(ask).await.ok().flatten().unwrap_or(false)
 }
 
 /// `work`'s output and how long it took, in ms.
@@ -280,149 +200,16 @@ async fn timed<T>(work: impl std::future::Future<Output = T>) -> (T, u64) {
     (output, started.elapsed().as_millis() as u64)
 }
 
-/// `error`, or the producer's fatal error when Kafka fenced it: once a successor initializes the partition's
-/// transactional id, the old producer's sends and commit fail with a fatal error whose cause only the client
-/// keeps (`rd_kafka_fatal_error`).
-fn fenced_or(producer: &FutureProducer, error: TaskError) -> TaskError {
-    match producer.client().fatal_error() {
-        Some((code, reason)) if super::is_fenced_code(code) => {
-            debug!(%reason, "the transactional producer was fenced");
-            TaskError::kafka("producing to Kafka")(KafkaError::MessageProduction(code))
-        }
-        _ => error,
-    }
-}
-
-/// Drops a producer off the async threads: dropping waits for its queue (up to 500 ms) and, when a transaction
-/// is open, for its abort.
-fn discard(producer: FutureProducer) {
-    tokio::task::spawn_blocking(move || drop(producer));
-}
-
-/// Creates the transactional producer of transactional id `id` (partition p's `{group}.fanout.{p}`, or the
-/// instance's shared one), [`connected_producer`], then [`initialized`].
-///
-/// Errors: as those two.
-pub async fn transactional_producer(shared: &Shared, id: &str) -> Result<FutureProducer, TaskError> {
-    initialized(connected_producer(shared.brokers.clone(), id.to_owned(), Arc::default()).await?).await
-}
-
-/// Creates the transactional producer of transactional id `id` and fetches the cluster's metadata with it, up to
-/// 5 s or until `abandoned` is set (looked at every 250 ms); a failure is left to the initialization. Until
-/// [`initialized`] it fences nothing: librdkafka asks for a producer id only in `init_transactions`. Blocking calls
-/// run off the async threads.
-///
-/// Errors: the client cannot be created.
-pub(super) async fn connected_producer(
-    brokers: String,
-    id: String,
-    abandoned: Arc<AtomicBool>,
-) -> Result<FutureProducer, TaskError> {
-    let producer = crate::kafka::transactional_producer(&brokers, &id)
-        .map_err(TaskError::kafka("creating the transactional producer"))?;
-    let fetch = producer.clone();
-    // The cluster's metadata first (every topic: one topic's did not do): without it, init took 505–543 ms for
-    // about half the producers, librdkafka retrying its coordinator lookup after 500 ms; with it 54–96 ms for all
-    // 60 measured (docs/performance.md, "A restart's fan-out producers").
-    let _ = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !abandoned.load(Ordering::Relaxed) && Instant::now() < deadline {
-            if fetch.client().fetch_metadata(None, Duration::from_millis(250)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50)); // a refusal may come at once
-        }
-    })
-    .await;
-    Ok(producer)
-}
-
-/// Initializes a transactional producer (up to 60 s, [`init_in_slices`]), which fences every earlier producer of
-/// its id and aborts their open transaction.
-///
-/// Errors: the initialization fails (the broker is unreachable, say); the producer is then discarded.
-async fn initialized(producer: FutureProducer) -> Result<FutureProducer, TaskError> {
-    let init = producer.clone();
-    let result = tokio::task::spawn_blocking(move || init_in_slices(&init, Duration::from_secs(60)))
-        .await
-        .unwrap_or(Err(KafkaError::Canceled)); // the runtime shut down under it
-    match result {
-        Ok(()) => Ok(producer),
-        Err(e) => {
-            discard(producer);
-            Err(TaskError::kafka("initializing transactions")(e))
-        }
-    }
-}
-
-/// The first slice [`init_in_slices`] gives `init_transactions`: 25 ms, doubling after each to at most
-/// [`INIT_SLICE_MAX`].
-const INIT_SLICE: Duration = Duration::from_millis(25);
-/// The longest slice [`init_in_slices`] gives `init_transactions`: 500 ms.
-const INIT_SLICE_MAX: Duration = Duration::from_millis(500);
-
-/// `producer.init_transactions`, called again after each retriable error (its slice of time ran out, or the
-/// transaction coordinator answered `CONCURRENT_TRANSACTIONS`) until `limit`; the slices grow from
-/// [`INIT_SLICE`] to [`INIT_SLICE_MAX`].
-///
-/// Why: when the partition's previous producer died with a transaction open (a SIGKILLed instance), the
-/// coordinator answers the first InitProducerId with `CONCURRENT_TRANSACTIONS` while it aborts that transaction,
-/// and librdkafka asks again only after a fixed 500 ms (`rd_kafka_idemp_pid_timer_restart`). A call of
-/// `init_transactions` that resumes the initialization asks again at once (`rd_kafka_idemp_start(rk,
-/// immediate)`), so the successor starts within a slice of the abort's end (docs/performance.md, "A SIGKILL's
-/// pause"). A call that resumes while a request is in flight adds none.
-///
-/// Errors: a non-retriable error, or a retriable one once `limit` has passed.
-fn init_in_slices(producer: &FutureProducer, limit: Duration) -> Result<(), KafkaError> {
-    let deadline = Instant::now() + limit;
-    let mut slice = INIT_SLICE;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match producer.init_transactions(slice.min(left)) {
-            Err(KafkaError::Transaction(e)) if e.is_retriable() && Instant::now() < deadline => {
-                slice = (slice * 2).min(INIT_SLICE_MAX);
-            }
-            done => return done,
-        }
-    }
-}
-
 impl FanOutTask {
-    /// Begins a Kafka transaction unless one is open: the instance's shared one, which then stays open
-    /// (uncommitted) while the caller holds what this returns, or with `--producer-per-partition` the task's own.
-    async fn begin<'a>(&mut self, shared: &'a Shared) -> Result<Option<Open<'a>>, TaskError> {
-        let open = match &shared.shared_transaction {
-            Some(t) => Some(t.open(self.epoch).await?),
-            None if self.transaction_since.is_none() => {
-                self.producer.begin_transaction().map_err(TaskError::kafka("beginning a transaction"))?;
-                None
-            }
-            None => None,
-        };
-        self.epoch = open.as_ref().map(|o| o.epoch).or(self.epoch);
-        self.transaction_since.get_or_insert_with(Instant::now);
-        Ok(open)
+    /// Begins a Kafka transaction unless one is open ([`TxProducer::begin`]): hold what it returns while producing.
+    async fn begin(&mut self) -> Result<Option<Open>, TaskError> {
+        self.tx.begin().await
     }
 
-    /// Commits the open Kafka transaction, if any (a blocking call, up to 30 s, run off the async threads): its
-    /// deltas and dead letters become visible to `read_committed` readers at once.
+    /// Commits the Kafka transaction holding this task's records, if any: its deltas and dead letters become
+    /// visible to `read_committed` readers at once.
     async fn commit_transaction(&mut self) -> Result<(), TaskError> {
-        if self.transaction_since.is_none() {
-            return Ok(());
-        }
-        let (producer, started) = (self.producer.clone(), Instant::now());
-        blocking(producer, |p| p.commit_transaction(Duration::from_secs(30)))
-            .await
-            .map_err(TaskError::kafka("committing a transaction"))?;
-        self.committed_transaction(started);
-        Ok(())
-    }
-
-    /// The shared transaction this task's deltas are in is committed (by this task or another), if any.
-    async fn commit_shared(&mut self, t: &SharedTransaction) -> Result<(), TaskError> {
-        if let Some(epoch) = self.epoch.take() {
-            let started = Instant::now();
-            t.commit(epoch).await?;
+        if let Some(started) = self.tx.commit().await? {
             self.committed_transaction(started);
         }
         Ok(())
@@ -434,7 +221,6 @@ impl FanOutTask {
         for (at, n) in self.read.drain(..) {
             self.shared.metrics.live_path(Step::FanOutReadToCommitted, at.elapsed(), n);
         }
-        self.transaction_since = None;
     }
 
     /// Decodes a batch (bad records go to the dead-letter topic), fans it out and enqueues the deltas. Returns how
@@ -448,13 +234,13 @@ impl FanOutTask {
                 Verdict::Skip | Verdict::Gap => continue,
                 Verdict::Process => ages.extend(records::age(record, now)),
             }
-            match records::conversation_event(record, self.shared.conversations) {
+            match records::conversation_event(record, self.shared.fanout.conversations) {
                 Ok(e) => events.push(e),
                 Err(e) => {
                     let sh = self.shared.clone();
                     sh.metrics.dead_letter(e.kind());
-                    let _open = self.begin(&sh).await?;
-                    records::dead_letter(&self.producer, &sh.topics.dead_letter, record, &e).await?;
+                    let _open = self.begin().await?;
+                    records::dead_letter(self.tx.producer(), &sh.topics.dead_letter, record, &e).await?;
                 }
             }
             self.next = record.offset() + 1;
@@ -467,12 +253,12 @@ impl FanOutTask {
         }
         if !events.is_empty() {
             let (sh, p) = (&*self.shared.clone(), self.input.partition);
-            if sh.shared_transaction.is_none() {
-                self.begin(sh).await?; // the task's own transaction begins before its lease check
+            if !self.tx.is_shared() {
+                self.begin().await?; // the task's own transaction begins before its lease check
             }
             // A task whose partition moved must not add deltas to the stream of its successor.
             retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, self.generation)).await?;
-            if let Some(delay) = sh.produce_delay {
+            if let Some(delay) = sh.fanout.produce_delay {
                 tokio::time::sleep(delay).await; // fault injection: widens the window a zombie produces in
             }
             let keys: Vec<FanOutKey> = events.iter().flat_map(FanOutKey::of_event).collect();
@@ -488,9 +274,9 @@ impl FanOutTask {
             sh.metrics.fanout_batch(&stats);
             self.dirty.extend(keys);
             let source = DeltaSource { partition: p, generation: self.generation };
-            let _open = self.begin(sh).await?;
+            let _open = self.begin().await?;
             let (topic, records) = (&sh.topics.user_deltas, sh.deltas);
-            produce(&self.producer, topic, &mut deltas, source, records, &mut self.in_flight).await?;
+            produce(self.tx.producer(), topic, &mut deltas, source, records, &mut self.in_flight).await?;
         }
         Ok(pending)
     }
@@ -565,10 +351,10 @@ impl StageTask for &mut FanOutTask {
         self.process(batch).await
     }
 
-    /// How long until the open transaction is due for a Kafka commit ([`super::FlushPolicy::transaction`]); zero
+    /// How long until the open transaction is due for a Kafka commit ([`super::options::FlushPolicy::transaction`]); zero
     /// when overdue, `None` when no transaction is open.
     fn publish_due_in(&self) -> Option<Duration> {
-        let since = self.transaction_since?;
+        let since = self.tx.open_since()?;
         Some((since + self.shared.flush.transaction).saturating_duration_since(Instant::now()))
     }
 
@@ -578,10 +364,7 @@ impl StageTask for &mut FanOutTask {
     /// of 50 unacknowledged ones ~101 ms; docs/performance.md).
     async fn publish(&mut self) -> Result<(), TaskError> {
         acknowledged(&mut self.in_flight).await?;
-        match &self.shared.clone().shared_transaction {
-            Some(t) => self.commit_shared(t).await?,
-            None => self.commit_transaction().await?,
-        }
+        self.commit_transaction().await?;
         self.publish_lists().await
     }
 

@@ -14,9 +14,11 @@ use std::time::{Duration, Instant, SystemTime};
 use rdkafka::message::{Message, OwnedMessage};
 use tracing::{debug, info, warn};
 
+use super::context::Shared;
+use super::error::TaskError;
 use super::group::{PartitionInput, Verdict};
+use super::records;
 use super::task::{self, StageTask};
-use super::{records, Shared, TaskError};
 use crate::checkpoint::Stage;
 use crate::core::delta::Fence;
 use crate::core::fold::Fold;

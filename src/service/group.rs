@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::TaskError;
+use super::error::TaskError;
 use crate::checkpoint::Stage;
 use crate::metrics::Assignment;
 

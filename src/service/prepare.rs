@@ -29,24 +29,38 @@ use tracing::{info, warn};
 
 use rdkafka::producer::FutureProducer;
 
-use super::{fanout_stage, fold_stage, Shared, TaskError};
+use super::error::TaskError;
+use super::tx::producer::connected_producer;
+use super::tx::TxProducer;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::Stage;
 
 /// How long a prepared partition waits for its task before it is dropped: 30 s.
 pub const PREPARED_FOR: Duration = Duration::from_secs(30);
 
+/// A fan-out task's start: its state loaded under its lease, its transactional producer initialized, and how long
+/// the lease, the producer's connection, the load and the producer's initialization took (ms). Made by the task
+/// itself, or before the assignment by a restarted static member.
+pub struct FanOutStart {
+    /// The partition's state, under its lease.
+    pub loaded: crate::state::load::FanOutPartition,
+    /// Its transactional producer, initialized.
+    pub producer: TxProducer,
+    /// How long the lease, the connection, the load and the initialization took (ms).
+    pub ms: [u64; 4],
+}
+
 /// What each stage prepared, by partition.
 pub struct Preparations {
     /// The fan-out's: state and producer.
-    fanout: Prepared<fanout_stage::Started>,
+    fanout: Prepared<FanOutStart>,
     /// The fold's: state.
     fold: Prepared<crate::state::load::FoldPartition>,
     /// The fan-out partitions' producers, connecting since PostgreSQL answered ([`Early`]).
     producers: Mutex<HashMap<i32, Connecting>>,
 }
 
-/// A transactional producer being created and connected ([`fanout_stage::connected_producer`]).
+/// A transactional producer being created and connected ([`connected_producer`]).
 type Connecting = JoinHandle<Result<FutureProducer, TaskError>>;
 
 impl Default for Preparations {
@@ -58,8 +72,47 @@ impl Default for Preparations {
 
 impl Preparations {
     /// What was prepared for fan-out partition `p` ([`Prepared::take`]).
-    pub async fn fanout(&self, p: i32) -> Option<fanout_stage::Started> {
+    pub async fn fanout(&self, p: i32) -> Option<FanOutStart> {
         self.fanout.take(Stage::FanOut, p).await
+    }
+
+    /// Starts preparing fan-out partition `p` with `work` (`None`: the lease had another owner).
+    pub fn prepare_fanout(
+        &self,
+        p: i32,
+        work: impl Future<Output = Result<Option<FanOutStart>, TaskError>> + Send + 'static,
+    ) {
+        self.fanout.insert(p, work);
+    }
+
+    /// Starts preparing fold partition `p` with `work` (`None`: the lease had another owner).
+    pub fn prepare_fold(
+        &self,
+        p: i32,
+        work: impl Future<Output = Result<Option<crate::state::load::FoldPartition>, TaskError>> + Send + 'static,
+    ) {
+        self.fold.insert(p, work);
+    }
+
+    /// Adopts the producers `early` started connecting, as the tasks' now; returns what else it found: the
+    /// partitions held before the restart.
+    pub fn adopt(&self, early: Early) -> Vec<(Stage, i32)> {
+        let Early { held, producers, abandoned } = early;
+        abandoned.disarm(); // the producers are the tasks' now
+        *self.producers.lock().expect("not poisoned") = producers;
+        held
+    }
+
+    /// Drops what no task took (state, producers), off the async threads.
+    pub async fn expire(&self) {
+        self.fanout.expire().await;
+        self.fold.expire().await;
+        let left: Vec<_> = self.producers.lock().expect("not poisoned").drain().collect();
+        for (_, connecting) in left {
+            if let Ok(Ok(producer)) = connecting.await {
+                tokio::task::spawn_blocking(move || drop(producer));
+            }
+        }
     }
 
     /// Fan-out partition `p`'s producer, connecting since the start ([`Early`]), if it is one of those.
@@ -151,7 +204,7 @@ pub async fn early(
     if let Some((brokers, prefix)) = producers {
         for p in held.iter().filter(|(stage, _)| *stage == Stage::FanOut).map(|&(_, p)| p) {
             let (brokers, id, stop) = (brokers.to_owned(), format!("{prefix}.{p}"), abandoned.flag());
-            connecting.insert(p, tokio::spawn(fanout_stage::connected_producer(brokers, id, stop)));
+            connecting.insert(p, tokio::spawn(connected_producer(brokers, id, stop)));
         }
     }
     if !held.is_empty() {
@@ -181,35 +234,4 @@ impl Drop for Abandon {
             flag.store(true, Ordering::Relaxed);
         }
     }
-}
-
-/// Prepares the partitions `early` found held by the previous incarnation of static member `instance` (their
-/// lease, state and, in the fan-out, producer, each task's first steps in their usual order), and drops what no
-/// task took after [`PREPARED_FOR`]. Returns at once; a task assigned one of them waits for its preparation.
-pub fn start(shared: &Arc<Shared>, early: Early, instance: &str) {
-    let Early { held, producers, abandoned } = early;
-    abandoned.disarm(); // the producers are the tasks' now
-    *shared.prepared.producers.lock().expect("not poisoned") = producers;
-    let prefix = format!("{instance}@");
-    for &(stage, p) in &held {
-        let (sh, prefix) = (shared.clone(), prefix.clone());
-        match stage {
-            Stage::FanOut => shared.prepared.fanout.insert(p, fanout_stage::prepare(sh, p, prefix)),
-            Stage::Fold => shared.prepared.fold.insert(p, fold_stage::prepare(sh, p, prefix)),
-        }
-    }
-    let shared = Arc::downgrade(shared);
-    tokio::spawn(async move {
-        tokio::time::sleep(PREPARED_FOR).await;
-        if let Some(shared) = shared.upgrade() {
-            shared.prepared.fanout.expire().await;
-            shared.prepared.fold.expire().await;
-            let left: Vec<_> = shared.prepared.producers.lock().expect("not poisoned").drain().collect();
-            for (_, connecting) in left {
-                if let Ok(Ok(producer)) = connecting.await {
-                    tokio::task::spawn_blocking(move || drop(producer));
-                }
-            }
-        }
-    });
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::TaskError;
+use super::error::TaskError;
 use crate::kafka::headers as names;
 pub use crate::records::*;
 

@@ -28,8 +28,9 @@ use rdkafka::message::OwnedMessage;
 
 use std::sync::Arc;
 
+use super::context::Shared;
+use super::error::TaskError;
 use super::group::PartitionInput;
-use super::{Shared, TaskError};
 use crate::checkpoint::Stage;
 use crate::state::commit::{checkpoint, publish, Commit};
 use crate::state::Input;

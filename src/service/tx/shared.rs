@@ -10,18 +10,20 @@
 //! The transactional id is `{group}.fanout.{instance}` (a static member's `--group-instance-id`, else the
 //! process's `host:pid`), so the next incarnation of a static member fences this one and aborts its open
 //! transaction when it initializes. Another instance that takes a partition this one did not release fences this
-//! producer unless this instance is still a member of the group ([`super::fanout_stage::fence`]); a zombie that is
+//! producer unless this instance is still a member of the group ([`super::fence::fence`]); a zombie that is
 //! a member meets the lease check before every produce and the fold's fence against older lease generations
 //! (docs/operations.md, "Fencing").
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, Producer};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::{Shared, TaskError};
+use super::producer::{blocking, transactional_producer};
+use crate::service::error::TaskError;
 
 /// How long a commit waits for the deltas in flight to be acknowledged before it commits (which then flushes
 /// them itself): 30 s.
@@ -34,7 +36,7 @@ pub struct SharedTransaction {
     /// Created and initialized by the first task that starts, and again by the first that starts after Kafka
     /// fenced it ([`SharedTransaction::producer`]).
     producer: Mutex<Option<FutureProducer>>,
-    state: Mutex<Transaction>,
+    state: Arc<Mutex<Transaction>>,
 }
 
 /// The transaction now: whether it is open, and its number (every commit or abort moves to the next).
@@ -48,7 +50,7 @@ struct Transaction {
 impl SharedTransaction {
     /// The shared transaction of transactional id `id`, with no producer yet.
     pub fn new(id: String) -> Self {
-        let state = Mutex::new(Transaction { open: false, epoch: 0, aborted: BTreeSet::new() });
+        let state = Arc::new(Mutex::new(Transaction { open: false, epoch: 0, aborted: BTreeSet::new() }));
         Self { id, producer: Mutex::new(None), state }
     }
 
@@ -59,12 +61,12 @@ impl SharedTransaction {
 
     /// The producer (a clone of one client), created and initialized by the first caller, which fences the
     /// previous incarnation of the instance; created again when Kafka fenced it (a successor took one of the
-    /// instance's partitions while the instance was cut off from its group, [`super::fanout_stage::fence`]): the
+    /// instance's partitions while the instance was cut off from its group, [`super::fence::fence`]): the
     /// transaction open then is lost, and every task with deltas in it fails at its commit and restarts from its
     /// checkpoint.
     ///
-    /// Errors: as [`super::fanout_stage::transactional_producer`].
-    pub async fn producer(&self, shared: &Shared) -> Result<FutureProducer, TaskError> {
+    /// Errors: as [`transactional_producer`] (on `brokers`).
+    pub async fn producer(&self, brokers: &str) -> Result<FutureProducer, TaskError> {
         let mut slot = self.producer.lock().await;
         if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
             return Ok(p.clone());
@@ -78,7 +80,7 @@ impl SharedTransaction {
                 (t.open, t.epoch) = (false, lost + 1);
             }
         }
-        let producer = super::fanout_stage::transactional_producer(shared, &self.id).await?;
+        let producer = transactional_producer(brokers, &self.id).await?;
         tracing::info!(transactional_id = %self.id, "the instance's shared transactional producer is initialized");
         *slot = Some(producer.clone());
         Ok(producer)
@@ -96,9 +98,9 @@ impl SharedTransaction {
     ///
     /// Errors: that transaction was aborted (those deltas are gone: the task must restart from its checkpoint); no
     /// producer yet; beginning fails (the producer was fenced, or its last commit failed).
-    pub async fn open(&self, uncommitted: Option<u64>) -> Result<Open<'_>, TaskError> {
+    pub async fn open(&self, uncommitted: Option<u64>) -> Result<Open, TaskError> {
         let producer = self.current().await; // before the state: [`Self::producer`] locks the two in that order
-        let mut t = self.state.lock().await;
+        let mut t = self.state.clone().lock_owned().await;
         if uncommitted.is_some_and(|e| t.aborted.contains(&e)) {
             return Err(TaskError::kafka("producing into the shared transaction (aborted)")(KafkaError::Canceled));
         }
@@ -142,17 +144,8 @@ impl SharedTransaction {
 }
 
 /// The shared transaction held open by a task while it produces into it.
-pub struct Open<'a> {
-    _transaction: MutexGuard<'a, Transaction>,
+pub struct Open {
+    _transaction: OwnedMutexGuard<Transaction>,
     /// The transaction's number: what the task commits ([`SharedTransaction::commit`]).
     pub epoch: u64,
-}
-
-/// `call` on the producer off the async threads (commits and aborts block); `Canceled` when the runtime shut down
-/// under it.
-pub(super) async fn blocking(
-    producer: FutureProducer,
-    call: impl FnOnce(&FutureProducer) -> rdkafka::error::KafkaResult<()> + Send + 'static,
-) -> rdkafka::error::KafkaResult<()> {
-    tokio::task::spawn_blocking(move || call(&producer)).await.unwrap_or(Err(KafkaError::Canceled))
 }
