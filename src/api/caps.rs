@@ -5,18 +5,13 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The count fields a cap applies to, in any object of an answer.
-const COUNTS: [&str; 9] = [
-    "total_unread",
-    "total_mentions",
-    "unread_conversations",
-    "feed_unread",
-    "total_notifications_unread",
-    "total_notifications_unseen",
-    "unread",
-    "mentions",
-    "unseen",
-];
+use crate::core::counts::Counts;
+
+/// The count fields a cap applies to, in any object of an answer: every total of the table ([`Counts::NAMES`])
+/// and the counts of a conversation, a category or a list.
+fn is_count(field: &str) -> bool {
+    Counts::NAMES.contains(&field) || ["unread", "mentions", "unseen"].contains(&field)
+}
 
 /// The largest `cap`: 2^53, the largest count JSON carries exactly (the contract's largest seq).
 pub const MAX_CAP: u64 = crate::core::contract::MAX_SEQ;
@@ -76,7 +71,7 @@ pub fn apply(answer: &mut Value, cap: u64) {
             let mut capped = false;
             for (key, value) in fields.iter_mut() {
                 match value {
-                    Value::Number(n) if COUNTS.contains(&key.as_str()) && n.as_u64().is_some_and(|n| n > cap) => {
+                    Value::Number(n) if is_count(key) && n.as_u64().is_some_and(|n| n > cap) => {
                         *value = cap.into();
                         capped = true;
                     }

@@ -10,46 +10,16 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::contract::{BroadcastView, ConversationView, NotificationView, UserView};
-
-/// The six totals of a reader shape (`CONTRACT.md` § "The state a reader sees").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Totals {
-    /// Sum of `unread` over unmuted member conversations.
-    pub total_unread: u64,
-    /// Sum of `mentions` over member conversations.
-    pub total_mentions: u64,
-    /// Unmuted member conversations with `unread > 0`.
-    pub unread_conversations: u64,
-    /// The feed's "N new posts".
-    pub feed_unread: u64,
-    /// Unread notifications over every category.
-    pub total_notifications_unread: u64,
-    /// Unseen notifications over every category.
-    pub total_notifications_unseen: u64,
-}
-
-impl Totals {
-    /// The totals of `view`.
-    pub fn of(view: &UserView) -> Self {
-        Self {
-            total_unread: view.total_unread,
-            total_mentions: view.total_mentions,
-            unread_conversations: view.unread_conversations,
-            feed_unread: view.feed_unread,
-            total_notifications_unread: view.total_notifications_unread,
-            total_notifications_unseen: view.total_notifications_unseen,
-        }
-    }
-}
+use super::counts::Counts;
 
 /// The parts of a user's state that changed, with their new values; `None` in a map: that entry left the state
 /// (a conversation left, a list or a category gone).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Changes {
-    /// All six totals, when any of them changed.
+    /// Every total of the table ([`Counts`]), when any of them changed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub totals: Option<Totals>,
+    pub totals: Option<Counts>,
     /// Conversations whose counts or mute changed.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub conversations: BTreeMap<String, Option<ConversationView>>,
@@ -101,9 +71,9 @@ pub enum Message<'a> {
 
 /// What changed from `old` to `new` (empty when nothing did).
 pub fn changes(old: &UserView, new: &UserView) -> Changes {
-    let totals = Totals::of(new);
+    let totals = Counts::of(new);
     Changes {
-        totals: (totals != Totals::of(old)).then_some(totals),
+        totals: (totals != Counts::of(old)).then_some(totals),
         conversations: diff(&old.conversations, &new.conversations),
         broadcasts: diff(&old.broadcasts, &new.broadcasts),
         notifications: diff(&old.notifications, &new.notifications),

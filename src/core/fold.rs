@@ -8,13 +8,13 @@
 //!   added, and raising the cursor drops them);
 //! - applying any delta or event twice gives the same state, and so does re-applying a suffix of one
 //!   conversation's deltas (a fan-out restarted from its checkpoint);
-//! - the per-user [`Totals`] are kept incrementally from each conversation's contribution before and after a
+//! - the per-user [`Sums`] are kept incrementally from each conversation's contribution before and after a
 //!   change, so they equal the sums in every state.
 //!
 //! In a read-diffused conversation ([`crate::core::hybrid`]) the user's [`ConvState`] holds only the unread seqs up
 //! to the switch (`read_from`) and the named mentions above it; the rest of the count comes from the conversation's
 //! index at read time, through [`Lists::index_counts`], in [`UserState::view`] (and, in the service, in Redis's read
-//! script). The incremental [`Totals`] cover the user's own part; the view adds the index's.
+//! script). The incremental [`Sums`] cover the user's own part; the view adds the index's.
 //!
 //! Conversations the user is not a member of are kept only while they carry information (a floor above 0 or a
 //! mute), at most [`MAX_DETACHED_PER_USER`] per user, least recently touched evicted first.
@@ -29,7 +29,7 @@ use crate::core::delta::{Delta, DeltaOp};
 use crate::core::hybrid::{IndexShare, ShareQuery};
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::seqset::SeqSet;
-pub use crate::core::totals::Totals;
+pub use crate::core::totals::Sums;
 use crate::core::Map;
 
 /// Most conversations a user is not a member of whose floor and mute are kept (the retention bound).
@@ -172,15 +172,15 @@ impl ConvState {
     }
 
     /// What the conversation adds to the totals with these (unread, mentions): nothing for a non-member.
-    fn contribution_of(&self, (unread, mentions): (u64, u64)) -> Totals {
+    fn contribution_of(&self, (unread, mentions): (u64, u64)) -> Sums {
         match self.is_member() {
-            true => Totals::of_member(unread, mentions, self.muted, self.feed, self.is_marked()),
-            false => Totals::default(),
+            true => Sums::of_member(unread, mentions, self.muted, self.feed, self.is_marked()),
+            false => Sums::default(),
         }
     }
 
     /// What the conversation adds to the incremental totals (nothing expired).
-    fn contribution(&self) -> Totals {
+    fn contribution(&self) -> Sums {
         self.contribution_of(self.counts())
     }
 
@@ -361,13 +361,13 @@ fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
 /// 4.4 GiB in the service), and boxed ten pointers.
 pub type Conversations = BTreeMap<String, Box<ConvState>>;
 
-/// One user's state: per-conversation [`ConvState`]s and the [`Totals`] over them, broadcast cursors, and the
+/// One user's state: per-conversation [`ConvState`]s and the [`Sums`] over them, broadcast cursors, and the
 /// notification [`Summary`]. Serializes for the user's checkpoint row; the remembered notifications
 /// ([`NoteBook`]) are checkpointed apart, one row each, so that a flush writes what changed, not the history.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserState {
     conversations: Conversations,
-    totals: Totals,
+    totals: Sums,
     clock: u64,
     detached: usize,
     /// Broadcast list → the largest `read_seq` of the user's `broadcast.read` in it.
@@ -395,7 +395,7 @@ impl Eq for Pending {}
 
 impl UserState {
     /// A state from its parts (a v1 checkpoint has no broadcasts and no notifications).
-    pub(crate) fn from_parts(conversations: Conversations, totals: Totals, clock: u64, detached: usize) -> Self {
+    pub(crate) fn from_parts(conversations: Conversations, totals: Sums, clock: u64, detached: usize) -> Self {
         Self { conversations, totals, clock, detached, ..Self::default() }
     }
 
@@ -415,7 +415,7 @@ impl UserState {
     }
 
     /// The totals, kept incrementally.
-    pub fn totals(&self) -> Totals {
+    pub fn totals(&self) -> Sums {
         self.totals
     }
 
@@ -541,20 +541,17 @@ impl UserState {
     fn view_with(
         &self,
         user_id: &str,
-        totals: Totals,
+        totals: Sums,
         conversations: BTreeMap<String, ConversationView>,
         lists: &impl Lists,
     ) -> UserView {
         let mut view = UserView {
             user_id: user_id.to_owned(),
-            total_unread: totals.total_unread,
-            total_mentions: totals.total_mentions,
-            unread_conversations: totals.unread_conversations,
             conversations,
-            feed_unread: totals.feed_unread,
             broadcasts: self.broadcast_views(lists),
             ..UserView::default()
         };
+        totals.counts.set_in(&mut view);
         self.add_notifications(&mut view);
         view
     }
@@ -575,10 +572,10 @@ impl UserState {
     }
 
     /// The totals recomputed by scanning: for tests and `unread verify`, never on the hot path.
-    pub fn recount(&self) -> Totals {
-        let mut t = Totals::default();
+    pub fn recount(&self) -> Sums {
+        let mut t = Sums::default();
         for c in self.conversations.values() {
-            t.replace(Totals::default(), c.contribution());
+            t.replace(Sums::default(), c.contribution());
         }
         t
     }

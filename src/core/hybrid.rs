@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::contract::UserView;
 use crate::core::lists::ListOp;
 use crate::core::seqset::SeqSet;
-use crate::core::totals::Totals;
+use crate::core::totals::Sums;
 
 /// The default threshold: conversations with at least 1,000 members are read-diffused.
 pub const DEFAULT_THRESHOLD: u64 = 1000;
@@ -206,7 +206,7 @@ pub struct IndexShare {
 impl IndexShare {
     /// Adds the share to `view`, which holds the conversation's own part (for a non-feed, its entry in
     /// `conversations`; without one the user is not a member and nothing is added): the totals change from what the
-    /// own part contributes to what own part and share contribute together ([`Totals::of_member`], the fold's rule).
+    /// own part contributes to what own part and share contribute together ([`Sums::of_member`], the fold's rule).
     pub fn add_to(&self, view: &mut UserView, conversation_id: &str) {
         let entry = view.conversations.get(conversation_id);
         if entry.is_none() && !self.feed {
@@ -214,9 +214,9 @@ impl IndexShare {
         }
         let (unread, mentions) = entry.map_or((0, 0), |c| (c.unread, c.mentions));
         let (muted, feed, marked) = (self.muted, self.feed, entry.is_some_and(|c| c.marked_unread));
-        let before = Totals::of_member(unread, mentions, muted, feed, marked);
-        let after = Totals::of_member(unread + self.unread, mentions + self.mentions, muted, feed, marked);
-        Totals::replace_in(view, before, after);
+        let before = Sums::of_member(unread, mentions, muted, feed, marked);
+        let after = Sums::of_member(unread + self.unread, mentions + self.mentions, muted, feed, marked);
+        Sums::replace_in(view, before, after);
         if let Some(c) = view.conversations.get_mut(conversation_id) {
             (c.unread, c.mentions) = (unread + self.unread, mentions + self.mentions);
         }

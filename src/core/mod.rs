@@ -26,6 +26,7 @@ pub type Set<T> = hashbrown::HashSet<T, ahash::RandomState>;
 pub mod broadcast;
 pub mod changes;
 pub mod contract;
+pub mod counts;
 pub mod delta;
 pub mod expiry;
 pub mod fanout;

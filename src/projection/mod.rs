@@ -6,8 +6,9 @@
 //! atomic write touches one key, so the layout also works on Redis Cluster whatever `{…}` an id holds.
 //!
 //! Fields of the hash:
-//! - [`TOTALS_FIELD`] → `"{total_unread} {total_mentions} {unread_conversations} {feed_unread}
-//!   {total_notifications_unread} {total_notifications_unseen}"` (a v1 hash holds the first three only);
+//! - [`TOTALS_FIELD`] → `"v{format} {total_unread} {total_mentions} {unread_conversations} {feed_unread}
+//!   {total_notifications_unread} {total_notifications_unseen}"`: the table of counts in its order
+//!   ([`Counts::encode`]); earlier builds wrote the numbers without the version, six of them or, a v1 build, three;
 //! - [`CONVERSATION_PREFIX`]`{conversation_id}` → `"{unread} {mentions} {muted as 0|1} {marked as 0|1}
 //!   {newest}"`, one per member non-feed conversation (a conversation left is deleted from the hash); `{newest}`
 //!   is the newest unread seq the user's state holds (0: none), what a read of the conversation acks
@@ -51,7 +52,8 @@ use std::collections::BTreeMap;
 
 use crate::core::broadcast::ListId;
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserView};
-use crate::core::fold::{ConvState, Totals};
+use crate::core::counts::Counts;
+use crate::core::fold::{ConvState, Sums};
 use crate::core::hybrid::IndexShare;
 
 /// What a user's hash key is made of after the namespace's prefix: `{prefix}u:{user_id}` ([`user_key`]).
@@ -310,7 +312,7 @@ pub fn expiry_fields<'a>(
 }
 
 /// Subtracts from `view` what the `e:` fields say has expired by UTC day `today` (a conversation's counts and
-/// the totals, by the fold's rule [`Totals::of_member`]).
+/// the totals, by the fold's rule [`Sums::of_member`]).
 fn apply_expiry(view: &mut UserView, expiring: &[(String, ExpiryFields)], today: i64) {
     for (id, e) in expiring {
         let (x_unread, x_mentions) =
@@ -323,9 +325,9 @@ fn apply_expiry(view: &mut UserView, expiring: &[(String, ExpiryFields)], today:
             _ => (x_unread, 0), // a feed's share of feed_unread is at least what expires of it
         };
         let (u, m) = (unread.saturating_sub(x_unread), mentions.saturating_sub(x_mentions));
-        let before = Totals::of_member(unread, mentions, e.muted, e.feed, e.marked);
-        let after = Totals::of_member(u, m, e.muted, e.feed, e.marked);
-        Totals::replace_in(view, before, after);
+        let before = Sums::of_member(unread, mentions, e.muted, e.feed, e.marked);
+        let after = Sums::of_member(u, m, e.muted, e.feed, e.marked);
+        Sums::replace_in(view, before, after);
         if let Some(c) = view.conversations.get_mut(id).filter(|_| !e.feed) {
             (c.unread, c.mentions) = (u, m);
         }
@@ -387,18 +389,9 @@ pub fn conversation_field(conversation_id: &str) -> String {
     format!("{CONVERSATION_PREFIX}{conversation_id}")
 }
 
-/// The totals field's value.
+/// The totals field's value ([`Counts::encode`]: `"v2 {total_unread} … {total_notifications_unseen}"`).
 pub fn totals_value(view: &UserView) -> String {
-    let v = view;
-    format!(
-        "{} {} {} {} {} {}",
-        v.total_unread,
-        v.total_mentions,
-        v.unread_conversations,
-        v.feed_unread,
-        v.total_notifications_unread,
-        v.total_notifications_unseen
-    )
+    Counts::of(view).encode()
 }
 
 /// A conversation field's value, with the newest unread seq of the user's state when known (0: none).
@@ -540,17 +533,9 @@ struct IndexFields {
     counts: Option<(u64, u64)>,
 }
 
-/// The totals field: six numbers, or the first three in a hash written by a v1 build.
+/// The totals field ([`Counts::decode`]: its format's counters, or three or six numbers from earlier builds).
 fn decode_totals(view: &mut UserView, value: &str) -> Option<()> {
-    let n: Vec<u64> = value.split(' ').map(|n| n.parse().ok()).collect::<Option<_>>()?;
-    match n[..] {
-        [u, m, c] => (view.total_unread, view.total_mentions, view.unread_conversations) = (u, m, c),
-        [u, m, c, f, nu, ns] => {
-            (view.total_unread, view.total_mentions, view.unread_conversations) = (u, m, c);
-            (view.feed_unread, view.total_notifications_unread, view.total_notifications_unseen) = (f, nu, ns);
-        }
-        _ => return None,
-    }
+    Counts::decode(value)?.set_in(view);
     Some(())
 }
 
@@ -587,7 +572,7 @@ mod tests {
         view.conversations
             .insert("quiet".into(), ConversationView { unread: 9, mentions: 0, muted: true, marked_unread: false });
         let fields = encode_view(&view, &BTreeMap::new());
-        assert_eq!(fields[0], ("_totals".into(), "3 1 1 0 0 0".into()));
+        assert_eq!(fields[0], ("_totals".into(), "v2 3 1 1 0 0 0".into()));
         assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0 1".into())), "unread mentions muted marked");
         let mut with_version = fields.clone();
         with_version.push((VERSION_FIELD.into(), "anything".into()));

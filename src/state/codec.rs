@@ -12,7 +12,8 @@
 //! - users: 1 (contract v1); 2 adds the feed flag per conversation, `feed_unread`, the broadcast cursors and the
 //!   notification summary; 3 adds read diffusion (per conversation, the switch and the named mentions above it);
 //!   4 adds contract v3 (per conversation, the mark with its "unread from" seq, the read history, the expiry
-//!   buckets);
+//!   buckets); 5 stores the totals as the table of counts in its order ([`Counts`]), so that a counter added to
+//!   the table needs no new version;
 //! - conversations: 1 and 2 (kind, head, members); 3 adds the read-diffusion index; 4 adds `unread_ttl_days`;
 //! - lists and notes: one layout, read under any of 1 to 3.
 //!
@@ -26,14 +27,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::broadcast::ListState;
 use crate::core::contract::ConversationKind;
+use crate::core::counts::Counts;
 use crate::core::fanout::ConversationState;
-use crate::core::fold::{ConvState, Conversations, Mark, Totals, UserState};
+use crate::core::fold::{ConvState, Conversations, Mark, Sums, UserState};
 use crate::core::hybrid::ConvIndex;
 use crate::core::notifications::{CategoryCounts, Note, Summary};
 use crate::core::seqset::SeqSet;
 
 /// The version byte of a user row written now.
-pub const USER_ROW: u8 = 4;
+pub const USER_ROW: u8 = 5;
 /// The version byte of a conversation row written now: 6, version 5's layout with its members left out (empty):
 /// they have rows of their own (`fanout_members`, [`crate::checkpoint::store::MemberRow`]).
 pub const CONVERSATION_ROW: u8 = 6;
@@ -92,7 +94,7 @@ use rows::*;
 
 /// Encodes one user's fold state (its remembered notifications have rows of their own).
 pub fn encode_user(state: &UserState) -> Vec<u8> {
-    encode(USER_ROW, &UserRowV4::from(state))
+    encode(USER_ROW, &UserRowV5::from(state))
 }
 
 /// Decodes one user's fold state.
@@ -104,7 +106,8 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
         (1, payload) => postcard::from_bytes::<UserRowV1>(payload)?.into_state()?,
         (2, payload) => postcard::from_bytes::<UserRowV2>(payload)?.into_state()?,
         (3, payload) => postcard::from_bytes::<UserRowV3>(payload)?.into_state()?,
-        (_, payload) => postcard::from_bytes::<UserRowV4>(payload)?.into_state()?,
+        (4, payload) => postcard::from_bytes::<UserRowV4>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<UserRowV5>(payload)?.into_state()?,
     };
     state.check_own().map_err(CheckpointError::Inconsistent)?;
     Ok(state)

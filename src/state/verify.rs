@@ -9,6 +9,7 @@ use super::user::{users, Which};
 use super::StateResult;
 use crate::checkpoint::store::CheckpointStore;
 use crate::core::contract::UserView;
+use crate::core::counts::Counts;
 use crate::projection::redis::RedisProjection;
 use crate::topology::Topics;
 
@@ -68,14 +69,8 @@ pub fn view_differences(expected: &UserView, got: &UserView, names: (&str, &str)
     let (en, gn) = names;
     let (e, g) = (expected, got);
     let mut d = Vec::new();
-    for (name, e, g) in [
-        ("total_unread", e.total_unread, g.total_unread),
-        ("total_mentions", e.total_mentions, g.total_mentions),
-        ("unread_conversations", e.unread_conversations, g.unread_conversations),
-        ("feed_unread", e.feed_unread, g.feed_unread),
-        ("total_notifications_unread", e.total_notifications_unread, g.total_notifications_unread),
-        ("total_notifications_unseen", e.total_notifications_unseen, g.total_notifications_unseen),
-    ] {
+    let (et, gt) = (Counts::of(e).values(), Counts::of(g).values());
+    for ((name, e), g) in Counts::NAMES.iter().zip(et).zip(gt) {
         if e != g {
             d.push(format!("{name}: {en} {e}, {gn} {g}"));
         }

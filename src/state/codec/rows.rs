@@ -44,17 +44,57 @@ pub(super) struct TotalsRow {
     feed_unread: u64,
 }
 
-impl From<Totals> for TotalsRow {
-    fn from(t: Totals) -> Self {
-        let Totals { total_unread, total_mentions, unread_conversations, memberships, feed_unread } = t;
-        TotalsRow { total_unread, total_mentions, unread_conversations, memberships, feed_unread }
+impl From<Sums> for TotalsRow {
+    fn from(t: Sums) -> Self {
+        let Counts { total_unread, total_mentions, unread_conversations, feed_unread, .. } = t.counts;
+        TotalsRow { total_unread, total_mentions, unread_conversations, memberships: t.memberships, feed_unread }
     }
 }
 
-impl From<TotalsRow> for Totals {
+impl From<TotalsRow> for Sums {
     fn from(t: TotalsRow) -> Self {
         let TotalsRow { total_unread, total_mentions, unread_conversations, memberships, feed_unread } = t;
-        Totals { total_unread, total_mentions, unread_conversations, memberships, feed_unread }
+        let counts = Counts { total_unread, total_mentions, unread_conversations, feed_unread, ..Counts::default() };
+        Sums { counts, memberships }
+    }
+}
+
+/// A user's sums in rows of version 5 on: the counts in the table's order ([`Counts::NAMES`]) and the memberships.
+/// A counter added to the table needs no new row version: a row written before it holds fewer counts, read as 0
+/// for the new ones (decoding then checks the sums against the conversations).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct CountsRow {
+    counts: Vec<u64>,
+    memberships: u64,
+}
+
+impl From<Sums> for CountsRow {
+    fn from(t: Sums) -> Self {
+        CountsRow { counts: t.counts.values().to_vec(), memberships: t.memberships }
+    }
+}
+
+/// A row's totals, whatever their layout, as the fold's sums.
+pub(super) trait RowTotals {
+    /// The sums.
+    ///
+    /// Errors: [`CheckpointError::Inconsistent`] for more counts than this build's table has (a newer build's row).
+    fn sums(self) -> Result<Sums, CheckpointError>;
+}
+
+impl RowTotals for TotalsRow {
+    fn sums(self) -> Result<Sums, CheckpointError> {
+        Ok(self.into())
+    }
+}
+
+impl RowTotals for CountsRow {
+    fn sums(self) -> Result<Sums, CheckpointError> {
+        let n = self.counts.len();
+        let counts = Counts::from_values(&self.counts).ok_or_else(|| {
+            CheckpointError::Inconsistent(format!("{n} counts: this build's table has {}", Counts::NAMES.len()))
+        })?;
+        Ok(Sums { counts, memberships: self.memberships })
     }
 }
 
@@ -200,16 +240,18 @@ impl UserRowV1 {
     pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
         let conversations = states(self.conversations, ConvRowV1::into_state)?;
         let (total_unread, total_mentions, unread_conversations, memberships) = self.totals;
-        let totals = Totals { total_unread, total_mentions, unread_conversations, memberships, feed_unread: 0 };
+        let counts = Counts { total_unread, total_mentions, unread_conversations, ..Counts::default() };
+        let totals = Sums { counts, memberships };
         Ok(UserState::from_parts(conversations, totals, self.clock, self.detached))
     }
 }
 
-/// A user row of versions 2 and 3: the same fields, with the conversation rows of that version (`C`).
+/// A user row of versions 2 to 5: the same fields, with the conversation rows (`C`) and the totals (`T`) of that
+/// version.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct UserRow<C> {
+pub(super) struct UserRow<C, T = TotalsRow> {
     conversations: BTreeMap<String, C>,
-    totals: TotalsRow,
+    totals: T,
     clock: u64,
     detached: usize,
     broadcasts: BTreeMap<String, u64>,
@@ -222,15 +264,17 @@ pub(super) type UserRowV2 = UserRow<ConvRowV2>;
 pub(super) type UserRowV3 = UserRow<ConvRowV3>;
 /// A user row of version 4 (contract v3: marks, read history, expiry).
 pub(super) type UserRowV4 = UserRow<ConvRowV4>;
+/// A user row of version 5: version 4's, with the totals as the table of counts ([`CountsRow`]).
+pub(super) type UserRowV5 = UserRow<ConvRowV4, CountsRow>;
 
-impl<C> UserRow<C> {
+impl<C, T: RowTotals> UserRow<C, T> {
     /// The state, each conversation row decoded with `decode`.
     fn state_with(
         self,
         decode: impl Fn(C) -> Result<ConvState, CheckpointError>,
     ) -> Result<UserState, CheckpointError> {
         let conversations = states(self.conversations, decode)?;
-        let state = UserState::from_parts(conversations, self.totals.into(), self.clock, self.detached);
+        let state = UserState::from_parts(conversations, self.totals.sums()?, self.clock, self.detached);
         Ok(state.with_v2_parts(self.broadcasts, self.notifications.into()))
     }
 }
@@ -253,7 +297,13 @@ impl UserRowV4 {
     }
 }
 
-impl From<&UserState> for UserRowV4 {
+impl UserRowV5 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        self.state_with(ConvRowV4::into_state)
+    }
+}
+
+impl From<&UserState> for UserRowV5 {
     fn from(s: &UserState) -> Self {
         UserRow {
             conversations: s.conversations().iter().map(|(id, c)| (id.clone(), (&**c).into())).collect(),

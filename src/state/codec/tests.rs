@@ -52,7 +52,12 @@ fn a_version_1_user_row_still_loads() {
         .map(|(id, c)| (id.clone(), (c.floor, c.joined_at, c.muted, c.unread.clone(), c.mentions.clone(), c.touched)))
         .collect();
     let t = user.totals();
-    let v1 = (convs, (t.total_unread, t.total_mentions, t.unread_conversations, t.memberships), 501u64, 1usize);
+    let v1 = (
+        convs,
+        (t.counts.total_unread, t.counts.total_mentions, t.counts.unread_conversations, t.memberships),
+        501u64,
+        1usize,
+    );
     let mut bytes = vec![1u8];
     bytes.extend(postcard::to_allocvec(&v1).unwrap());
     let loaded = decode_user(&bytes).unwrap();
@@ -78,7 +83,11 @@ fn version_2_user_and_conversation_rows_still_load() {
         })
         .collect();
     let detached = user.conversations().values().filter(|c| !c.is_member()).count();
-    let v2 = (convs, user.totals(), 501u64, detached, user.broadcasts(), user.notification_summary());
+    let t = user.totals();
+    let c = t.counts;
+    // The totals row: total_unread, total_mentions, unread_conversations, memberships, feed_unread.
+    let totals = (c.total_unread, c.total_mentions, c.unread_conversations, t.memberships, c.feed_unread);
+    let v2 = (convs, totals, 501u64, detached, user.broadcasts(), user.notification_summary());
     let mut bytes = vec![2u8];
     bytes.extend(postcard::to_allocvec(&v2).unwrap());
     let loaded = decode_user(&bytes).unwrap();
@@ -157,6 +166,36 @@ fn members_have_rows_of_their_own_and_old_rows_move_theirs_there() {
 }
 
 #[test]
+fn a_version_4_user_row_still_loads_and_a_newer_table_is_refused() {
+    let (_, fold) = sample();
+    let user = fold.user("a/b").unwrap();
+    let bytes = encode_user(user);
+    type Row<T> =
+        (BTreeMap<String, ConvState>, T, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
+    let (convs, (counts, memberships), clock, detached, lists, summary): Row<(Vec<u64>, u64)> =
+        postcard::from_bytes(&bytes[1..]).unwrap();
+    // Version 4's totals: total_unread, total_mentions, unread_conversations, memberships, feed_unread.
+    let totals = (counts[0], counts[1], counts[2], memberships, counts[3]);
+    let mut v4 = vec![4u8];
+    v4.extend(
+        postcard::to_allocvec(&(convs.clone(), totals, clock, detached, lists.clone(), summary.clone())).unwrap(),
+    );
+    let loaded = decode_user(&v4).unwrap();
+    assert_eq!(loaded.totals(), user.totals());
+    assert_eq!(
+        loaded.view("a/b", &crate::core::broadcast::NoLists),
+        user.view("a/b", &crate::core::broadcast::NoLists)
+    );
+    // A row of a build whose table has one more counter: refused, never read short.
+    let mut more = counts.clone();
+    more.push(0);
+    let mut newer = vec![USER_ROW];
+    newer.extend(postcard::to_allocvec(&(convs, (more, memberships), clock, detached, lists, summary)).unwrap());
+    let err = decode_user(&newer).unwrap_err();
+    assert!(matches!(&err, CheckpointError::Inconsistent(m) if m.contains("counts")), "{err}");
+}
+
+#[test]
 fn rejects_other_versions_truncation_and_inconsistency() {
     let (_, fold) = sample();
     let mut bytes = encode_user(fold.user("a/b").unwrap());
@@ -166,8 +205,10 @@ fn rejects_other_versions_truncation_and_inconsistency() {
     // Same layout as UserState (postcard is positional), with a total that no longer equals the sum.
     type Mirror =
         (BTreeMap<String, ConvState>, Totals, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
+    // The totals row of version 5: the table of counts in its order, and the memberships.
+    type Totals = (Vec<u64>, u64);
     let mut mirror: Mirror = postcard::from_bytes(&bytes[1..]).unwrap();
-    mirror.1.total_unread += 1;
+    mirror.1 .0[0] += 1;
     bytes.truncate(1);
     bytes.extend(postcard::to_allocvec(&mirror).unwrap());
     let err = decode_user(&bytes).unwrap_err();
