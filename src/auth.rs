@@ -82,8 +82,9 @@ pub enum Access {
 }
 
 impl Access {
-    /// Whether this access may read `user_id`.
-    pub fn may_read(&self, user_id: &str) -> bool {
+    /// Whether this access may act for `user_id`: read its counts and stream, and write its events through the
+    /// gateway (a user token: itself only; a service token: anyone).
+    pub fn may_act_for(&self, user_id: &str) -> bool {
         match self {
             Access::Service(_) => true,
             Access::User(sub) => sub == user_id,
@@ -321,7 +322,7 @@ mod tests {
         let v = Verifier::from_options(&o).unwrap().unwrap();
         let user = mint(&o, "alice", false, Duration::from_secs(60)).unwrap();
         assert_eq!(v.verify(&user), Ok(Access::User("alice".into())));
-        assert!(v.verify(&user).unwrap().may_read("alice") && !v.verify(&user).unwrap().may_read("bob"));
+        assert!(v.verify(&user).unwrap().may_act_for("alice") && !v.verify(&user).unwrap().may_act_for("bob"));
         let service = mint(&o, "svc", true, Duration::from_secs(60)).unwrap();
         assert_eq!(v.verify(&service), Ok(Access::Service("svc".into())));
         let other = AuthOptions { hs256_secret: Some("other".into()), ..o.clone() };

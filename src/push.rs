@@ -76,8 +76,25 @@ struct Watched {
 struct Socket {
     id: u64,
     tx: mpsc::Sender<Text>,
-    /// Until its first message: `Some(since)` (the version the client has, if any).
-    fresh: Option<Option<u64>>,
+    /// Whether it has had its first message.
+    first: First,
+}
+
+/// Where a socket stands with its first message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    /// Not sent yet; `since`: the version the client already has, if any (then an empty changes message will do).
+    Due { since: Option<u64> },
+    /// Sent: the socket gets changes from now on.
+    Sent,
+}
+
+/// The changes message [`deliver_prepared`] sends to live sockets.
+enum Update {
+    /// Made from the user's view now, if the read is newer.
+    Compute,
+    /// Made already (`None`: nothing changed).
+    Made(Option<Text>),
 }
 
 #[derive(Default)]
@@ -178,7 +195,7 @@ impl Hub {
                 follows: Vec::new(),
                 sockets: Vec::new(),
             });
-            watched.sockets.push(Socket { id, tx, fresh: Some(since) });
+            watched.sockets.push(Socket { id, tx, first: First::Due { since } });
         }
         if let Err(e) = self.refresh(vec![user_id.to_owned()]).await {
             tracing::warn!(error = %e, "reading a subscribed user; retried by the refresher");
@@ -332,7 +349,7 @@ impl Hub {
             for Prepared { seen_at, read, message } in prepared {
                 let user = read.view.user_id.clone();
                 if w.users.get(&user).is_some_and(|watched| watched.version == seen_at)
-                    && deliver_prepared(&mut w, read, Some(message)).is_none()
+                    && deliver_prepared(&mut w, read, Update::Made(message)).is_none()
                 {
                     sent.insert(user);
                 }
@@ -418,22 +435,25 @@ impl Hub {
 /// is newer), the first message to new sockets. A socket whose queue is full or closed is dropped. Returns the
 /// user when the read missed a change of one of its lists (a newer list version was published): read it again.
 fn deliver(w: &mut Watchers, read: Versioned) -> Option<String> {
-    deliver_prepared(w, read, None)
+    deliver_prepared(w, read, Update::Compute)
 }
 
-/// [`deliver`] with the changes message already made (`Some(None)`: nothing changed) against the view the user
-/// still has.
-fn deliver_prepared(w: &mut Watchers, read: Versioned, prepared: Option<Option<Text>>) -> Option<String> {
+/// [`deliver`] with the changes message made already ([`Update::Made`]) against the view the user still has, or
+/// to be made now ([`Update::Compute`]).
+fn deliver_prepared(w: &mut Watchers, read: Versioned, prepared: Update) -> Option<String> {
     let Versioned { view, version, follows, .. } = read;
     let user_id = view.user_id.clone();
     let stale = follows.iter().any(|l| w.list_versions.get(l).is_some_and(|v| *v > version));
     let watched = w.users.get_mut(&user_id)?;
     let mut update = None;
     if version > watched.version {
-        update = prepared.unwrap_or_else(|| {
-            let diff = changes(&watched.view, &view);
-            (!diff.is_empty()).then(|| text(version, &Message::Changes { version, changes: &diff }))
-        });
+        update = match prepared {
+            Update::Made(message) => message,
+            Update::Compute => {
+                let diff = changes(&watched.view, &view);
+                (!diff.is_empty()).then(|| text(version, &Message::Changes { version, changes: &diff }))
+            }
+        };
         watched.view = view;
         watched.version = version;
         let old = std::mem::replace(&mut watched.follows, follows);
@@ -444,10 +464,12 @@ fn deliver_prepared(w: &mut Watchers, read: Versioned, prepared: Option<Option<T
     let (version, empty, view) = (watched.version, Changes::default(), &watched.view);
     let mut dropped = 0;
     watched.sockets.retain_mut(|s| {
-        let message = match s.fresh.take() {
-            Some(since) if since == Some(version) => text(version, &Message::Changes { version, changes: &empty }),
-            Some(_) => text(version, &Message::State { version, state: view }),
-            None => match &update {
+        let message = match std::mem::replace(&mut s.first, First::Sent) {
+            First::Due { since } if since == Some(version) => {
+                text(version, &Message::Changes { version, changes: &empty })
+            }
+            First::Due { .. } => text(version, &Message::State { version, state: view }),
+            First::Sent => match &update {
                 Some(u) => u.clone(),
                 None => return true,
             },
@@ -490,13 +512,13 @@ fn unindex(lists: &mut HashMap<ListId, HashSet<String>>, user_id: &str, follows:
 mod tests {
     use super::*;
 
-    fn watchers(fresh: Option<Option<u64>>) -> (Watchers, mpsc::Receiver<Text>) {
+    fn watchers(first: First) -> (Watchers, mpsc::Receiver<Text>) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let mut w = Watchers::default();
         let view = UserView { user_id: "u".into(), ..UserView::default() };
         w.users.insert(
             "u".into(),
-            Watched { view, version: 0, follows: Vec::new(), sockets: vec![Socket { id: 1, tx, fresh }] },
+            Watched { view, version: 0, follows: Vec::new(), sockets: vec![Socket { id: 1, tx, first }] },
         );
         (w, rx)
     }
@@ -512,7 +534,7 @@ mod tests {
 
     #[test]
     fn a_socket_that_does_not_read_is_dropped_once_its_queue_is_full() {
-        let (mut w, mut rx) = watchers(None);
+        let (mut w, mut rx) = watchers(First::Sent);
         for v in 1..=(QUEUE as u64 + 10) {
             assert_eq!(deliver(&mut w, read(counts(v), v)), None);
         }
@@ -526,7 +548,7 @@ mod tests {
 
     #[test]
     fn a_read_older_than_a_published_list_version_is_read_again() {
-        let (mut w, _rx) = watchers(None);
+        let (mut w, _rx) = watchers(First::Sent);
         w.list_versions.insert(ListId::Broadcast("dot".into()), 20);
         let mut view = counts(1);
         view.broadcasts.insert("dot".into(), unread_view(0));
@@ -541,7 +563,7 @@ mod tests {
 
     #[test]
     fn a_new_socket_gets_the_state_or_an_empty_message_and_old_versions_send_nothing() {
-        let (mut w, mut rx) = watchers(Some(None));
+        let (mut w, mut rx) = watchers(First::Due { since: None });
         deliver(&mut w, read(counts(3), 10));
         let first = rx.try_recv().unwrap();
         assert!(first.json.starts_with(r#"{"type":"state","version":10,"#), "{}", first.json);
@@ -555,7 +577,7 @@ mod tests {
             r#"{"type":"changes","version":12,"totals":{"total_unread":4,"total_mentions":0,"unread_conversations":0,"feed_unread":0,"total_notifications_unread":0,"total_notifications_unseen":0}}"#
         );
         let (tx, mut current) = mpsc::channel(QUEUE);
-        w.users.get_mut("u").unwrap().sockets.push(Socket { id: 2, tx, fresh: Some(Some(12)) });
+        w.users.get_mut("u").unwrap().sockets.push(Socket { id: 2, tx, first: First::Due { since: Some(12) } });
         deliver(&mut w, read(counts(4), 12));
         assert_eq!(&*current.try_recv().unwrap().json, r#"{"type":"changes","version":12}"#);
     }

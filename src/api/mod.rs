@@ -18,7 +18,7 @@
 //! Ids are percent-encoded path segments, decoded as UTF-8 and checked against the contract's id rule, so every
 //! valid id is reachable (`/` as `%2F`, `%` as `%25`, spaces, braces, 256 bytes). Errors are JSON:
 //! `{"error": {"code": "...", "message": "..."}}` — 400 `invalid_path` / `invalid_id` / `invalid_body`, 401
-//! `unauthorized` (no valid bearer token), 403 `forbidden` (the token may not read that user: the same answer for
+//! `unauthorized` (no valid bearer token), 403 `forbidden` (the token may not act for that user: the same answer for
 //! every other user, so ids cannot be probed), 404 `not_found`, 503 `unavailable` (Redis down: retry later), 500
 //! `malformed` (a stored hash does not decode: a bug to report).
 //!
@@ -56,6 +56,7 @@ use openapi::{ErrorBody, ErrorDetail, ReadErrors};
 use crate::core::contract::{validate_id, UserView};
 use crate::metrics::Metrics;
 use crate::namespace::LiveProjection;
+use crate::projection::redis::ConversationRead;
 use crate::projection::ProjectionError;
 
 /// What the handlers share (behind one `Arc`).
@@ -140,8 +141,8 @@ pub(crate) fn authorized(access: &Access, ids: &[(&str, &str)]) -> Result<(), Ap
     for (name, id) in ids {
         check_id(name, id)?;
     }
-    if !access.may_read(ids[0].1) {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token may not read this user"));
+    if !access.may_act_for(ids[0].1) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token may not act for this user"));
     }
     Ok(())
 }
@@ -510,10 +511,12 @@ async fn conversation_unread(
     authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
     let ((namespace, projection), today) = (s.live.current(), query.today()?);
     let c = match projection.read_conversation(&user_id, &conversation_id, today).await? {
-        Some(c) => c,
+        ConversationRead::Counts(c) => c,
         // No hash (expired under --projection-ttl, or lost): the user's read refills it from the checkpoint; a
         // read-diffused conversation: the user's read adds the index's share.
-        None => read_user(&s, &namespace, &user_id, today).await?.0.conversations.remove(&conversation_id),
+        ConversationRead::NeedsUser => {
+            read_user(&s, &namespace, &user_id, today).await?.0.conversations.remove(&conversation_id)
+        }
     };
     let answer = ConversationAnswer {
         member: c.is_some(),

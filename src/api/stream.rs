@@ -167,7 +167,7 @@ impl Session {
         let Some(verifier) = &self.verifier else { return Some(Ok(r#"{"type":"refreshed","until":null}"#.into())) };
         Some(match verifier.grant(&token) {
             Err(_) => Err(Ending::Invalid),
-            Ok(grant) if !grant.access.may_read(&self.user_id) => Err(Ending::Forbidden),
+            Ok(grant) if !grant.access.may_act_for(&self.user_id) => Err(Ending::Forbidden),
             Ok(grant) => {
                 self.until = TokenUntil(Some(grant.until));
                 Ok(format!(r#"{{"type":"refreshed","until":{}}}"#, grant.until))

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::contract::ConversationEvent;
+use crate::core::contract::BroadcastOp;
 use crate::core::hybrid::{ConvIndex, ShareQuery};
 pub use crate::core::lists::{ListId, ListOp};
 use crate::core::seqset::SeqSet;
@@ -21,18 +21,16 @@ pub struct ListState {
 }
 
 impl ListState {
-    /// Applies `broadcast.published` or `broadcast.recalled`; returns the op that changed the live seqs, if any.
-    /// Other events change nothing.
-    pub fn apply(&mut self, event: &ConversationEvent) -> Option<ListOp> {
+    /// Applies `broadcast.published` or `broadcast.recalled`; returns the op that changed the live seqs, if any (a
+    /// duplicate publication, or a recall of a seq not published yet, changes nothing).
+    pub fn apply(&mut self, event: BroadcastOp<'_>) -> Option<ListOp> {
         match event {
-            ConversationEvent::Published(e) if e.seq > self.head => {
+            BroadcastOp::Published(e) if e.seq > self.head => {
                 self.head = e.seq;
                 (e.countable && self.live.insert(e.seq)).then_some(ListOp::Add(e.seq))
             }
-            ConversationEvent::Unpublished(e) if e.seq <= self.head => {
-                self.live.remove(e.seq).then_some(ListOp::Remove(e.seq))
-            }
-            _ => None,
+            BroadcastOp::Recalled(e) if e.seq <= self.head => self.live.remove(e.seq).then_some(ListOp::Remove(e.seq)),
+            BroadcastOp::Published(_) | BroadcastOp::Recalled(_) => None,
         }
     }
 

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::core::broadcast::{ListId, ListOp, ListState, Lists};
-use crate::core::contract::{ConversationEvent, ConversationKind, MessageSent, Target};
+use crate::core::contract::{Addressed, ConversationEvent, ConversationKind, ConversationOp, MessageSent};
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::expiry::expiry_day;
 use crate::core::hybrid::{ConvIndex, Diffusion, ShareQuery};
@@ -193,9 +193,9 @@ impl FanOut {
         let mut index: Map<&'e str, usize> = Map::default();
         let mut deltas = Vec::new();
         for event in events {
-            let cid = match event.target() {
-                Target::Conversation(cid) => cid,
-                Target::Broadcast(bid) => {
+            let (cid, event) = match event.addressed() {
+                Addressed::Conversation(cid, event) => (cid, event),
+                Addressed::Broadcast(bid, event) => {
                     // Broadcasts are never fanned out: the list changes once, whatever the number of readers.
                     if let Some(op) = self.lists.entry_ref(bid).or_default().apply(event) {
                         self.list_ops.push((ListId::Broadcast(bid.to_owned()), op));
@@ -244,10 +244,10 @@ fn switch(
     diffusion: Diffusion,
     conversation_id: &str,
     state: &mut ConversationState,
-    event: &ConversationEvent,
+    event: ConversationOp<'_>,
     list_ops: &mut Vec<(ListId, ListOp)>,
 ) -> Option<DeltaOp> {
-    if matches!(event, ConversationEvent::Sent(_) | ConversationEvent::Recalled(_)) {
+    if matches!(event, ConversationOp::Sent(_) | ConversationOp::Recalled(_)) {
         return None;
     }
     let clear = (ListId::Index(conversation_id.to_owned()), ListOp::Clear);
@@ -317,12 +317,12 @@ impl<'e> ConvBatch<'e> {
     fn apply(
         &mut self,
         state: &mut ConversationState,
-        event: &'e ConversationEvent,
+        event: ConversationOp<'e>,
         stats: &mut BatchStats,
         list_ops: &mut Vec<(ListId, ListOp)>,
     ) {
         match event {
-            ConversationEvent::Created(e) => {
+            ConversationOp::Created(e) => {
                 // The first conversation.created decides the kind (`CONTRACT.md` § v2, "Kind").
                 if state.kind.is_none() {
                     (state.kind, state.ttl_days) = (Some(e.kind), e.unread_ttl_days);
@@ -343,13 +343,13 @@ impl<'e> ConvBatch<'e> {
                     self.join(state, m);
                 }
             }
-            ConversationEvent::Joined(e) => self.join(state, &e.user_id),
-            ConversationEvent::Left(e) => {
+            ConversationOp::Joined(e) => self.join(state, &e.user_id),
+            ConversationOp::Left(e) => {
                 if state.members.remove(&e.user_id).is_some() {
                     self.timeline.entry(&e.user_id).or_default().push(Mark::Leave(state.head));
                 }
             }
-            ConversationEvent::Sent(e) => {
+            ConversationOp::Sent(e) => {
                 if e.seq <= state.head {
                     stats.duplicate_messages += 1;
                     return;
@@ -361,11 +361,8 @@ impl<'e> ConvBatch<'e> {
                     self.countable_sent(state, e, list_ops);
                 }
             }
-            ConversationEvent::Published(_) | ConversationEvent::Unpublished(_) => {
-                unreachable!("broadcast events are handled by process_batch")
-            }
-            ConversationEvent::Recalled(e) if e.seq > state.head => stats.early_recalls += 1,
-            ConversationEvent::Recalled(e) => self.recalled(state, e.seq, list_ops),
+            ConversationOp::Recalled(e) if e.seq > state.head => stats.early_recalls += 1,
+            ConversationOp::Recalled(e) => self.recalled(state, e.seq, list_ops),
         }
     }
 

@@ -743,37 +743,35 @@ impl UserState {
             UserEvent::BroadcastRead(e) => {
                 let cursor = self.broadcasts.entry(e.broadcast_id.clone()).or_default();
                 *cursor = (*cursor).max(e.read_seq);
-                return;
             }
             UserEvent::NotificationCreated(_)
             | UserEvent::NotificationRead(_)
             | UserEvent::NotificationRetracted(_)
             | UserEvent::NotificationsSeen(_)
-            | UserEvent::NotificationsRead(_) => {
-                self.notes.apply(&mut self.notifications, event);
-                return;
+            | UserEvent::NotificationsRead(_) => self.notes.apply(&mut self.notifications, event),
+            UserEvent::ReadAck(e) => {
+                self.update(&e.conversation_id, true, |c| {
+                    c.floor = c.floor.max(e.read_seq);
+                    c.mark = None; // a later read ack clears the mark, whatever its read_seq (§ v3)
+                    if c.is_member() {
+                        c.drop_read();
+                    }
+                    0
+                });
             }
-            UserEvent::ReadAck(_) | UserEvent::Muted(_) | UserEvent::MarkedUnread(_) => {}
+            UserEvent::Muted(e) => {
+                self.update(&e.conversation_id, true, |c| {
+                    c.muted = e.muted;
+                    0
+                });
+            }
+            UserEvent::MarkedUnread(e) => {
+                self.update(&e.conversation_id, true, |c| {
+                    c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
+                    0
+                });
+            }
         }
-        match event {
-            UserEvent::ReadAck(e) => self.update(&e.conversation_id, true, |c| {
-                c.floor = c.floor.max(e.read_seq);
-                c.mark = None; // a later read ack clears the mark, whatever its read_seq (§ v3)
-                if c.is_member() {
-                    c.drop_read();
-                }
-                0
-            }),
-            UserEvent::Muted(e) => self.update(&e.conversation_id, true, |c| {
-                c.muted = e.muted;
-                0
-            }),
-            UserEvent::MarkedUnread(e) => self.update(&e.conversation_id, true, |c| {
-                c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
-                0
-            }),
-            _ => unreachable!("handled above"),
-        };
     }
 
     /// Runs `f` on the conversation's entry (creating it if `create`; otherwise doing nothing when it is absent),

@@ -588,6 +588,15 @@ pub struct RedisProjection {
     ttl_ms: u64,
 }
 
+/// What a user's hash answers about one conversation ([`RedisProjection::read_conversation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConversationRead {
+    /// The conversation's counts; `None`: the user is not a member.
+    Counts(Option<ConversationView>),
+    /// The hash alone cannot answer (no hash, or a read-diffused conversation): read the user whole.
+    NeedsUser,
+}
+
 impl RedisProjection {
     /// Connects to one server, or to a cluster when `url` lists several seed nodes ([`super::conn`]), reconnecting
     /// on failure from then on; the scripts are loaded on first use.
@@ -912,10 +921,11 @@ impl RedisProjection {
         Ok(tops.iter().map(|t| t.first().copied().unwrap_or(0)).collect())
     }
 
-    /// One conversation's counts for a user from two fields of its hash: `Ok(Some(None))` when the user is not a
-    /// member; `Ok(None)` when the hash alone cannot answer: the user has no hash (never written, lost or expired:
-    /// the caller may refill it from the checkpoint), or the conversation is read-diffused (its count needs the
-    /// index's share: the caller reads the user whole). With a ttl, the read sets the hash's expiry again.
+    /// One conversation's counts for a user from two fields of its hash ([`ConversationRead`]): its counts, none
+    /// (the user is not a member), or [`ConversationRead::NeedsUser`] when the hash alone cannot answer: the user
+    /// has no hash (never written, lost or expired: the caller may refill it from the checkpoint), or the
+    /// conversation is read-diffused (its count needs the index's share: the caller reads the user whole). With a
+    /// ttl, the read sets the hash's expiry again.
     ///
     /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::Malformed`] for a malformed field.
     pub async fn read_conversation(
@@ -923,7 +933,7 @@ impl RedisProjection {
         user_id: &str,
         conversation_id: &str,
         today: i64,
-    ) -> ProjectionResult<Option<Option<ConversationView>>> {
+    ) -> ProjectionResult<ConversationRead> {
         let key = user_key(&self.prefix, user_id);
         let c = format!("{CONVERSATION_PREFIX}{conversation_id}");
         let r = format!("{INDEX_PREFIX}{conversation_id}");
@@ -936,10 +946,10 @@ impl RedisProjection {
         let (values,): (Vec<Option<String>>,) =
             pipe.query_async(&mut self.connection()).await.map_err(redis_err("reading a conversation"))?;
         if values.get(2).is_none_or(Option::is_none) || values.get(3).is_some_and(Option::is_some) {
-            return Ok(None);
+            return Ok(ConversationRead::NeedsUser);
         }
         let present = fields.into_iter().zip(values).take(2).filter_map(|(f, v)| Some((f, v?)));
-        Ok(Some(decode_view(user_id, present, today)?.conversations.into_values().next()))
+        Ok(ConversationRead::Counts(decode_view(user_id, present, today)?.conversations.into_values().next()))
     }
 
     /// What the read routes ack when no `read_seq` is given, as a user's hash holds it: the hash is written at

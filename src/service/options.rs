@@ -72,10 +72,10 @@ pub struct RunOptions {
           value_parser = crate::config::parse_duration_or_zero)]
     pub transaction_interval: Duration,
     /// The most a fan-out task waits for more records before it applies a batch, e.g. `100ms`, or `0ms` (never). It
-    /// waits 1 ms per record of its previous batch, up to this: about 3 ms at 1,000 msg/s on 8 partitions, the whole
-    /// of it from about 10,000 msg/s. A batch that waited longer holds more messages per conversation, so each
-    /// member gets one delta for more of them: at 20,000 msg/s less CPU per update and a lower latency
-    /// (docs/performance.md, "The fan-out lingers under load"). Never while a backlog fills the batches.
+    /// waits 1 ms per record of its previous batch, up to this: little at low rates, all of it under heavy load. A
+    /// batch that waited longer holds more messages per conversation, so each member gets one delta for more of
+    /// them (what it saves: docs/performance.md, "The fan-out lingers under load"). Never while a backlog fills the
+    /// batches.
     #[arg(help_heading = "Latency and batching", long, env = "UNREAD_FANOUT_LINGER", default_value = "100ms",
           value_parser = crate::config::parse_duration_or_zero)]
     pub fanout_linger: Duration,

@@ -349,6 +349,40 @@ pub enum Target<'a> {
     Broadcast(&'a str),
 }
 
+/// A conversation-stream event by what it addresses, typed: a conversation's own event, or a broadcast list's. The
+/// fan-out handles the two apart ([`crate::core::fanout`], [`crate::core::broadcast`]), each over only its kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressed<'a> {
+    /// An event of conversation `id`.
+    Conversation(&'a str, ConversationOp<'a>),
+    /// An event of broadcast list `id`.
+    Broadcast(&'a str, BroadcastOp<'a>),
+}
+
+/// The events of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConversationOp<'a> {
+    /// `conversation.created`
+    Created(&'a ConversationCreated),
+    /// `member.joined`
+    Joined(&'a MemberJoined),
+    /// `member.left`
+    Left(&'a MemberLeft),
+    /// `message.sent`
+    Sent(&'a MessageSent),
+    /// `message.recalled`
+    Recalled(&'a MessageRecalled),
+}
+
+/// The events of a broadcast list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BroadcastOp<'a> {
+    /// `broadcast.published`
+    Published(&'a BroadcastPublished),
+    /// `broadcast.recalled`
+    Recalled(&'a BroadcastRecalled),
+}
+
 /// Any event of the contract. Serializes to the contract's JSON (an object with `type` first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
@@ -379,6 +413,20 @@ impl ConversationEvent {
             Self::Recalled(_) => EventType::MessageRecalled,
             Self::Published(_) => EventType::BroadcastPublished,
             Self::Unpublished(_) => EventType::BroadcastRecalled,
+        }
+    }
+
+    /// The event by what it addresses ([`Addressed`]).
+    pub fn addressed(&self) -> Addressed<'_> {
+        use Addressed::{Broadcast, Conversation};
+        match self {
+            Self::Created(e) => Conversation(&e.conversation_id, ConversationOp::Created(e)),
+            Self::Joined(e) => Conversation(&e.conversation_id, ConversationOp::Joined(e)),
+            Self::Left(e) => Conversation(&e.conversation_id, ConversationOp::Left(e)),
+            Self::Sent(e) => Conversation(&e.conversation_id, ConversationOp::Sent(e)),
+            Self::Recalled(e) => Conversation(&e.conversation_id, ConversationOp::Recalled(e)),
+            Self::Published(e) => Broadcast(&e.broadcast_id, BroadcastOp::Published(e)),
+            Self::Unpublished(e) => Broadcast(&e.broadcast_id, BroadcastOp::Recalled(e)),
         }
     }
 
