@@ -40,19 +40,14 @@ pub async fn build(deps: ApiDeps) -> anyhow::Result<ApiState> {
     let ApiDeps { settings, auth, limits, metrics, producer, stop } = deps;
     let live = crate::namespace::LiveProjection::connect(&settings).await?;
     live.follow();
-    let fallback = Arc::new(crate::api::fallback::Fallback::new(settings.clone()));
-    let fb = fallback.clone();
-    let refill: crate::push::Refill = Arc::new(move |namespace, projection, users, today| {
-        let fb = fb.clone();
-        Box::pin(async move { fb.refill(&namespace, &projection, &users, today).await })
-    });
-    let hub = crate::push::Hub::start(live.clone(), &settings.redis_url, stop, metrics.clone(), Some(refill));
-    let fallback = Some(fallback);
+    let fallback = crate::read::Fallback::new(settings.clone());
+    let reader = Arc::new(crate::read::Reader::new(live, Some(fallback), metrics.clone()));
+    let hub = crate::push::Hub::start(reader.clone(), &settings.redis_url, stop, metrics.clone());
     let (topic, prefix) = (settings.topics().user_events, settings.redis_prefix.clone());
     let gateway = producer.map(|p| Arc::new(crate::api::gateway::Gateway::new(p, topic, prefix)));
     let rates = Arc::new(RateLimits::new(&limits));
     let limits = Arc::new(limits);
-    Ok(ApiState { live, metrics, auth, fallback, limits, rates, hub, gateway })
+    Ok(ApiState { reader, metrics, auth, limits, rates, hub, gateway })
 }
 
 /// Binds the API's address (port 0: any free port), before anything else starts: a process that cannot serve
@@ -81,7 +76,7 @@ pub async fn admin(
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<AdminState> {
     let (live, api) = match api {
-        Some(s) => (s.live.clone(), Some(ApiGauges { hub: s.hub.clone(), fallback: s.fallback.clone() })),
+        Some(s) => (s.reader.live().clone(), Some(ApiGauges { hub: s.hub.clone(), reader: s.reader.clone() })),
         None => {
             let live = crate::namespace::LiveProjection::connect(settings).await?;
             live.follow();

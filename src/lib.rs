@@ -46,6 +46,7 @@ pub mod produce;
 pub mod progress;
 pub mod projection;
 pub mod push;
+pub mod read;
 pub mod records;
 pub mod replay;
 pub mod service;

@@ -16,7 +16,8 @@
 //! [`QUEUE`] messages: a socket whose queue is full is dropped (its client reconnects with `since`), so a slow
 //! client costs at most that. After a (re)subscription, and when the live namespace changes, every watched user is
 //! read again, so a message lost while the subscription was down is made up for. A user with no hash (expired
-//! under `--projection-ttl`) is refilled from the checkpoint through the hub's [`Refill`] and read again.
+//! under `--projection-ttl`) is refilled from the checkpoint by the hub's reader ([`crate::read::Reader::refill`]) and
+//! read again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,22 +31,9 @@ use crate::core::broadcast::ListId;
 use crate::core::changes::{changes, Changes, Message};
 use crate::core::contract::UserView;
 use crate::metrics::{Metrics, Step};
-use crate::namespace::LiveProjection;
 use crate::projection::changes_key;
-use crate::projection::redis::{RedisProjection, Versioned};
-
-/// Refills users with no hash from the checkpoint (the read API's degraded reads): given the namespace, its
-/// projection, the users and the UTC day, returns the users it wrote back to Redis (those with checkpointed state).
-pub type Refill = Arc<
-    dyn Fn(
-            String,
-            RedisProjection,
-            Vec<String>,
-            i64,
-        ) -> futures::future::BoxFuture<'static, anyhow::Result<Vec<String>>>
-        + Send
-        + Sync,
->;
+use crate::projection::redis::Versioned;
+use crate::read::Reader;
 
 /// Messages a socket may have queued before it is dropped as too slow: 64.
 pub const QUEUE: usize = 64;
@@ -121,7 +109,8 @@ struct Prepared {
 
 /// The push hub of one API instance.
 pub struct Hub {
-    live: Arc<LiveProjection>,
+    /// The read model: the live namespace, and refills of users with no hash.
+    reader: Arc<Reader>,
     redis_url: String,
     watchers: Mutex<Watchers>,
     /// Users to read again, each with when it was first marked (for [`Step::RedisToPushed`]).
@@ -132,8 +121,6 @@ pub struct Hub {
     subscriptions: AtomicU64,
     next_id: AtomicU64,
     stop: watch::Receiver<bool>,
-    /// How users with no hash are refilled; `None`: they read as zeros.
-    refill: Option<Refill>,
 }
 
 /// A socket's side of the hub: its messages, in order. Dropping it leaves the hub.
@@ -154,18 +141,17 @@ impl Drop for Subscription {
 }
 
 impl Hub {
-    /// A hub following `live`, subscribing with a connection of its own to `redis_url`; it runs until `stop` turns
-    /// true, counts how long a change takes to reach the sockets in `metrics`, and refills users with no hash with
-    /// `refill`.
+    /// A hub reading through `reader` (the live namespace; users with no hash refilled from the checkpoint when it
+    /// has a fallback), subscribing with a connection of its own to `redis_url`; it runs until `stop` turns true and
+    /// counts how long a change takes to reach the sockets in `metrics`.
     pub fn start(
-        live: Arc<LiveProjection>,
+        reader: Arc<Reader>,
         redis_url: &str,
         stop: watch::Receiver<bool>,
         metrics: Arc<Metrics>,
-        refill: Option<Refill>,
     ) -> Arc<Self> {
         let hub = Arc::new(Self {
-            live,
+            reader,
             redis_url: redis_url.to_owned(),
             watchers: Mutex::default(),
             pending: Mutex::default(),
@@ -174,7 +160,6 @@ impl Hub {
             next_id: AtomicU64::new(1),
             subscriptions: AtomicU64::new(0),
             stop,
-            refill,
         });
         tokio::spawn(hub.clone().listen());
         tokio::spawn(hub.clone().refresh_pending());
@@ -234,13 +219,12 @@ impl Hub {
     ///
     /// Errors: Redis unreachable or a malformed hash.
     async fn refresh(&self, users: Vec<String>) -> anyhow::Result<()> {
-        let (namespace, projection) = self.live.current();
+        let at = self.reader.at();
         let today = crate::clock::today();
-        let mut read = projection.read_many_versioned(&users, today).await?;
-        if let Some(refill) = self.refill.as_ref().filter(|_| read.iter().any(|r| !r.present)) {
-            let missing = read.iter().filter(|r| !r.present).map(|r| r.view.user_id.clone()).collect();
-            let refilled: HashSet<String> = refill(namespace, projection, missing, today).await?.into_iter().collect();
-            (0..refilled.len()).for_each(|_| self.metrics.read("checkpoint"));
+        let mut read = at.projection.read_many_versioned(&users, today).await?;
+        if read.iter().any(|r| !r.present) {
+            let missing: Vec<String> = read.iter().filter(|r| !r.present).map(|r| r.view.user_id.clone()).collect();
+            let refilled: HashSet<String> = self.reader.refill(&at, &missing, today).await?.into_iter().collect();
             read.retain(|r| !refilled.contains(&r.view.user_id)); // read again, from their refilled hashes
             if !refilled.is_empty() {
                 self.mark(refilled);
@@ -317,7 +301,7 @@ impl Hub {
     async fn read_ahead(&self, day: i64) -> Vec<Prepared> {
         let users: Vec<String> = self.watchers.lock().expect("not poisoned").users.keys().cloned().collect();
         let (projection, floor, version) =
-            (self.live.current().1, crate::clock::day_version(day - 1), crate::clock::day_version(day));
+            (self.reader.at().projection, crate::clock::day_version(day - 1), crate::clock::day_version(day));
         let mut prepared = Vec::with_capacity(users.len());
         for batch in users.chunks(BATCH) {
             let reads = match projection.read_many_versioned(batch, day).await {
@@ -375,7 +359,7 @@ impl Hub {
 
     /// One subscription to the live namespace's channel; ends when the namespace changes or the service stops.
     async fn listen_once(&self) -> anyhow::Result<()> {
-        let prefix = self.live.current().1.prefix().to_owned();
+        let prefix = self.reader.at().projection.prefix().to_owned();
         // On a cluster every node forwards every PUBLISH: one node's plain subscription sees them all, and after a
         // failure the next one is tried.
         let attempt = self.subscriptions.fetch_add(1, Ordering::Relaxed) as usize;
@@ -402,7 +386,7 @@ impl Hub {
                         self.on_key(version.parse().unwrap_or(0), key, &prefix, &users);
                     }
                 }
-                _ = tick.tick() => if self.live.current().1.prefix() != prefix { return Ok(()) },
+                _ = tick.tick() => if self.reader.at().projection.prefix() != prefix { return Ok(()) },
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             }
         }

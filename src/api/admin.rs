@@ -21,11 +21,11 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::ApiError;
-use crate::api::fallback::Fallback;
 use crate::checkpoint::Stage;
 use crate::metrics::{Assignment, Metrics};
 use crate::namespace::LiveProjection;
 use crate::push::Hub;
+use crate::read::Reader;
 
 /// What the admin routes read.
 pub struct AdminState {
@@ -43,8 +43,8 @@ pub struct AdminState {
 pub struct ApiGauges {
     /// The push hub (its open and dropped sockets).
     pub hub: Arc<Hub>,
-    /// Degraded reads (whether the Redis breaker is open); `None`: Redis only.
-    pub fallback: Option<Arc<Fallback>>,
+    /// The read model (whether its Redis breaker is open).
+    pub reader: Arc<Reader>,
 }
 
 /// The admin routes over `state`.
@@ -66,7 +66,7 @@ async fn healthz() -> Json<serde_json::Value> {
 async fn metrics(State(s): State<Arc<AdminState>>) -> Response {
     if let Some(api) = &s.api {
         let (sockets, dropped) = api.hub.socket_counts();
-        s.metrics.api_state(api.fallback.as_ref().is_some_and(|f| f.breaker.is_open()), sockets, dropped);
+        s.metrics.api_state(api.reader.breaker_open(), sockets, dropped);
     }
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
 }

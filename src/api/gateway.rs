@@ -27,11 +27,7 @@ use crate::core::broadcast::ListId;
 use crate::core::contract::{
     BroadcastRead, ConversationMarkedUnread, ConversationMuted, NotificationMark, NotificationsMark, ReadAck, UserEvent,
 };
-use crate::core::fold::Conversations;
-use crate::projection::redis::Newest;
-
-/// How long an idempotency key is remembered: 24 h.
-pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
+use crate::projection::idempotency::IdempotencyKeys;
 
 /// What the gateway needs beside the read side.
 pub struct Gateway {
@@ -39,8 +35,8 @@ pub struct Gateway {
     pub producer: rdkafka::producer::FutureProducer,
     /// The input topic of user events.
     pub user_events: String,
-    /// The prefix of idempotency keys in Redis (the base prefix: keys outlive namespaces).
-    pub redis_prefix: String,
+    /// The idempotency keys, under the base Redis prefix (keys outlive namespaces).
+    pub keys: IdempotencyKeys,
     /// Random per process, so that event ids of two instances never collide.
     instance: u64,
     counter: AtomicU64,
@@ -51,7 +47,8 @@ impl Gateway {
     pub fn new(producer: rdkafka::producer::FutureProducer, user_events: String, redis_prefix: String) -> Self {
         use std::hash::{BuildHasher, Hasher};
         let instance = std::collections::hash_map::RandomState::new().build_hasher().finish();
-        Self { producer, user_events, redis_prefix, instance, counter: AtomicU64::new(0) }
+        let keys = IdempotencyKeys::new(&redis_prefix);
+        Self { producer, user_events, keys, instance, counter: AtomicU64::new(0) }
     }
 
     /// A new event id: `gw-{instance}-{time µs}-{counter}`, unique across instances and restarts.
@@ -144,8 +141,9 @@ async fn publish(
     })?;
     let key = idempotency_key(headers)?;
     let ids: Vec<String> = events.iter_mut().map(|e| stamp(gw, e)).collect();
+    let redis = s.reader.at().projection;
     let remembered = match &key {
-        Some(key) => remember(s, gw, user_id, key, &ids).await?,
+        Some(key) => gw.keys.claim(&redis, user_id, key, &ids).await?,
         None => None,
     };
     if let Some(ids) = remembered {
@@ -154,7 +152,7 @@ async fn publish(
     }
     if let Err(e) = send_all(gw, user_id, &events).await {
         if let Some(key) = &key {
-            forget(s, gw, user_id, key).await; // a retry with the key must publish
+            gw.keys.forget(&redis, user_id, key).await; // a retry with the key must publish
         }
         return Err(e);
     }
@@ -202,45 +200,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(String::from_utf8_lossy(k).into_owned()))
 }
 
-fn redis_key(gw: &Gateway, user_id: &str, key: &str) -> String {
-    format!("{}idem:{}:{user_id}:{key}", gw.redis_prefix, user_id.len())
-}
-
-/// Claims `key` for `ids`: `None` when this request is the first with it, else the ids of the first.
-async fn remember(
-    s: &ApiState,
-    gw: &Gateway,
-    user_id: &str,
-    key: &str,
-    ids: &[String],
-) -> Result<Option<Vec<String>>, ApiError> {
-    let mut conn = s.live.current().1.connection();
-    let unavailable =
-        |e: redis::RedisError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string());
-    let k = redis_key(gw, user_id, key);
-    let value = serde_json::to_string(ids).expect("JSON");
-    let ttl = IDEMPOTENCY_TTL.as_secs();
-    let set: Option<String> = redis::cmd("SET")
-        .arg(&k)
-        .arg(&value)
-        .arg("NX")
-        .arg("EX")
-        .arg(ttl)
-        .query_async(&mut conn)
-        .await
-        .map_err(unavailable)?;
-    if set.is_some() {
-        return Ok(None);
-    }
-    let first: Option<String> = redis::cmd("GET").arg(&k).query_async(&mut conn).await.map_err(unavailable)?;
-    Ok(Some(first.and_then(|f| serde_json::from_str(&f).ok()).unwrap_or_default()))
-}
-
-async fn forget(s: &ApiState, gw: &Gateway, user_id: &str, key: &str) {
-    let mut conn = s.live.current().1.connection();
-    let _: Result<i64, _> = redis::cmd("DEL").arg(redis_key(gw, user_id, key)).query_async(&mut conn).await;
-}
-
 /// A body that may be empty (then `T::default()`), else JSON.
 fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -280,7 +239,7 @@ pub async fn read_conversation(
         Some(seq) => Some(seq),
         // Acked at the cursor when the checkpoint shows nothing unread: a mark the checkpoint does not hold yet
         // (it trails Redis by a flush) is cleared all the same (§ v3: any later read ack clears it).
-        None => newest_unread(&s, &user_id, true, |id, _, _| id == conversation_id)
+        None => (s.reader.newest_unread(&s.reader.at(), &user_id, true, |id, _, _| id == conversation_id))
             .await?
             .into_iter()
             .next()
@@ -347,7 +306,7 @@ async fn ack_newest(
 ) -> Result<Response, ApiError> {
     let Path(user_id) = path?;
     authorized(access, &[("user_id", &user_id)])?;
-    let newest = newest_unread(s, &user_id, false, pick).await?;
+    let newest = s.reader.newest_unread(&s.reader.at(), &user_id, false, pick).await?;
     let events = newest.into_iter().map(|(id, seq)| read_ack(&user_id, id, seq)).collect();
     publish(s, &user_id, headers, events).await
 }
@@ -356,85 +315,6 @@ async fn ack_newest(
 fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent {
     let (event_id, occurred_at) = unstamped();
     UserEvent::ReadAck(ReadAck { event_id, occurred_at, user_id: user_id.to_owned(), conversation_id, read_seq })
-}
-
-/// Each conversation that `pick` selects (by id, feed, muted) with unread messages, with the newest of them; or
-/// that is marked unread (v3, in the checkpoint or in Redis: a mark made a moment ago), or with `at_cursor` any
-/// read past seq 0, with its cursor: an ack there clears a mark. The newest is the larger of the checkpoint's and the one Redis
-/// shows ([`newest_in_redis`]: the checkpoint trails it by a commit), and in a read-diffused conversation, whose
-/// messages never reach a member's state, its index's head ([`index_heads`]). Conversations joined since the
-/// checkpoint come from Redis alone: a chat's `c:` field, a read-diffused conversation's `r:` field.
-///
-/// Errors: 503 when this instance reads no checkpoint or PostgreSQL fails.
-async fn newest_unread(
-    s: &ApiState,
-    user_id: &str,
-    at_cursor: bool,
-    pick: impl Fn(&str, bool, bool) -> bool,
-) -> Result<Vec<(String, u64)>, ApiError> {
-    let fallback = s.fallback.as_ref().ok_or_else(|| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "this instance reads no checkpoint")
-    })?;
-    let (namespace, projection) = s.live.current();
-    let state = fallback.state(&namespace, user_id).await.map_err(|e| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("reading the checkpoint: {e:#}"))
-    })?;
-    let empty = Conversations::new();
-    let checkpointed = state.as_ref().map_or(&empty, |state| state.conversations());
-    let Newest { mut chats, indexed } = newest_in_redis(&projection, user_id).await;
-    let picked = checkpointed.iter().filter(|(id, c)| c.is_member() && pick(id, c.feed, c.muted));
-    let joined_since = indexed.iter().filter(|(id, e)| !checkpointed.contains_key(*id) && pick(id, e.feed, e.muted));
-    let read_diffused: Vec<&str> = (picked.filter(|(id, c)| c.index_from().is_some() || indexed.contains_key(*id)))
-        .map(|(id, _)| id.as_str())
-        .chain(joined_since.clone().map(|(id, _)| id.as_str()))
-        .collect();
-    let heads = index_heads(&projection, &read_diffused).await;
-    let mut newest = Vec::new();
-    for (id, c) in checkpointed {
-        let (marked, shown) = chats.remove(id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
-        if !c.is_member() || !pick(id, c.feed, c.muted) {
-            continue;
-        }
-        let indexed = heads.get(id.as_str()).copied().filter(|&head| head > c.cursor());
-        let cursor = (c.is_marked() || marked || (at_cursor && c.cursor() > 0)).then(|| c.cursor());
-        let shown = Some(shown).filter(|&seq| seq > 0);
-        if let Some(seq) = c.unread.max().max(shown).max(indexed).or(cursor) {
-            newest.push((id.clone(), seq));
-        }
-    }
-    // Joined since the checkpoint (a `c:` field is a chat's, never a feed's).
-    let chats = chats.into_iter().filter(|(id, (c, seq))| pick(id, false, c.muted) && (*seq > 0 || c.marked_unread));
-    newest.extend(chats.map(|(id, (_, seq))| (id, seq)));
-    for (id, e) in joined_since {
-        if let Some(&head) = heads.get(id.as_str()).filter(|&&head| head > e.lo) {
-            newest.push((id.clone(), head));
-        }
-    }
-    Ok(newest)
-}
-
-/// [`RedisProjection::newest_unread`], or nothing when Redis fails (logged): the checkpoint answers alone.
-async fn newest_in_redis(projection: &crate::projection::redis::RedisProjection, user_id: &str) -> Newest {
-    projection.newest_unread(user_id).await.unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "reading the newest unread seqs from Redis; the checkpoint answers alone");
-        Default::default()
-    })
-}
-
-/// The heads of read-diffused conversations `ids`' indexes in Redis, in one round trip; none when Redis fails
-/// (logged): the checkpoint answers alone.
-async fn index_heads<'a>(
-    projection: &crate::projection::redis::RedisProjection,
-    ids: &[&'a str],
-) -> std::collections::HashMap<&'a str, u64> {
-    let lists: Vec<ListId> = ids.iter().map(|id| ListId::Index((*id).to_owned())).collect();
-    match projection.list_heads(&lists).await {
-        Ok(heads) => ids.iter().copied().zip(heads).collect(),
-        Err(e) => {
-            tracing::warn!(error = %e, conversations = ids.len(), "reading indexes' heads from Redis");
-            Default::default()
-        }
-    }
 }
 
 /// Mutes or unmutes a conversation: publishes a `conversation.muted`.
@@ -544,7 +424,7 @@ pub async fn read_broadcast(
     let BroadcastReadBody { read_seq } = optional_json(&body)?;
     let read_seq = match read_seq {
         Some(seq) => seq,
-        None => s.live.current().1.list_head(&ListId::Broadcast(broadcast_id.clone())).await?,
+        None => s.reader.at().projection.list_head(&ListId::Broadcast(broadcast_id.clone())).await?,
     };
     let (event_id, occurred_at) = unstamped();
     let event = BroadcastRead { event_id, occurred_at, user_id: user_id.clone(), broadcast_id, read_seq };

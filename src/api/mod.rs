@@ -27,7 +27,6 @@
 
 pub mod admin;
 pub mod caps;
-pub mod fallback;
 pub mod gateway;
 pub mod inbox;
 pub mod limits;
@@ -55,20 +54,17 @@ use openapi::{ErrorBody, ErrorDetail, ReadErrors};
 
 use crate::core::contract::{validate_id, UserView};
 use crate::metrics::Metrics;
-use crate::namespace::LiveProjection;
-use crate::projection::redis::ConversationRead;
 use crate::projection::ProjectionError;
+use crate::read::{ReadError, Reader, Source};
 
 /// What the handlers share (behind one `Arc`).
 pub struct ApiState {
-    /// The live namespace's projection, following the live pointer.
-    pub live: Arc<LiveProjection>,
+    /// Where every answer about users comes from: the live namespace, with degraded reads ([`crate::read`]).
+    pub reader: Arc<Reader>,
     /// The service's metrics: each request is counted there ([`Metrics::http_request`]).
     pub metrics: Arc<Metrics>,
     /// The token verifier; `None` with `--insecure-no-auth` (every request may read every user).
     pub auth: Option<Arc<Verifier>>,
-    /// Degraded reads from the PostgreSQL checkpoint ([`fallback`]); `None`: Redis only.
-    pub fallback: Option<Arc<fallback::Fallback>>,
     /// Size and time limits ([`limits`]).
     pub limits: Arc<LimitOptions>,
     /// Per-token rate limits ([`limits`]).
@@ -81,17 +77,6 @@ pub struct ApiState {
 
 /// The response header saying where an answer was read from: `redis` or `checkpoint`.
 pub const SOURCE_HEADER: &str = "x-unread-source";
-
-/// Where a user's answer came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    /// Redis, as always.
-    Redis,
-    /// The checkpoint, because Redis had no hash for the user (refilled since).
-    Checkpoint,
-    /// The checkpoint, because Redis is down: the answer is marked `"stale": true`.
-    Stale,
-}
 
 /// The response header naming the namespace an answer was read from.
 pub const NAMESPACE_HEADER: &str = "x-unread-namespace";
@@ -156,6 +141,15 @@ impl From<QueryRejection> for ApiError {
 impl From<PathRejection> for ApiError {
     fn from(r: PathRejection) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", r.body_text())
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Projection(e) => e.into(),
+            ReadError::Unavailable(message) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+        }
     }
 }
 
@@ -324,57 +318,6 @@ fn sourced(namespace: String, view: UserView, source: Source, query: &ReadQuery)
     response
 }
 
-/// A user's counts: from Redis; from the checkpoint when Redis has no hash for the user (then refilled); from the
-/// checkpoint, stale, while Redis is down ([`fallback`]). Counted by source in the metrics (`unread_reads_total`).
-async fn read_user(s: &ApiState, namespace: &str, user_id: &str, today: i64) -> Result<(UserView, Source), ApiError> {
-    let read = read_user_from(s, namespace, user_id, today).await?;
-    s.metrics.read(match read.1 {
-        Source::Redis => "redis",
-        Source::Checkpoint => "checkpoint",
-        Source::Stale => "stale",
-    });
-    Ok(read)
-}
-
-/// The answer when the checkpoint cannot be read (PostgreSQL failing): 503 `unavailable`.
-fn unavailable(e: anyhow::Error) -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e:#}"))
-}
-
-/// [`read_user`], uncounted.
-async fn read_user_from(
-    s: &ApiState,
-    namespace: &str,
-    user_id: &str,
-    today: i64,
-) -> Result<(UserView, Source), ApiError> {
-    let projection = s.live.current().1;
-    let zero = || UserView { user_id: user_id.to_owned(), ..UserView::default() };
-    let Some(fb) = &s.fallback else {
-        return Ok((projection.read_existing(user_id, today).await?.unwrap_or_else(zero), Source::Redis));
-    };
-    if fb.breaker.allows() {
-        match tokio::time::timeout(fallback::REDIS_TIMEOUT, projection.read_existing(user_id, today)).await {
-            Ok(Ok(Some(view))) => {
-                fb.breaker.success();
-                return Ok((view, Source::Redis));
-            }
-            Ok(Ok(None)) => {
-                fb.breaker.success();
-                let view = fb.read_and_refill(namespace, user_id, &projection, today).await.map_err(unavailable)?;
-                return Ok(view.map_or_else(|| (zero(), Source::Redis), |v| (v, Source::Checkpoint)));
-            }
-            Ok(Err(e @ ProjectionError::Malformed(_))) => return Err(e.into()),
-            Ok(Err(_)) | Err(_) => {
-                s.metrics.read_redis_failure();
-                fb.breaker.failure();
-            }
-        }
-    }
-    let view = fb.read(namespace, user_id, today).await.map_err(unavailable)?;
-    Ok((view.unwrap_or_else(zero), Source::Stale))
-}
-
 /// One user's counts: the contract's reader shape (zeros for a user with state nowhere).
 #[utoipa::path(get, path = "/v1/users/{user_id}/unread", tag = "reads", security(("bearer" = [])),
     params(("user_id" = String, Path, description = "The user, percent-encoded (CONTRACT.md id rule)"), ReadQuery),
@@ -392,9 +335,9 @@ async fn user_unread(
 ) -> Result<Response, ApiError> {
     let (Path(user_id), query) = (path?, caps::checked(query)?);
     authorized(&access, &[("user_id", &user_id)])?;
-    let namespace = s.live.current().0;
-    let (view, source) = read_user(&s, &namespace, &user_id, query.today()?).await?;
-    Ok(sourced(namespace, view, source, &query))
+    let at = s.reader.at();
+    let (view, source) = s.reader.user(&at, &user_id, query.today()?).await?;
+    Ok(sourced(at.namespace, view, source, &query))
 }
 
 /// The body of `POST /v1/unread:batch`.
@@ -439,38 +382,9 @@ async fn batch_unread(
     for (i, id) in user_ids.iter().enumerate() {
         check_id(&format!("user_ids[{i}]"), id)?;
     }
-    let (namespace, projection) = s.live.current();
-    let today = query.today()?;
-    let mut users = Vec::with_capacity(user_ids.len());
-    for read in projection.read_many_versioned(&user_ids, today).await? {
-        users.push(match (read.present, &s.fallback) {
-            (false, Some(fb)) => refilled(s.as_ref(), fb, &namespace, &projection, read.view, today).await?,
-            _ => read.view,
-        });
-    }
-    Ok(answer(namespace, BatchAnswer { users }, &query))
-}
-
-/// A user with no hash in Redis (never written, lost, or expired under `--projection-ttl`), read from the
-/// checkpoint and written back to Redis ([`fallback::Fallback::read_and_refill`]); `zero` when the checkpoint has
-/// no state for the user either. Counted as a read from the checkpoint.
-///
-/// Errors: 503 when PostgreSQL fails.
-async fn refilled(
-    s: &ApiState,
-    fb: &fallback::Fallback,
-    namespace: &str,
-    projection: &crate::projection::redis::RedisProjection,
-    zero: UserView,
-    today: i64,
-) -> Result<UserView, ApiError> {
-    match fb.read_and_refill(namespace, &zero.user_id, projection, today).await.map_err(unavailable)? {
-        Some(view) => {
-            s.metrics.read("checkpoint");
-            Ok(view)
-        }
-        None => Ok(zero),
-    }
+    let at = s.reader.at();
+    let users = s.reader.users(&at, &user_ids, query.today()?).await?;
+    Ok(answer(at.namespace, BatchAnswer { users }, &query))
 }
 
 /// One conversation's counts for one user.
@@ -509,15 +423,8 @@ async fn conversation_unread(
 ) -> Result<Response, ApiError> {
     let (Path((user_id, conversation_id)), query) = (path?, caps::checked(query)?);
     authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
-    let ((namespace, projection), today) = (s.live.current(), query.today()?);
-    let c = match projection.read_conversation(&user_id, &conversation_id, today).await? {
-        ConversationRead::Counts(c) => c,
-        // No hash (expired under --projection-ttl, or lost): the user's read refills it from the checkpoint; a
-        // read-diffused conversation: the user's read adds the index's share.
-        ConversationRead::NeedsUser => {
-            read_user(&s, &namespace, &user_id, today).await?.0.conversations.remove(&conversation_id)
-        }
-    };
+    let at = s.reader.at();
+    let c = s.reader.conversation(&at, &user_id, &conversation_id, query.today()?).await?;
     let answer = ConversationAnswer {
         member: c.is_some(),
         unread: c.map_or(0, |c| c.unread),
@@ -527,7 +434,7 @@ async fn conversation_unread(
         user_id,
         conversation_id,
     };
-    Ok(self::answer(namespace, answer, &query))
+    Ok(self::answer(at.namespace, answer, &query))
 }
 
 /// This document.

@@ -61,19 +61,9 @@ pub async fn receipts(
         Access::User(user) => Some(user.as_str()),
         Access::Service(_) => None,
     };
-    let (namespace, projection) = s.live.current();
-    let list = query.list.unwrap_or(false);
-    let mut receipts = projection.read_receipts(&conversation_id, seq, requester, list).await?;
-    if receipts == Receipts::Cold {
-        // Expired under --projection-ttl: refilled from the checkpoint, then read again.
-        let Some(fb) = &s.fallback else {
-            let message = "the receipts expired and this instance reads no checkpoint to refill them";
-            return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message));
-        };
-        fb.refill_receipts(&namespace, &conversation_id, &projection).await.map_err(super::unavailable)?;
-        s.metrics.read("checkpoint");
-        receipts = projection.read_receipts(&conversation_id, seq, requester, list).await?;
-    }
+    let at = s.reader.at();
+    // Expired under --projection-ttl: refilled from the checkpoint and read again by the reader.
+    let receipts = s.reader.receipts(&at, &conversation_id, seq, requester, query.list.unwrap_or(false)).await?;
     let (read, recipients, readers) = match receipts {
         Receipts::Cold => {
             let message = "the receipts expired again while being refilled; try again";
@@ -94,5 +84,5 @@ pub async fn receipts(
         }
     };
     let body = ReceiptView { conversation_id, seq, read, recipients, readers };
-    Ok(([(NAMESPACE_HEADER, namespace)], Json(body)).into_response())
+    Ok(([(NAMESPACE_HEADER, at.namespace)], Json(body)).into_response())
 }

@@ -43,6 +43,7 @@
 //! always agree with the conversations.
 
 pub mod conn;
+pub mod idempotency;
 pub mod redis;
 pub mod version;
 

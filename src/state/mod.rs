@@ -12,7 +12,7 @@
 //! - [`verify`]: the Redis projection compared with the checkpoint, user by user.
 //!
 //! The stages ([`crate::service`]), replay ([`crate::replay`]), the operator tools ([`crate::ops`]) and the API's
-//! degraded reads ([`crate::api::fallback`]) all reach checkpointed state through here, never through each other.
+//! degraded reads ([`crate::read`]) all reach checkpointed state through here, never through each other.
 
 pub mod codec;
 pub mod commit;

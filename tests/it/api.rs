@@ -196,7 +196,7 @@ fn reads_come_from_the_checkpoint_when_redis_lacks_a_user_or_is_down() {
         assert!(body.contains(r#""stale":true"#), "{body}");
         assert_eq!(&view(&body), *e);
     }
-    let probes = (started.elapsed().as_secs_f64() / unread::api::fallback::OPEN_FOR.as_secs_f64()).ceil();
+    let probes = (started.elapsed().as_secs_f64() / unread::read::fallback::OPEN_FOR.as_secs_f64()).ceil();
     let tried = failures() - before;
     assert!(tried <= probes, "{} reads tried Redis while the breaker was open (probes allowed: {probes})", tried);
     // Redis back (empty): answers from Redis again, exact (hashes refilled from the checkpoint on first read).
@@ -214,7 +214,7 @@ fn reads_come_from_the_checkpoint_when_redis_lacks_a_user_or_is_down() {
 }
 
 fn fallback_open_for() -> std::time::Duration {
-    unread::api::fallback::OPEN_FOR + std::time::Duration::from_millis(200)
+    unread::read::fallback::OPEN_FOR + std::time::Duration::from_millis(200)
 }
 
 /// The documented `(METHOD, path)` pairs of `/openapi.json`.
