@@ -182,6 +182,24 @@ pub fn delta_source(record: &impl Message, d: &Delta) -> Option<crate::core::del
     crate::core::delta::DeltaSource::parse(header.value?)
 }
 
+/// A record's deltas ([`deltas`]) split by the fold's fence ([`crate::core::delta::Fence`]): those it admits, in
+/// order, and how many it drops (a zombie fan-out's, from an older lease generation of their partition). What the
+/// fold task and the replay both apply.
+///
+/// Errors: as [`deltas`] (the record is refused whole).
+pub fn admitted_deltas(
+    record: &impl Message,
+    partition_of: impl Fn(&str) -> i32,
+    fence: &mut crate::core::delta::Fence,
+) -> Result<(Vec<Delta>, usize), RecordError> {
+    let all = deltas(record, partition_of)?;
+    let before = all.len();
+    let admitted: Vec<Delta> =
+        all.into_iter().filter(|d| delta_source(record, d).is_none_or(|source| fence.admit(source))).collect();
+    let dropped = before - admitted.len();
+    Ok((admitted, dropped))
+}
+
 /// Decodes a record of `unread.user-deltas` ([`crate::core::delta::unpack`]): one delta (a JSON object, key = its
 /// `user_id`) or several (a JSON array, each of a user whose partition, `partition_of` its id, is the record's), in
 /// order.

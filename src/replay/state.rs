@@ -20,9 +20,11 @@ use crate::core::fold::Fold;
 use crate::core::hybrid::{ConvIndex, Diffusion};
 use crate::kafka::{self, Partitioner};
 use crate::metrics::Metrics;
-use crate::projection::redis::{ListWrite, RedisProjection, SentWrite, UserWrite};
+use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
 use crate::records;
-use crate::state::commit::{all_members, commit, fanout_changes, fold_changes, Commit, FanOutKey, Home, RedisWrites};
+use crate::state::commit::{
+    all_members, commit, fanout_changes, fold_changes, sent_write, Commit, FanOutKey, Home, RedisWrites,
+};
 use crate::state::{load, FoldNext, Input, Offsets};
 use crate::topology::Topics;
 
@@ -110,6 +112,12 @@ impl Replay {
         }
     }
 
+    /// Where the input producers put the keys of `stream`: which partition's checkpoint holds a conversation or a
+    /// user, as in the service.
+    fn placement(&self, stream: Stream) -> kafka::Placement {
+        kafka::Placement { partitioner: self.partitioner, partitions: self.partitions[stream] }
+    }
+
     /// Where the replay commits: the target namespace.
     fn home(&self) -> Home<'_> {
         Home { topics: &self.topics, store: &self.store, projection: &self.projection, metrics: &self.metrics }
@@ -125,8 +133,9 @@ impl Replay {
         // The replay writes changed lists and indexes whole (an index emptied when its conversation switched back).
         let touched: HashSet<ListId> = self.fanout.take_list_ops().into_iter().map(|(list, _)| list).collect();
         let mut by_partition: HashMap<i32, Vec<FanOutKey>> = HashMap::new();
+        let conversations = self.placement(Stream::Conversation);
         for key in self.dirty_convs.drain() {
-            let p = self.partitioner.partition(key.id().as_bytes(), self.partitions.conversation);
+            let p = conversations.of(key.id().as_bytes());
             by_partition.entry(p).or_default().push(key);
         }
         for p in 0..self.partitions.conversation {
@@ -135,18 +144,12 @@ impl Replay {
             let lists = keys.iter().filter_map(|key| self.whole_list(key, &touched, generation)).collect();
             let offsets = vec![(Input::ConversationEvents, self.next.conversation[p as usize])];
             let changes = fanout_changes(&self.fanout, &keys);
-            let sent = keys.iter().filter_map(|key| self.sent_of(key)).collect();
+            let sent = keys.iter().filter_map(|key| sent_write(&self.fanout, key, &HashSet::new())).collect();
             let (redis, mark, stage) = (RedisWrites::Lists(lists, sent), true, Stage::FanOut);
             commit(self.home(), &Commit { stage, partition: p, generation, redis, mark, changes, offsets }).await?;
         }
         self.checkpoints += 1;
         Ok(())
-    }
-
-    /// The sent seqs of a changed conversation (`None` for a list).
-    fn sent_of(&self, key: &FanOutKey) -> Option<SentWrite> {
-        let FanOutKey::Conversation(id) = key else { return None };
-        self.fanout.conversation(id).map(|c| SentWrite::of(id, c))
     }
 
     /// The whole write of a changed broadcast list, or of a changed conversation's index; `None` for a
@@ -166,8 +169,9 @@ impl Replay {
     /// The fold's half of a checkpoint: each fold partition's changed users, marker and transaction.
     async fn checkpoint_users(&mut self) -> anyhow::Result<()> {
         let mut by_partition: HashMap<i32, Vec<String>> = HashMap::new();
+        let users = self.placement(Stream::User);
         for user in self.dirty_users.drain() {
-            let p = self.partitioner.partition(user.as_bytes(), self.partitions.user);
+            let p = users.of(user.as_bytes());
             by_partition.entry(p).or_default().push(user);
         }
         for p in 0..self.partitions.user {
@@ -287,11 +291,9 @@ impl Replay {
             next[p] = msg.offset() + 1;
             // The source's fold would have dropped a zombie delta: so does the replay, from the same fence.
             // A record the source's fold refused (dead-lettered) is skipped whole, as there.
-            let partition_of = |user: &str| self.partitioner.partition(user.as_bytes(), self.partitions.user);
-            for d in records::deltas(&msg, partition_of).unwrap_or_default() {
-                if records::delta_source(&msg, &d).is_some_and(|source| !fence[p].admit(source)) {
-                    continue;
-                }
+            let users = self.placement(Stream::User);
+            let admitted = records::admitted_deltas(&msg, |user| users.of(user.as_bytes()), &mut fence[p]);
+            for d in admitted.map(|(deltas, _)| deltas).unwrap_or_default() {
                 self.dirty_users.insert(d.user_id.clone());
                 self.fold.apply_delta(&d);
                 applied += 1;

@@ -39,7 +39,7 @@ use crate::core::fanout::{ConversationState, FanOut};
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::projection::redis::{ListWrite, SentWrite};
-use crate::state::commit::{fanout_changes, publish, Commit, FanOutKey, RedisWrites};
+use crate::state::commit::{fanout_changes, publish, sent_write, Commit, FanOutKey, RedisWrites};
 use crate::state::load;
 use crate::state::retry::retry;
 use crate::state::Input;
@@ -297,7 +297,7 @@ impl FanOutTask {
         let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
         let sent = match full {
             true => self.fanout.conversations().map(|(id, c)| self.sent(id, c)).collect(),
-            false => self.dirty.iter().filter_map(|k| self.sent_of(k)).collect::<Vec<_>>(),
+            false => self.dirty.iter().filter_map(|k| sent_write(&self.fanout, k, &self.created)).collect::<Vec<_>>(),
         };
         let nothing = writes.is_empty() && sent.is_empty() && !full;
         Ok((if nothing { RedisWrites::Nothing } else { RedisWrites::Lists(writes, sent) }, full))
@@ -320,12 +320,6 @@ impl FanOutTask {
         let writes = RedisWrites::Lists(list_writes(self.fanout.take_list_ops(), self.generation), Vec::new());
         publish(sh.home(), Stage::FanOut, p, &writes, false).await?;
         Ok(())
-    }
-
-    /// The sent-seqs write of a changed conversation (`None` for a list).
-    fn sent_of(&self, key: &FanOutKey) -> Option<SentWrite> {
-        let FanOutKey::Conversation(id) = key else { return None };
-        self.fanout.conversation(id).map(|c| self.sent(id, c))
     }
 
     /// The sent-seqs write of conversation `id`, marked new when it was first seen since the last commit.

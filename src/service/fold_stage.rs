@@ -205,20 +205,19 @@ impl FoldTask {
         Ok(())
     }
 
-    /// Applies a record's deltas in order ([`records::deltas`]), but those its fence drops; counts them.
+    /// Applies a record's deltas in order, but those its fence drops ([`records::admitted_deltas`]); counts them.
     fn apply_deltas(&mut self, record: &OwnedMessage) -> Result<usize, records::RecordError> {
         let packing = self.shared.deltas;
-        let deltas = records::deltas(record, |user| packing.partition_of(user))?;
+        let (deltas, dropped) = records::admitted_deltas(record, |user| packing.partition_of(user), &mut self.fence)?;
+        for _ in 0..dropped {
+            self.shared.metrics.zombie_delta();
+            debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
+        }
         for d in &deltas {
-            if records::delta_source(record, d).is_some_and(|source| !self.fence.admit(source)) {
-                self.shared.metrics.zombie_delta();
-                debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
-                continue;
-            }
             self.changed(&d.user_id, [d.conversation_id.clone()]);
             self.fold.apply_delta(d);
         }
-        Ok(deltas.len())
+        Ok(deltas.len() + dropped)
     }
 
     /// Sends a record that failed to the dead-letter topic; a failed delivery replaces the shared producer.

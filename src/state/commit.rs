@@ -152,6 +152,15 @@ pub fn all_members(fanout: &FanOut) -> Vec<FanOutKey> {
     each.map(|(id, u)| FanOutKey::Member(id.clone(), u.clone())).collect()
 }
 
+/// The sent-seqs write (read receipts) of a changed fan-out entity: of a conversation, marked new when it was
+/// first seen since the last commit (in `created`: the write marks its receipts keys complete); `None` for a list or
+/// a member. What the fan-out task and the replay both write.
+pub fn sent_write(fanout: &FanOut, key: &FanOutKey, created: &std::collections::HashSet<String>) -> Option<SentWrite> {
+    let FanOutKey::Conversation(id) = key else { return None };
+    let c = fanout.conversation(id)?;
+    Some(SentWrite { new: created.contains(id), ..SentWrite::of(id, c) })
+}
+
 /// What a fan-out checkpoint writes for the changed conversations, members and lists.
 pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a FanOutKey>) -> Changes {
     let mut changes = Changes::default();
