@@ -8,7 +8,7 @@
 //! | `POST /v1/unread:batch` `{"user_ids": [...]}` | `{"users": [reader shape, ...]}` in the order asked (service tokens, at most 1,000 ids) |
 //! | `GET /v1/users/{user_id}/stream` | the counts pushed as they change (WebSocket or SSE) |
 //! | `POST /v1/users/{user_id}/…/read`, `…/mute`, … | the write gateway: 202 `{"event_ids"}` |
-//! | `GET /`, `GET /inbox.js`, `GET /openapi.json` | the web inbox, the OpenAPI document |
+//! | `GET /`, `GET /inbox.js`, `GET /openapi.json`, `GET /stream.schema.json` | the web inbox, the OpenAPI document, the stream's messages as a JSON Schema |
 //!
 //! Liveness, readiness and metrics are on another address ([`admin`]).
 //!
@@ -205,6 +205,7 @@ pub fn router(state: ApiState) -> Router {
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1)
         .routes(routes!(openapi_json))
+        .routes(routes!(stream_schema))
         .routes(routes!(inbox::page))
         .routes(routes!(inbox::script))
         .split_for_parts();
@@ -435,6 +436,15 @@ async fn conversation_unread(
         conversation_id,
     };
     Ok(self::answer(at.namespace, answer, &query))
+}
+
+/// The JSON Schema of every message of the stream (`schemas/stream.schema.json`): `state`, `changes`, `refreshed`,
+/// `closing`, and the client's `refresh`.
+#[utoipa::path(get, path = "/stream.schema.json", tag = "operations",
+    responses((status = 200, description = "The stream's messages, a JSON Schema (2020-12)", content_type = "application/schema+json")))]
+async fn stream_schema() -> Response {
+    let schema = include_str!("../../schemas/stream.schema.json");
+    ([(header::CONTENT_TYPE, "application/schema+json")], schema).into_response()
 }
 
 /// This document.

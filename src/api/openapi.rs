@@ -22,7 +22,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
         (name = "writes", description = "The write gateway: publishes the contract's user events to Kafka"),
         (name = "stream", description = "Counts pushed as they change, over a WebSocket or Server-Sent Events"),
         (name = "inbox", description = "The web inbox: a page and its script, no token needed to load them"),
-        (name = "operations", description = "This document; no token needed. Health, readiness and metrics are on the admin address (`--admin-listen`), not in this document")
+        (name = "operations", description = "This document and the stream's JSON Schema; no token needed. Health, readiness and metrics are on the admin address (`--admin-listen`), not in this document")
     )
 )]
 pub struct ApiDoc;

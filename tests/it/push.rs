@@ -107,11 +107,13 @@ fn apply_message(view: &mut UserView, version: &mut u64, m: &Value) {
 /// twice, as a client would after a duplicate delivery: the second changes nothing.
 pub(crate) fn converge(f: &Follower, expected: &UserView) {
     let (mut view, mut version) = (UserView::default(), 0);
+    let schema = crate::schemas::stream_validator();
     let deadline = Instant::now() + Duration::from_secs(60);
     while view != *expected {
         let left = deadline.saturating_duration_since(Instant::now());
         match f.messages.recv_timeout(left) {
             Ok(m) => {
+                crate::schemas::assert_stream_message(&schema, &m);
                 apply_message(&mut view, &mut version, &m);
                 let once = view.clone();
                 apply_message(&mut view, &mut version, &m);
@@ -469,6 +471,12 @@ fn a_stream_ends_when_its_token_expires_unless_refreshed_over_the_socket() {
     // exp is whole seconds (up to 1 s sooner than the ttl), then 1 s of leeway: the end comes 1 to 3 s after opening.
     let in_time =
         |s: &Seen, from: f64, to: f64| s.closed_after.is_some_and(|d| (from..to + 1.0).contains(&d.as_secs_f64()));
+    // Every message the four sockets got, and the refreshes they sent, are the stream schema's.
+    let schema = crate::schemas::stream_validator();
+    for m in [&plain, &refreshed, &forbidden, &invalid].iter().flat_map(|s| &s.messages) {
+        crate::schemas::assert_stream_message(&schema, m);
+    }
+    crate::schemas::assert_stream_message(&schema, &json!({"type": "refresh", "token": fresh()}));
     assert_eq!(kinds(&plain), ["state", "closing:token_expired"]);
     assert!(plain.code == Some(4001) && in_time(&plain, 1.0, 3.0), "{:?} {:?}", plain.code, plain.closed_after);
     let k = kinds(&refreshed);
@@ -495,6 +503,7 @@ fn a_stream_ends_when_its_token_expires_unless_refreshed_over_the_socket() {
     let data: Vec<Value> =
         body.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect();
     assert_eq!(data.last().unwrap(), &json!({"type": "closing", "reason": "token_expired"}), "{body}");
+    data.iter().for_each(|m| crate::schemas::assert_stream_message(&schema, m));
     assert!((1.0..4.0).contains(&elapsed), "the SSE stream ended after {elapsed} s");
     svc.stop();
     ns.cleanup();

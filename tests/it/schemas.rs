@@ -65,3 +65,45 @@ fn schemas_and_decoder_agree_on_every_fixture() {
     let valid = fixtures.iter().filter(|f| f["valid"] == true).count();
     assert!(valid >= 10 && fixtures.len() - valid >= 30, "fixtures must cover both verdicts");
 }
+
+/// The stream's messages (`schemas/stream.schema.json`, served at `/stream.schema.json`): a validator, for the push
+/// tests to check every message a live stream sends against it.
+pub(crate) fn stream_validator() -> jsonschema::Validator {
+    jsonschema::validator_for(&load("stream.schema.json")).expect("stream.schema.json compiles")
+}
+
+/// Panics unless `message` is one the stream schema describes.
+pub(crate) fn assert_stream_message(validator: &jsonschema::Validator, message: &Value) {
+    let errors: Vec<String> = validator.iter_errors(message).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "a stream message outside stream.schema.json: {message}\n{errors:#?}");
+}
+
+/// The stream schema names every total of the table of counts ([`unread::core::counts::Counts`]): a counter added
+/// there fails here until the schema has it.
+#[test]
+fn the_stream_schema_has_every_total_and_refuses_what_the_stream_never_sends() {
+    let schema = load("stream.schema.json");
+    assert_eq!(schema["$id"], format!("{BASE}stream.schema.json"));
+    let required: Vec<&str> =
+        schema["$defs"]["totals"]["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(required, unread::core::counts::Counts::NAMES);
+    let v = stream_validator();
+    for ok in [
+        serde_json::json!({"type": "changes", "version": 3}),
+        serde_json::json!({"type": "changes", "version": 4, "conversations": {"c": null}}),
+        serde_json::json!({"type": "refreshed", "until": 1700000000}),
+        serde_json::json!({"type": "closing", "reason": "forbidden"}),
+        serde_json::json!({"type": "refresh", "token": "t"}),
+    ] {
+        assert_stream_message(&v, &ok);
+    }
+    for bad in [
+        serde_json::json!({"type": "changes"}),
+        serde_json::json!({"type": "changes", "version": 1, "totals": {"total_unread": 1}}),
+        serde_json::json!({"type": "closing", "reason": "bored"}),
+        serde_json::json!({"type": "state", "version": 1, "state": {}}),
+        serde_json::json!({"type": "gossip", "version": 1}),
+    ] {
+        assert!(!v.is_valid(&bad), "{bad}");
+    }
+}
