@@ -38,9 +38,9 @@ fuzz_target!(|data: &[u8]| {
         Access::User(u) => assert!(!service && u == user, "minted for {user:?}, verified as user {u:?}"),
         Access::Service(s) => assert!(service && s == user, "minted for {user:?}, verified as service {s:?}"),
     }
-    assert!(access.may_read(user));
+    assert!(access.may_act_for(user));
     if !service {
-        assert!(!access.may_read(&format!("{user}x")), "a user token reads another user");
+        assert!(!access.may_act_for(&format!("{user}x")), "a user token reads another user");
     }
     let mut changed = token.into_bytes();
     let i = usize::from(mode) * 7 % changed.len();
