@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::config::{parse_duration, parse_duration_or_ms, Settings};
 
-/// When a partition task commits ([`task`]: pre-commit, then Redis → marker → PostgreSQL): after `interval` with
+/// When a partition task commits ([`super::task`]: pre-commit, then Redis → marker → PostgreSQL): after `interval` with
 /// anything pending, or as soon as `events` records are pending.
 #[derive(Debug, Clone, Copy)]
 pub struct FlushPolicy {
@@ -23,7 +23,7 @@ pub struct FlushPolicy {
     /// reach the fold only then, and an open transaction holds back every later delta on the partitions it wrote.
     pub transaction: Duration,
     /// The most a fan-out task waits for more records before it applies a batch that did not fill
-    /// ([`task::linger`]; zero: never).
+    /// ([`super::task::linger`]; zero: never).
     pub linger: Duration,
 }
 
@@ -151,7 +151,7 @@ impl RunOptions {
     /// partition (`--producer-per-partition`). Not with `--group-protocol consumer`: a successor tells a live
     /// previous owner, which it must not fence, from a dead one by describing the group, and the classic
     /// DescribeGroups that librdkafka's `rd_kafka_list_groups` sends answers `GROUP_ID_NOT_FOUND` for a KIP-848
-    /// group ([`fanout_stage::fence`]).
+    /// group ([`super::tx::fence::fence`]).
     pub fn one_producer(&self) -> bool {
         !self.producer_per_partition && self.group_protocol == crate::kafka::GroupProtocol::Classic
     }

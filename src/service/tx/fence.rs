@@ -37,7 +37,7 @@ impl Fences {
 /// (another task's, for another partition of the same owner) is enough.
 ///
 /// An owner still a member of the fan-out's consumer group is alive and gave the partition up in a rebalance
-/// ([`live_member`]): it is not fenced, since that would abort the transaction of every partition it keeps. Its
+/// (`live_member`): it is not fenced, since that would abort the transaction of every partition it keeps. Its
 /// last deltas then repeat what this task produces from the same checkpoint, or come after them and are dropped
 /// by the fold's fence (docs/operations.md, "Fencing").
 ///

@@ -69,7 +69,7 @@ pub async fn connected_producer(
     Ok(producer)
 }
 
-/// Initializes a transactional producer (up to 60 s, [`init_in_slices`]), which fences every earlier producer of
+/// Initializes a transactional producer (up to 60 s, `init_in_slices`), which fences every earlier producer of
 /// its id and aborts their open transaction.
 ///
 /// Errors: the initialization fails (the broker is unreachable, say); the producer is then discarded.

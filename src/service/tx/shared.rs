@@ -113,7 +113,7 @@ impl SharedTransaction {
         Ok(Open { _transaction: t, epoch })
     }
 
-    /// Commits transaction `epoch`, unless another task did: first waits (up to [`ACKS_WAIT`]) until nothing is in
+    /// Commits transaction `epoch`, unless another task did: first waits (up to `ACKS_WAIT`, 30 s) until nothing is in
     /// flight, since librdkafka's commit flushes undelivered messages more slowly itself. A failed commit is
     /// aborted, and every task whose deltas were in it gets an error here and restarts from its checkpoint.
     ///
