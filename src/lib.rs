@@ -11,11 +11,13 @@
 //!   [`core::seqset`]; no I/O;
 //! - [`checkpoint`]: the bytes of state checkpointed to PostgreSQL, and the transactional store;
 //! - [`projection`]: the Redis hash layout readers are served from, its version, and its guarded writer;
-//! - [`kafka`]: every Kafka client's configuration, the broker queries, the partitioner, header names;
+//! - [`kafka`]: every Kafka client's configuration, the broker queries, header names; [`partitioner`]: the key
+//!   partitioners of the Kafka clients and where an input topic puts a key;
 //! - [`state`]: the home of checkpointed partition state (offsets, loading, the one commit protocol, users'
 //!   checkpointed state for degraded reads and the operator tools); [`metrics`]: the service's metrics;
 //! - [`service`]: `unread run`, the consumer-group stages around the core, one partition task for both;
-//!   [`api`]: the read API and the stream; [`app`]: the API's composition root;
+//!   [`api`]: the read API, the stream and the admin address; [`app`]: the API's composition root; [`read`]: the
+//!   read model (every answer about a user, from Redis or, degraded, from the checkpoint);
 //! - [`push`]: the hub that turns the Redis change channel into messages for each connected socket;
 //! - [`pipeline`]: fan-out and fold wired in one process (`unread fold`);
 //! - [`replay`]: `unread replay`, the log folded into another namespace; [`namespace`]: promote and drop;
