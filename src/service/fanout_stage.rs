@@ -35,11 +35,11 @@ use crate::checkpoint::Stage;
 use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::ConversationEvent;
 use crate::core::delta::DeltaSource;
-use crate::core::fanout::{ConversationState, FanOut};
+use crate::core::fanout::FanOut;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::{ListWrite, SentWrite};
-use crate::state::commit::{fanout_changes, publish, sent_write, Commit, FanOutKey, RedisWrites};
+use crate::projection::redis::ListWrite;
+use crate::state::commit::{fanout_changes, publish, sent_of, sent_write, Commit, FanOutKey, RedisWrites};
 use crate::state::load;
 use crate::state::retry::retry;
 use crate::state::Input;
@@ -296,7 +296,7 @@ impl FanOutTask {
         let ops = self.fanout.take_list_ops();
         let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
         let sent = match full {
-            true => self.fanout.conversations().map(|(id, c)| self.sent(id, c)).collect(),
+            true => self.fanout.conversations().map(|(id, c)| sent_of(id, c, &self.created)).collect(),
             false => self.dirty.iter().filter_map(|k| sent_write(&self.fanout, k, &self.created)).collect::<Vec<_>>(),
         };
         let nothing = writes.is_empty() && sent.is_empty() && !full;
@@ -320,11 +320,6 @@ impl FanOutTask {
         let writes = RedisWrites::Lists(list_writes(self.fanout.take_list_ops(), self.generation), Vec::new());
         publish(sh.home(), Stage::FanOut, p, &writes, false).await?;
         Ok(())
-    }
-
-    /// The sent-seqs write of conversation `id`, marked new when it was first seen since the last commit.
-    fn sent(&self, id: &str, c: &ConversationState) -> SentWrite {
-        SentWrite { new: self.created.contains(id), ..SentWrite::of(id, c) }
     }
 }
 

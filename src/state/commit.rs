@@ -157,8 +157,16 @@ pub fn all_members(fanout: &FanOut) -> Vec<FanOutKey> {
 /// a member. What the fan-out task and the replay both write.
 pub fn sent_write(fanout: &FanOut, key: &FanOutKey, created: &std::collections::HashSet<String>) -> Option<SentWrite> {
     let FanOutKey::Conversation(id) = key else { return None };
-    let c = fanout.conversation(id)?;
-    Some(SentWrite { new: created.contains(id), ..SentWrite::of(id, c) })
+    Some(sent_of(id, fanout.conversation(id)?, created))
+}
+
+/// The sent-seqs write of conversation `id`, marked new when it is in `created` ([`sent_write`]).
+pub fn sent_of(
+    id: &str,
+    c: &crate::core::fanout::ConversationState,
+    created: &std::collections::HashSet<String>,
+) -> SentWrite {
+    SentWrite { new: created.contains(id), ..SentWrite::of(id, c) }
 }
 
 /// What a fan-out checkpoint writes for the changed conversations, members and lists.
