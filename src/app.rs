@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::api::admin::{AdminState, ApiGauges};
+use crate::api::admin::AdminState;
 use crate::api::limits::{LimitOptions, RateLimits};
 use crate::api::ApiState;
 use crate::auth::Verifier;
@@ -65,8 +65,8 @@ pub async fn bind_admin(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpLis
     tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding the admin address to {listen}"))
 }
 
-/// The admin routes' state: the read API's live projection and gauges when `api` is given, otherwise a live
-/// projection of its own (connected here, following the pointer) for `/readyz`.
+/// The admin routes' state: the read API's reader and push hub when `api` is given, otherwise a reader of its own
+/// (Redis only; its live projection connected here, following the pointer) for `/readyz`.
 ///
 /// Errors: Redis unreachable (only when `api` is `None`).
 pub async fn admin(
@@ -75,15 +75,15 @@ pub async fn admin(
     assignments: Vec<(Stage, Arc<Assignment>)>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<AdminState> {
-    let (live, api) = match api {
-        Some(s) => (s.reader.live().clone(), Some(ApiGauges { hub: s.hub.clone(), reader: s.reader.clone() })),
+    let (reader, hub) = match api {
+        Some(s) => (s.reader.clone(), Some(s.hub.clone())),
         None => {
             let live = crate::namespace::LiveProjection::connect(settings).await?;
             live.follow();
-            (live, None)
+            (Arc::new(crate::read::Reader::new(live, None, metrics.clone())), None)
         }
     };
-    Ok(AdminState { live, assignments, metrics, api })
+    Ok(AdminState { reader, assignments, metrics, hub })
 }
 
 /// Serves the admin routes on `listener` until `stop` turns true.

@@ -23,28 +23,20 @@ use serde_json::json;
 use super::ApiError;
 use crate::checkpoint::Stage;
 use crate::metrics::{Assignment, Metrics};
-use crate::namespace::LiveProjection;
 use crate::push::Hub;
 use crate::read::Reader;
 
 /// What the admin routes read.
 pub struct AdminState {
-    /// The live namespace's projection: `/readyz` pings its Redis and names the namespace.
-    pub live: Arc<LiveProjection>,
+    /// The read model: `/readyz` pings the live namespace's Redis and names the namespace; `/metrics` samples
+    /// whether its Redis breaker is open.
+    pub reader: Arc<Reader>,
     /// The running stages' assignments: `/readyz` wants partitions for each (none running: Redis alone decides).
     pub assignments: Vec<(Stage, Arc<Assignment>)>,
     /// The process's metrics, rendered at `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// The read API's parts whose gauges are taken at each scrape; `None` in a process without the `api` role.
-    pub api: Option<ApiGauges>,
-}
-
-/// The read API's parts that `/metrics` samples when scraped: open stream sockets, and the Redis breaker.
-pub struct ApiGauges {
-    /// The push hub (its open and dropped sockets).
-    pub hub: Arc<Hub>,
-    /// The read model (whether its Redis breaker is open).
-    pub reader: Arc<Reader>,
+    /// The push hub, whose open and dropped sockets `/metrics` samples; `None` in a process without the `api` role.
+    pub hub: Option<Arc<Hub>>,
 }
 
 /// The admin routes over `state`.
@@ -64,17 +56,17 @@ async fn healthz() -> Json<serde_json::Value> {
 
 /// The process's metrics, OpenMetrics text, with the read API's gauges sampled now.
 async fn metrics(State(s): State<Arc<AdminState>>) -> Response {
-    if let Some(api) = &s.api {
-        let (sockets, dropped) = api.hub.socket_counts();
-        s.metrics.api_state(api.reader.breaker_open(), sockets, dropped);
+    if let Some(hub) = &s.hub {
+        let (sockets, dropped) = hub.socket_counts();
+        s.metrics.api_state(s.reader.breaker_open(), sockets, dropped);
     }
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], s.metrics.render()).into_response()
 }
 
 /// Readiness: 200 when Redis answers and every running stage has partitions; 503 with the same shape otherwise.
 async fn readyz(State(s): State<Arc<AdminState>>) -> Response {
-    let (namespace, projection) = s.live.current();
-    let redis = projection.ping().await.map_err(|e| e.to_string());
+    let at = s.reader.at();
+    let (namespace, redis) = (at.namespace, at.projection.ping().await.map_err(|e| e.to_string()));
     let stages: Vec<_> = s.assignments.iter().map(|(stage, a)| (stage.as_str(), a.partitions().len())).collect();
     let ready = redis.is_ok() && stages.iter().all(|(_, n)| *n > 0);
     let body = json!({

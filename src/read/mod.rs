@@ -79,11 +79,6 @@ impl Reader {
         At { namespace, projection }
     }
 
-    /// The live projection it follows.
-    pub fn live(&self) -> &Arc<LiveProjection> {
-        &self.live
-    }
-
     /// Whether the breaker around Redis reads is open now (false without a fallback).
     pub fn breaker_open(&self) -> bool {
         self.fallback.as_ref().is_some_and(|f| f.breaker.is_open())
