@@ -80,6 +80,10 @@ impl Pipeline {
                 Event::User(UserEvent::ReadAck(a)) => {
                     self.receipts.iter_mut().for_each(|r| r.ack(&a.user_id, &a.conversation_id, a.read_seq))
                 }
+                Event::User(UserEvent::ThreadRead(t)) => self
+                    .receipts
+                    .iter_mut()
+                    .for_each(|r| r.thread_ack(&t.user_id, &t.conversation_id, t.thread_root, t.read_seq)),
                 Event::User(_) => {}
             }
             if let Some(at) = seconds_of(event.occurred_at()) {

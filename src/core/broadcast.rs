@@ -54,6 +54,12 @@ pub trait Lists {
     /// A member's share of a read-diffused conversation's index: (unread, mentions) for the query
     /// ([`crate::core::hybrid::ConvIndex::counts`]); (0, 0) for a conversation without an index.
     fn index_counts(&self, conversation_id: &str, query: &ShareQuery) -> (u64, u64);
+
+    /// v4: the lowest seq of a member's share of a read-diffused conversation's index ([`ConvIndex::first`]),
+    /// `None` when the share is empty or the lists do not hold the index.
+    fn index_first(&self, _conversation_id: &str, _query: &ShareQuery) -> Option<u64> {
+        None
+    }
 }
 
 /// The broadcast lists and read-diffused conversations' indexes, loaded from the checkpoint (for `unread verify`
@@ -73,6 +79,10 @@ impl Lists for SharedLists {
 
     fn index_counts(&self, conversation_id: &str, query: &ShareQuery) -> (u64, u64) {
         self.indexes.get(conversation_id).map_or((0, 0), |i| i.counts(query))
+    }
+
+    fn index_first(&self, conversation_id: &str, query: &ShareQuery) -> Option<u64> {
+        self.indexes.get(conversation_id)?.first(query)
     }
 }
 

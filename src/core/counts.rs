@@ -80,6 +80,12 @@ counts! {
     total_notifications_unread since 2;
     /// Sum of `unseen` over the notification categories (v2).
     total_notifications_unseen since 2;
+    /// Followed threads with unread replies in member, unmuted, non-feed conversations (v4).
+    unread_threads since 3;
+    /// Sum of `mentions` over the followed threads of member non-feed conversations, muted ones included (v4).
+    thread_mentions since 3;
+    /// Messages of the user, in member non-feed conversations, with a new reaction by someone else (v4).
+    total_reactions since 3;
 }
 
 impl Counts {

@@ -34,6 +34,58 @@ pub struct Delta {
     /// still reads that header when the field is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<DeltaSource>,
+    /// v4: the conversation's team (`CONTRACT.md` § v4, "Teams"), on every delta of a conversation that has one.
+    /// Absent on the wire otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+}
+
+/// v4: what a run of messages holds of one thread for one user (`CONTRACT.md` § v4, "Threads").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadRun {
+    /// The thread's countable, not recalled replies of others in the run: candidates for the thread's unread.
+    #[serde(default, skip_serializing_if = "SeqSet::is_empty")]
+    pub unread: SeqSet,
+    /// The seqs of `unread` that mention the user (by name or `mention_all`).
+    #[serde(default, skip_serializing_if = "SeqSet::is_empty")]
+    pub mentions: SeqSet,
+    /// The highest reply the user sent in the thread in the run, 0 for none: it moves the thread's cursor, and
+    /// the user follows the thread.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub read_to: u64,
+}
+
+/// v4: the reactions of one message after a batch (`CONTRACT.md` § v4, "Reactions"): of its live, counted
+/// reactions, the highest `reaction_seq` (`top`, 0 for none) and who made it (`by`), and the highest of anyone
+/// else (`other`, 0 for none). The message's sender U counts it when the highest of someone other than U, `top`
+/// or, when U made it, `other`, is above U's reaction cursor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReactionSummary {
+    /// The message reacted to.
+    pub seq: u64,
+    /// The highest `reaction_seq` of its live reactions, 0 for none.
+    pub top: u64,
+    /// Who made the reaction `top` is of.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+    /// The highest `reaction_seq` of a live reaction by someone other than `by`, 0 for none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub other: u64,
+}
+
+impl ReactionSummary {
+    /// The highest `reaction_seq` of a live reaction by someone other than `user` (0 for none).
+    pub fn by_others_than(&self, user: &str) -> u64 {
+        if self.by == user {
+            self.other
+        } else {
+            self.top
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One step of a [`Delta`]. Seqs are the conversation's message seqs (1..=2^53).
@@ -44,6 +96,10 @@ pub enum DeltaOp {
     Joined {
         /// The conversation's head at the join.
         head: u64,
+        /// v4: the conversation's highest `reaction_seq` at the join: no reaction at or below it is new for this
+        /// membership (`CONTRACT.md` § v4, "Reactions"). Absent (0) on the wire when none.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        reactions: u64,
     },
     /// The user stopped being a member: the conversation leaves the user's counts.
     Left,
@@ -69,6 +125,27 @@ pub enum DeltaOp {
         /// on the wire when none.
         #[serde(default, skip_serializing_if = "SeqSet::is_empty")]
         own: SeqSet,
+        /// v4: per thread root, the run's replies in that thread (`unread`, `mentions` and `read_to` above are
+        /// the main timeline's only: a reply never counts in its conversation). Absent (empty) on the wire when
+        /// none.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        threads: std::collections::BTreeMap<u64, ThreadRun>,
+    },
+    /// v4: seqs that name the user (in `mentions`, countable or not, recalled or not), and the roots of the threads
+    /// whose replies among them name the user: naming makes the user follow a thread (`CONTRACT.md` § v4).
+    /// Sent to members and non-members alike.
+    Named {
+        /// The seqs naming the user.
+        seqs: SeqSet,
+        /// The roots of the threads of the replies among `seqs`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        threads: Vec<u64>,
+    },
+    /// v4: messages whose reactions changed in the batch; every member hears them, and each message's sender
+    /// keeps those of its own messages. Comes last in a delta.
+    Reactions {
+        /// One per message, ascending by seq.
+        summaries: Vec<ReactionSummary>,
     },
     /// These seqs were recalled: they stop counting. Comes first in a delta and covers every recall of the batch,
     /// also of messages sent in it (which the batch's Messages ops already leave out), so that a delta produced
@@ -252,7 +329,7 @@ mod tests {
     use super::*;
 
     fn joined(user: &str) -> Delta {
-        let ops = vec![DeltaOp::Joined { head: 3 }, DeltaOp::ReadDiffusion { since: 3 }];
+        let ops = vec![DeltaOp::Joined { head: 3, reactions: 0 }, DeltaOp::ReadDiffusion { since: 3 }];
         Delta { user_id: user.into(), conversation_id: "feed".into(), ops, feed: true, source: None }
     }
 

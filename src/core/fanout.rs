@@ -17,13 +17,13 @@
 //! its countable messages go to its [`ConvIndex`] (and, as [`ListOp`]s, to Redis) instead of every member's delta.
 //! A switch splits the batch at the membership event that causes it: what came before is emitted first.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::core::broadcast::{ListId, ListOp, ListState, Lists};
 use crate::core::contract::{Addressed, ConversationEvent, ConversationKind, ConversationOp, MessageSent};
-use crate::core::delta::{Delta, DeltaOp};
+use crate::core::delta::{Delta, DeltaOp, ReactionSummary, ThreadRun};
 use crate::core::expiry::expiry_day;
 use crate::core::hybrid::{ConvIndex, Diffusion, ShareQuery};
 use crate::core::seqset::SeqSet;
@@ -52,6 +52,77 @@ pub struct ConversationState {
     /// v3: the seqs sent and not recalled (duplicates are not sent): the messages that have read receipts.
     #[serde(default)]
     pub sent: SeqSet,
+    /// v4: the team of the first `conversation.created` (`CONTRACT.md` § v4, "Teams"); `None`: no team.
+    #[serde(default)]
+    pub team: Option<String>,
+    /// v4: every reply sent (not a duplicate) → the root of its thread, resolved one level deep (§ v4, "Threads").
+    #[serde(default)]
+    pub roots: BTreeMap<u64, u64>,
+    /// v4: the seqs sent and then recalled; with `sent`, every seq ever sent (a reply's root must have been).
+    #[serde(default)]
+    pub recalled: SeqSet,
+    /// v4: the highest `reaction_seq` so far, 0 before any (§ v4, "Reactions": one not above it is a duplicate).
+    #[serde(default)]
+    pub reaction_head: u64,
+    /// v4: per message, its live reactions that count (the message was sent before the add and is not recalled).
+    #[serde(default)]
+    pub reactions: BTreeMap<u64, Vec<LiveReaction>>,
+}
+
+/// v4: a live reaction that counts: the last event of its (message, user, reaction) was a `reaction.added`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveReaction {
+    /// Who reacted.
+    pub user: String,
+    /// The reaction (an emoji, `+1`).
+    pub reaction: String,
+    /// The `reaction_seq` of its latest add.
+    pub reaction_seq: u64,
+}
+
+impl ConversationState {
+    /// Whether message `seq` was ever sent here (not a duplicate), recalled or not.
+    pub fn was_sent(&self, seq: u64) -> bool {
+        self.sent.contains(seq) || self.recalled.contains(seq)
+    }
+
+    /// The thread a message with `thread_root` joins (`CONTRACT.md` § v4, "Threads"): the root, or the root's own
+    /// root when it is a reply (one level deep); `None`, the main timeline, when no message `thread_root` was sent.
+    pub fn thread_of(&self, thread_root: Option<u64>) -> Option<u64> {
+        let root = thread_root?;
+        self.was_sent(root).then(|| self.roots.get(&root).copied().unwrap_or(root))
+    }
+
+    /// The reactions of message `seq` as its sender's fold needs them ([`ReactionSummary`]).
+    pub fn reaction_summary(&self, seq: u64) -> ReactionSummary {
+        let live = self.reactions.get(&seq).map(Vec::as_slice).unwrap_or_default();
+        let Some(top) = live.iter().max_by_key(|r| r.reaction_seq) else {
+            return ReactionSummary { seq, ..ReactionSummary::default() };
+        };
+        let other = live.iter().filter(|r| r.user != top.user).map(|r| r.reaction_seq).max().unwrap_or(0);
+        ReactionSummary { seq, top: top.reaction_seq, by: top.user.clone(), other }
+    }
+
+    /// Applies a reaction event; returns whether message `seq`'s live reactions may have changed (false for a
+    /// duplicate, a `reaction_seq` not above the highest so far).
+    fn react(&mut self, e: &crate::core::contract::Reaction, added: bool) -> bool {
+        if e.reaction_seq <= self.reaction_head {
+            return false;
+        }
+        self.reaction_head = e.reaction_seq;
+        // It counts only when the message was sent before the add and is not recalled (§ v4, "Reactions").
+        let counts = added && self.sent.contains(e.seq);
+        let live = self.reactions.entry(e.seq).or_default();
+        live.retain(|r| !(r.user == e.user_id && r.reaction == e.reaction));
+        if counts {
+            let (user, reaction) = (e.user_id.clone(), e.reaction.clone());
+            live.push(LiveReaction { user, reaction, reaction_seq: e.reaction_seq });
+        }
+        if live.is_empty() {
+            self.reactions.remove(&e.seq);
+        }
+        true
+    }
 }
 
 /// The fan-out's state of every conversation and broadcast list it has seen.
@@ -82,7 +153,8 @@ pub struct BatchStats {
 /// One mark in a user's timeline within a batch of one conversation.
 #[derive(Debug, Clone, Copy)]
 enum Mark {
-    Join(u64),
+    /// The head and the reaction head at the join.
+    Join(u64, u64),
     Leave(u64),
     Own(u64),
 }
@@ -110,6 +182,20 @@ struct ConvBatch<'e> {
     expiry: BTreeMap<i64, SeqSet>,
     /// v3: the creation in this batch gave a ttl to messages sent before it: their expiry, for every member.
     retro_expiry: Vec<(i64, SeqSet)>,
+    /// v4: the countable, not recalled replies sent in the batch (never in `countable`).
+    replies: SeqSet,
+    /// v4: every reply sent in the batch (countable or not) → its thread's root.
+    roots: BTreeMap<u64, u64>,
+    /// v4: the seqs of `replies` with `mention_all`.
+    reply_all: SeqSet,
+    /// v4: per user, the seqs of `replies` that name the user and not everyone.
+    reply_named: Map<&'e str, SeqSet>,
+    /// v4: per user, every seq sent in the batch that names the user (countable or not, main or reply).
+    named: Map<&'e str, SeqSet>,
+    /// v4: the messages whose reactions changed in the batch.
+    reacted: BTreeSet<u64>,
+    /// v4: the team was decided in this batch: every member hears of it.
+    team_decided: bool,
 }
 
 impl FanOut {
@@ -236,6 +322,10 @@ impl Lists for FanOut {
         let index = self.conversations.get(conversation_id).and_then(|c| c.index.as_ref());
         index.map_or((0, 0), |i| i.counts(query))
     }
+
+    fn index_first(&self, conversation_id: &str, query: &ShareQuery) -> Option<u64> {
+        self.conversations.get(conversation_id)?.index.as_ref()?.first(query)
+    }
 }
 
 /// The diffusion switch `event` causes, if any (only membership changes do): the op every member receives. Updates
@@ -267,17 +357,6 @@ fn switch(
     }
 }
 
-/// The op of a non-member's own messages: only its cursor moves (`CONTRACT.md` § Semantics).
-fn read_to_op(read_to: u64) -> DeltaOp {
-    DeltaOp::Messages {
-        unread: SeqSet::new(),
-        mentions: SeqSet::new(),
-        read_to,
-        expiry: Vec::new(),
-        own: SeqSet::new(),
-    }
-}
-
 /// One delta per current member with the switch's op.
 fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, out: &mut Vec<Delta>) {
     let feed = state.kind == Some(ConversationKind::Feed);
@@ -287,6 +366,7 @@ fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, 
         ops: vec![op.clone()],
         feed,
         source: None,
+        team: state.team.clone(),
     }));
 }
 
@@ -304,13 +384,20 @@ impl<'e> ConvBatch<'e> {
             recalls: SeqSet::new(),
             expiry: BTreeMap::new(),
             retro_expiry: Vec::new(),
+            replies: SeqSet::new(),
+            roots: BTreeMap::new(),
+            reply_all: SeqSet::new(),
+            reply_named: Map::default(),
+            named: Map::default(),
+            reacted: BTreeSet::new(),
+            team_decided: false,
         }
     }
 
     fn join(&mut self, state: &mut ConversationState, user: &'e str) {
         if !state.members.contains_key(user) {
             state.members.insert(user.to_owned(), state.head);
-            self.timeline.entry(user).or_default().push(Mark::Join(state.head));
+            self.timeline.entry(user).or_default().push(Mark::Join(state.head, state.reaction_head));
         }
     }
 
@@ -325,7 +412,8 @@ impl<'e> ConvBatch<'e> {
             ConversationOp::Created(e) => {
                 // The first conversation.created decides the kind (`CONTRACT.md` § v2, "Kind").
                 if state.kind.is_none() {
-                    (state.kind, state.ttl_days) = (Some(e.kind), e.unread_ttl_days);
+                    (state.kind, state.ttl_days, state.team) = (Some(e.kind), e.unread_ttl_days, e.team.clone());
+                    self.team_decided = e.team.is_some();
                     let days = std::mem::take(&mut state.uncreated_days);
                     if let Some(ttl) = e.unread_ttl_days {
                         // ttl is at most 3,650 (the decoder's bound).
@@ -354,15 +442,50 @@ impl<'e> ConvBatch<'e> {
                     stats.duplicate_messages += 1;
                     return;
                 }
+                let root = state.thread_of(e.thread_root);
                 state.head = e.seq;
                 state.sent.insert(e.seq);
                 self.timeline.entry(&e.sender_id).or_default().push(Mark::Own(e.seq));
-                if e.countable {
-                    self.countable_sent(state, e, list_ops);
+                for m in &e.mentions {
+                    self.named.entry(m).or_default().insert(e.seq);
+                }
+                match root {
+                    Some(root) => self.reply_sent(state, e, root),
+                    None if e.countable => self.countable_sent(state, e, list_ops),
+                    None => {}
                 }
             }
             ConversationOp::Recalled(e) if e.seq > state.head => stats.early_recalls += 1,
             ConversationOp::Recalled(e) => self.recalled(state, e.seq, list_ops),
+            ConversationOp::Reaction(e, added) => {
+                if state.react(e, added) {
+                    self.reacted.insert(e.seq);
+                }
+            }
+        }
+    }
+
+    /// v4: a reply in the thread of `root` (`CONTRACT.md` § v4, "Threads"): never in the conversation's counts, but
+    /// in its thread's, for every member; its expiry as a message's.
+    fn reply_sent(&mut self, state: &mut ConversationState, e: &'e MessageSent, root: u64) {
+        state.roots.insert(e.seq, root);
+        self.roots.insert(e.seq, root);
+        if !e.countable {
+            return;
+        }
+        if let Some(day) = state.kind.is_none().then(|| expiry_day(&e.occurred_at, 0)).flatten() {
+            state.uncreated_days.entry(day).or_default().insert(e.seq);
+        }
+        self.replies.insert(e.seq);
+        if e.mention_all {
+            self.reply_all.insert(e.seq);
+        } else {
+            for m in &e.mentions {
+                self.reply_named.entry(m).or_default().insert(e.seq);
+            }
+        }
+        if let Some(day) = state.ttl_days.and_then(|ttl| expiry_day(&e.occurred_at, ttl)) {
+            self.expiry.entry(day).or_default().insert(e.seq);
         }
     }
 
@@ -400,11 +523,21 @@ impl<'e> ConvBatch<'e> {
 
     /// A recall of `seq`, at or below the head.
     fn recalled(&mut self, state: &mut ConversationState, seq: u64, list_ops: &mut Vec<(ListId, ListOp)>) {
-        state.sent.remove(seq);
+        if state.sent.remove(seq) {
+            state.recalled.insert(seq);
+        }
+        if state.reactions.remove(&seq).is_some() {
+            self.reacted.insert(seq);
+        }
         if seq > self.start_head {
             // Sent in this batch: this batch's Messages ops never carry it.
             self.countable.remove(seq);
             self.mention_all.remove(seq);
+            self.replies.remove(seq);
+            self.reply_all.remove(seq);
+            for set in self.reply_named.values_mut() {
+                set.remove(seq);
+            }
             for set in self.expiry.values_mut() {
                 set.remove(seq);
             }
@@ -413,8 +546,8 @@ impl<'e> ConvBatch<'e> {
             }
         }
         match &mut state.index {
-            // Read-diffused since before it was sent: only the index ever held it.
-            Some(index) if seq > index.since => {
+            // Read-diffused since before it was sent: only the index ever held it (a reply is never in it).
+            Some(index) if seq > index.since && !state.roots.contains_key(&seq) => {
                 let id = ListId::Index(self.conversation_id.to_owned());
                 list_ops.extend(index.remove(seq).into_iter().map(|op| (id.clone(), op)));
             }
@@ -427,8 +560,9 @@ impl<'e> ConvBatch<'e> {
     }
 
     /// The Messages op for a membership interval: messages with seq in `above+1 ..= upto` but the user's own
-    /// (`own`, whose highest is the op's `read_to`). Messages below the user's own are sent too: the fold keeps
-    /// them as read history, which "unread from here" counts again (`CONTRACT.md` § v3).
+    /// (`own`, whose highest main-timeline seq is the op's `read_to`), and per thread its replies (v4). Messages
+    /// below the user's own are sent too: the fold keeps them as read history, which "unread from here" counts
+    /// again (`CONTRACT.md` § v3).
     fn messages(&self, user: &str, above: u64, upto: u64, own: &SeqSet) -> Option<DeltaOp> {
         let mut unread = self.countable.slice(above, upto);
         let mut mentions = self.mention_all.slice(above, upto);
@@ -437,17 +571,69 @@ impl<'e> ConvBatch<'e> {
         }
         unread.remove_all(own);
         mentions.remove_all(own);
-        let read_to = own.max().unwrap_or(0);
-        if unread.is_empty() && mentions.is_empty() && read_to == 0 {
+        let mut threads = self.own_runs(own);
+        for seq in self.replies.slice(above, upto).iter().filter(|seq| !own.contains(*seq)) {
+            let run = threads.entry(self.roots[&seq]).or_default();
+            run.unread.insert(seq);
+            if self.reply_all.contains(seq) || self.reply_named.get(user).is_some_and(|n| n.contains(seq)) {
+                run.mentions.insert(seq);
+            }
+        }
+        let read_to = self.main_read_to(own);
+        if unread.is_empty() && mentions.is_empty() && read_to == 0 && threads.is_empty() {
             return None;
+        }
+        let mut held = unread.clone();
+        for run in threads.values() {
+            held.union_above(&run.unread, 0);
         }
         let expiry = self
             .expiry
             .iter()
-            .map(|(day, seqs)| (*day, seqs.intersection(&unread)))
+            .map(|(day, seqs)| (*day, seqs.intersection(&held)))
             .filter(|(_, seqs)| !seqs.is_empty())
             .collect();
-        Some(DeltaOp::Messages { unread, mentions, read_to, expiry, own: own.clone() })
+        Some(DeltaOp::Messages { unread, mentions, read_to, expiry, own: own.clone(), threads })
+    }
+
+    /// The highest main-timeline seq of `own`, 0 for none: a reply moves its thread's cursor, not the
+    /// conversation's (`CONTRACT.md` § v4).
+    fn main_read_to(&self, own: &SeqSet) -> u64 {
+        own.iter().filter(|seq| !self.roots.contains_key(seq)).max().unwrap_or(0)
+    }
+
+    /// Per thread, the highest reply of `own` in it (v4: the thread's cursor moves, and its sender follows it).
+    fn own_runs(&self, own: &SeqSet) -> BTreeMap<u64, ThreadRun> {
+        let mut runs: BTreeMap<u64, ThreadRun> = BTreeMap::new();
+        for seq in own.iter() {
+            if let Some(root) = self.roots.get(&seq) {
+                let run = runs.entry(*root).or_default();
+                run.read_to = run.read_to.max(seq);
+            }
+        }
+        runs
+    }
+
+    /// The op of a user's own messages sent while not a member (`CONTRACT.md` § Semantics: only its cursors move).
+    fn own_op(&self, own: &SeqSet) -> DeltaOp {
+        DeltaOp::Messages {
+            unread: SeqSet::new(),
+            mentions: SeqSet::new(),
+            read_to: self.main_read_to(own),
+            expiry: Vec::new(),
+            own: own.clone(),
+            threads: self.own_runs(own),
+        }
+    }
+
+    /// v4: the seqs of the batch that name `user`, with the threads of the replies among them.
+    fn named_op(&self, user: &str) -> Option<DeltaOp> {
+        let seqs = self.named.get(user)?;
+        let mut threads: Vec<u64> = seqs.iter().filter_map(|seq| self.roots.get(&seq).copied()).collect();
+        threads.dedup();
+        threads.sort_unstable();
+        threads.dedup();
+        Some(DeltaOp::Named { seqs: seqs.clone(), threads })
     }
 
     /// Whether `user` was a member at the start of the batch, from its first membership mark in the batch (a
@@ -455,7 +641,7 @@ impl<'e> ConvBatch<'e> {
     fn was_member(&self, state: &ConversationState, user: &str) -> bool {
         let first = self.timeline.get(user).and_then(|m| m.iter().find(|m| !matches!(m, Mark::Own(_))));
         match first {
-            Some(Mark::Join(_)) => false,
+            Some(Mark::Join(..)) => false,
             Some(Mark::Leave(_)) => true,
             _ => state.members.contains_key(user),
         }
@@ -469,7 +655,7 @@ impl<'e> ConvBatch<'e> {
         let mut members: Vec<&str> = match everyone {
             true => state.members.keys().map(String::as_str).filter(|u| self.was_member(state, u)).collect(),
             false => {
-                let named = self.timeline.keys().chain(self.mentioned.keys()).copied();
+                let named = self.timeline.keys().chain(self.named.keys()).copied();
                 let mut named: Vec<&str> =
                     named.filter(|u| state.members.contains_key(*u) && self.was_member(state, u)).collect();
                 named.sort_unstable();
@@ -497,30 +683,52 @@ impl<'e> ConvBatch<'e> {
             ops,
             feed,
             source: None,
+            team: state.team.clone(),
         };
-        let recalled = || (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
-        let everyone =
-            shared.is_some() || !self.recalls.is_empty() || self.became_feed || !self.retro_expiry.is_empty();
+        let decided = self.became_feed || self.team_decided;
+        let reactions = (!self.reacted.is_empty()).then(|| DeltaOp::Reactions {
+            summaries: self.reacted.iter().map(|seq| state.reaction_summary(*seq)).collect(),
+        });
+        // What every user's delta starts with (the batch's recalls, then what names the user) and ends with.
+        let first = |user: &str| -> Vec<DeltaOp> {
+            let recalled = (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
+            recalled.into_iter().chain(self.named_op(user)).collect()
+        };
+        let last = |user: &str, ops: &mut Vec<DeltaOp>| {
+            self.add_retro_expiry(state, user, ops);
+            ops.extend(reactions.clone());
+        };
+        let everyone = shared.is_some()
+            || !self.recalls.is_empty()
+            || decided
+            || !self.retro_expiry.is_empty()
+            || reactions.is_some();
         for user in self.start_members(state, everyone) {
-            let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
+            let mut ops = first(user);
             match self.timeline.get(user) {
                 Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, &mut ops),
-                None if self.mentioned.contains_key(user) => {
+                None if self.named.contains_key(user) => {
                     ops.extend(self.messages(user, self.start_head, end_head, &SeqSet::new()))
                 }
                 None => ops.extend(shared.clone()),
             }
-            self.add_retro_expiry(state, user, &mut ops);
-            if !ops.is_empty() || self.became_feed {
+            last(user, &mut ops);
+            if !ops.is_empty() || decided {
                 out.push(delta(user, ops));
             }
         }
-        let mut others: Vec<&str> = self.timeline.keys().copied().filter(|u| !self.was_member(state, u)).collect();
+        // Users who were not members at the start: those with marks (joins, own messages), and, v4, those only
+        // named (their naming makes them follow threads, member or not).
+        let marked = self.timeline.keys().copied().filter(|u| !self.was_member(state, u));
+        let named = self.named.keys().copied().filter(|u| !self.timeline.contains_key(u) && !state.members.contains_key(*u));
+        let mut others: Vec<&str> = marked.chain(named).collect();
         others.sort_unstable();
         for user in others {
-            let mut ops: Vec<DeltaOp> = recalled().into_iter().collect();
-            self.walk(user, None, &self.timeline[user], end_head, &mut ops);
-            self.add_retro_expiry(state, user, &mut ops);
+            let mut ops = first(user);
+            if let Some(marks) = self.timeline.get(user) {
+                self.walk(user, None, marks, end_head, &mut ops);
+            }
+            last(user, &mut ops);
             if !ops.is_empty() {
                 out.push(delta(user, ops));
             }
@@ -551,23 +759,23 @@ impl<'e> ConvBatch<'e> {
                         ops.push(DeltaOp::Left);
                     }
                 }
-                Mark::Join(head) => {
+                Mark::Join(head, reactions) => {
                     if member_from.is_none() {
-                        if let Some(read_to) = own.max() {
-                            ops.push(read_to_op(read_to));
+                        if !own.is_empty() {
+                            ops.push(self.own_op(&own));
                             own.clear();
                         }
-                        ops.push(DeltaOp::Joined { head });
+                        ops.push(DeltaOp::Joined { head, reactions });
                         ops.extend(self.read_since.map(|since| DeltaOp::ReadDiffusion { since }));
                         member_from = Some(head);
                     }
                 }
             }
         }
-        match (member_from, own.max()) {
-            (Some(from), _) => ops.extend(self.messages(user, from, end_head, &own)),
-            (None, Some(read_to)) => ops.push(read_to_op(read_to)),
-            (None, None) => {}
+        match member_from {
+            Some(from) => ops.extend(self.messages(user, from, end_head, &own)),
+            None if !own.is_empty() => ops.push(self.own_op(&own)),
+            None => {}
         }
     }
 }

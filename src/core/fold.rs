@@ -24,10 +24,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::core::broadcast::{Lists, NoLists};
-use crate::core::contract::{BroadcastView, ConversationView, NotificationView, UserEvent, UserView};
+use crate::core::contract::{BroadcastView, ConversationView, NotificationView, ThreadView, UserEvent, UserView};
 use crate::core::delta::{Delta, DeltaOp};
 use crate::core::hybrid::{IndexShare, ShareQuery};
 use crate::core::notifications::{NoteBook, Summary};
+use crate::core::reactions::Reactions;
+use crate::core::threads::Threads;
 use crate::core::seqset::SeqSet;
 pub use crate::core::totals::Sums;
 use crate::core::Map;
@@ -80,6 +82,19 @@ pub struct ConvState {
     /// receipts leave the user out ([`crate::core::receipts`]). Empty for a non-member.
     #[serde(default)]
     pub own: SeqSet,
+    /// v4: every seq the user sent here (main timeline or reply, countable or not, recalled or not, in any
+    /// membership): the messages whose reactions are the user's, and roots whose threads the user follows.
+    #[serde(default)]
+    pub authored: SeqSet,
+    /// v4: the user's threads here (`CONTRACT.md` § v4, "Threads").
+    #[serde(default)]
+    pub threads: Threads,
+    /// v4: the reactions to the user's messages here (§ v4, "Reactions").
+    #[serde(default)]
+    pub reactions: Reactions,
+    /// v4: the conversation's team (§ v4, "Teams"), from the deltas.
+    #[serde(default)]
+    pub team: Option<String>,
 }
 
 /// What the read receipts of one conversation (`CONTRACT.md` § v3) have not heard yet of the user: the changes of
@@ -122,7 +137,13 @@ impl ConvState {
 
     /// A non-member entry with nothing worth keeping.
     fn is_empty_detached(&self) -> bool {
-        !self.is_member() && self.floor == 0 && !self.muted && self.mark.is_none()
+        !self.is_member()
+            && self.floor == 0
+            && !self.muted
+            && self.mark.is_none()
+            && self.authored.is_empty()
+            && self.threads.is_empty()
+            && self.reactions.is_empty()
     }
 
     /// Whether the conversation shows as marked unread (never a feed's: § v3, "On a feed conversation the flag
@@ -171,17 +192,46 @@ impl ConvState {
         })
     }
 
-    /// What the conversation adds to the totals with these (unread, mentions): nothing for a non-member.
-    fn contribution_of(&self, (unread, mentions): (u64, u64)) -> Sums {
-        match self.is_member() {
-            true => Sums::of_member(unread, mentions, self.muted, self.feed, self.is_marked()),
-            false => Sums::default(),
+    /// What the conversation adds to the totals with these (unread, mentions), its threads at UTC day `today`:
+    /// nothing for a non-member.
+    fn contribution_of(&self, (unread, mentions): (u64, u64), today: i64) -> Sums {
+        if !self.is_member() {
+            return Sums::default();
+        }
+        let sums = Sums::of_member(unread, mentions, self.muted, self.feed, self.is_marked());
+        match self.feed {
+            true => sums,
+            false => sums.with_v4(self.threads.totals_at(&self.authored, today), self.muted, self.reactions.count()),
         }
     }
 
     /// What the conversation adds to the incremental totals (nothing expired).
     fn contribution(&self) -> Sums {
-        self.contribution_of(self.counts())
+        self.contribution_of(self.counts(), crate::core::expiry::NEVER)
+    }
+
+    /// The reader shape of this member conversation with these (unread, mentions), at UTC day `today`.
+    fn view(&self, (unread, mentions): (u64, u64), today: i64) -> ConversationView {
+        let (muted, marked_unread) = (self.muted, self.is_marked());
+        let (first_unread, reactions) = (self.first_unread(today), self.reactions.count());
+        ConversationView { unread, mentions, muted, marked_unread, first_unread, reactions }
+    }
+
+    /// Whether some of what the conversation counts expires (its counts depend on the day).
+    fn expires(&self) -> bool {
+        !self.expiry.is_empty() || self.threads.expires()
+    }
+
+    /// v4: the lowest seq counted in `unread` at UTC day `today` (marks applied), `None` when nothing is
+    /// (`CONTRACT.md` § v4, "First unread"). A read-diffused conversation's index may hold a lower one.
+    pub fn first_unread(&self, today: i64) -> Option<u64> {
+        let mut expired = SeqSet::new();
+        for bucket in self.expiry.range(..=today).map(|(_, b)| b) {
+            expired.union_above(bucket, 0);
+        }
+        let history = self.read.slice(self.count_from(), u64::MAX);
+        let first = history.iter().chain(self.unread.iter()).find(|seq| !expired.contains(*seq));
+        first
     }
 
     /// The cursor rose: unread at or below it becomes read history (a feed keeps none).
@@ -205,6 +255,7 @@ impl ConvState {
             set.clear();
         }
         self.expiry.clear();
+        self.threads.clear_unread();
     }
 
     /// Keeps in the expiry buckets only seqs still in `unread` or `read`, and no empty bucket.
@@ -499,24 +550,49 @@ impl UserState {
     pub fn view_at(&self, user_id: &str, lists: &impl Lists, today: i64) -> UserView {
         let mut totals = self.totals;
         let mut conversations = BTreeMap::new();
+        let mut threads = BTreeMap::new();
         for (id, c) in self.conversations.iter().filter(|(_, c)| c.is_member()) {
             let (counts, expired) = (c.counts(), c.expired(today));
             let (unread, mentions) = (counts.0 - expired.0, counts.1 - expired.1);
-            if expired != (0, 0) {
-                totals.replace(c.contribution_of(counts), c.contribution_of((unread, mentions)));
+            if c.expires() {
+                let never = crate::core::expiry::NEVER;
+                totals.replace(c.contribution_of(counts, never), c.contribution_of((unread, mentions), today));
             }
             if !c.feed {
-                let (muted, marked_unread) = (c.muted, c.is_marked());
-                conversations.insert(id.clone(), ConversationView { unread, mentions, muted, marked_unread });
+                conversations.insert(id.clone(), c.view((unread, mentions), today));
+                let unread_threads: BTreeMap<u64, ThreadView> = c
+                    .threads
+                    .unread_at(&c.authored, today)
+                    .map(|(root, unread, mentions)| (root, ThreadView { unread, mentions }))
+                    .collect();
+                if !unread_threads.is_empty() {
+                    threads.insert(id.clone(), unread_threads);
+                }
             }
         }
         let mut view = self.view_with(user_id, totals, conversations, lists);
+        view.threads = threads;
         for (id, c) in self.read_diffused() {
             let Some(query) = c.share_query(today) else { continue };
             let (unread, mentions) = lists.index_counts(id, &query);
-            IndexShare { muted: c.muted, feed: c.feed, unread, mentions }.add_to(&mut view, id);
+            let first = lists.index_first(id, &query);
+            IndexShare { muted: c.muted, feed: c.feed, unread, mentions, first }.add_to(&mut view, id);
         }
+        self.add_teams(&mut view);
         view
+    }
+
+    /// v4: the teams of the view's conversations, each with the chat totals over its conversations (`CONTRACT.md`
+    /// § v4, "Teams"), from the conversations' counts as the view shows them.
+    fn add_teams(&self, view: &mut UserView) {
+        for (id, v) in &view.conversations {
+            let Some(team) = self.conversations.get(id).and_then(|c| c.team.as_ref()) else { continue };
+            let sums = Sums::of_member(v.unread, v.mentions, v.muted, false, v.marked_unread).counts;
+            let entry = view.teams.entry(team.clone()).or_default();
+            entry.unread += sums.total_unread;
+            entry.mentions += sums.total_mentions;
+            entry.unread_conversations += sums.unread_conversations;
+        }
     }
 
     /// What the projection stores of the conversations `ids`: [`UserState::view`] with [`NoLists`] (nothing expired,
@@ -528,10 +604,7 @@ impl UserState {
             .into_iter()
             .filter_map(|id| Some((id, self.conversations.get(id)?)))
             .filter(|(_, c)| c.is_member() && !c.feed)
-            .map(|(id, c)| {
-                let ((unread, mentions), muted, marked_unread) = (c.counts(), c.muted, c.is_marked());
-                (id.clone(), ConversationView { unread, mentions, muted, marked_unread })
-            })
+            .map(|(id, c)| (id.clone(), c.view(c.counts(), crate::core::expiry::NEVER)))
             .collect();
         self.view_with(user_id, self.totals, conversations, &NoLists)
     }
@@ -636,7 +709,7 @@ impl UserState {
 
     /// Applies one op about `conversation_id`; returns how many seqs became unread. Notes what changed in the
     /// user's own seqs there ([`UserState::take_own_changes`]).
-    pub fn apply_op(&mut self, conversation_id: &str, op: &DeltaOp) -> u64 {
+    pub fn apply_op(&mut self, user_id: &str, conversation_id: &str, op: &DeltaOp) -> u64 {
         // Only a member's own messages add to its own seqs, and a non-member has none to lose (a join finds them
         // empty): most ops need no before-and-after copy.
         let has_own = || self.conversations.get(conversation_id).is_some_and(|c| !c.own.is_empty());
@@ -646,10 +719,10 @@ impl UserState {
             _ => false,
         };
         if !touches_own {
-            return self.apply_op_inner(conversation_id, op);
+            return self.apply_op_inner(user_id, conversation_id, op);
         }
         let own_before = self.conversations.get(conversation_id).map(|c| c.own.clone()).unwrap_or_default();
-        let added = self.apply_op_inner(conversation_id, op);
+        let added = self.apply_op_inner(user_id, conversation_id, op);
         let own_after = self.conversations.get(conversation_id).map(|c| &c.own);
         if own_after != Some(&own_before) && !(own_before.is_empty() && own_after.is_none()) {
             let after = own_after.cloned().unwrap_or_default();
@@ -665,23 +738,29 @@ impl UserState {
         added
     }
 
-    fn apply_op_inner(&mut self, conversation_id: &str, op: &DeltaOp) -> u64 {
+    fn apply_op_inner(&mut self, user_id: &str, conversation_id: &str, op: &DeltaOp) -> u64 {
         match op {
-            DeltaOp::Joined { head } => self.update(conversation_id, true, |c| {
+            DeltaOp::Joined { head, reactions } => self.update(conversation_id, true, |c| {
                 if c.joined_at.is_none() {
-                    (c.joined_at, c.read_from) = (Some(*head), None);
+                    (c.joined_at, c.read_from, c.reactions.from) = (Some(*head), None, *reactions);
                     c.clear_seqs();
                 }
                 0
             }),
             DeltaOp::Left => self.update(conversation_id, false, |c| {
-                (c.joined_at, c.read_from) = (None, None);
+                (c.joined_at, c.read_from, c.reactions.from) = (None, None, 0);
                 c.clear_seqs();
                 0
             }),
-            DeltaOp::Messages { unread, mentions, read_to, expiry, own } => {
-                self.update(conversation_id, *read_to > 0, |c| {
+            DeltaOp::Messages { unread, mentions, read_to, expiry, own, threads } => {
+                let create = *read_to > 0 || !own.is_empty();
+                self.update(conversation_id, create, |c| {
                     c.floor = c.floor.max(*read_to);
+                    c.authored.union_above(own, 0);
+                    let (joined, count) = (c.joined_at, !c.feed);
+                    for (root, run) in threads {
+                        c.threads.apply_run(*root, run, joined, count, expiry);
+                    }
                     if !c.is_member() {
                         return 0;
                     }
@@ -701,6 +780,15 @@ impl UserState {
                     set.remove_all(seqs);
                 }
                 c.prune_expiry();
+                c.threads.recalled(seqs);
+                0
+            }),
+            DeltaOp::Named { seqs, threads } => self.update(conversation_id, true, |c| {
+                c.threads.named(seqs, threads);
+                0
+            }),
+            DeltaOp::Reactions { summaries } => self.update(conversation_id, false, |c| {
+                c.reactions.apply(user_id, &c.authored, summaries);
                 0
             }),
             DeltaOp::ReadDiffusion { since } => self.update(conversation_id, false, |c| {
@@ -715,6 +803,7 @@ impl UserState {
             DeltaOp::Expiry { expiry } => self.update(conversation_id, false, |c| {
                 if c.is_member() {
                     c.add_expiry(expiry);
+                    c.threads.add_expiry(expiry);
                 }
                 0
             }),
@@ -724,12 +813,20 @@ impl UserState {
         }
     }
 
+    /// v4: sets a conversation's team (from its deltas), if the user has an entry for it and it differs.
+    pub fn set_team(&mut self, conversation_id: &str, team: &Option<String>) {
+        if let Some(c) = self.conversations.get_mut(conversation_id).filter(|c| c.team != *team) {
+            c.team.clone_from(team);
+        }
+    }
+
     /// Marks a conversation as a feed (its kind was decided `feed`), if the user has an entry for it.
     pub fn mark_feed(&mut self, conversation_id: &str) {
         if self.conversations.get(conversation_id).is_some_and(|c| !c.feed) {
             self.update(conversation_id, false, |c| {
                 c.feed = true;
                 (c.read, c.read_mentions) = (SeqSet::new(), SeqSet::new());
+                c.threads.clear_unread();
                 c.named.remove_through(c.cursor());
                 c.prune_expiry();
                 0
@@ -768,6 +865,24 @@ impl UserState {
             UserEvent::MarkedUnread(e) => {
                 self.update(&e.conversation_id, true, |c| {
                     c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
+                    0
+                });
+            }
+            UserEvent::ThreadRead(e) => {
+                self.update(&e.conversation_id, true, |c| {
+                    c.threads.read(e.thread_root, e.read_seq, c.joined_at);
+                    0
+                });
+            }
+            UserEvent::ThreadFollowed(e) => {
+                self.update(&e.conversation_id, true, |c| {
+                    c.threads.follow(e.thread_root, e.followed);
+                    0
+                });
+            }
+            UserEvent::ReactionsRead(e) => {
+                self.update(&e.conversation_id, true, |c| {
+                    c.reactions.read = c.reactions.read.max(e.read_seq);
                     0
                 });
             }
@@ -854,12 +969,15 @@ impl Fold {
         let mut added = 0;
         for op in &delta.ops {
             added += match skip_own_changes {
-                true => user.apply_op_inner(&delta.conversation_id, op),
-                false => user.apply_op(&delta.conversation_id, op),
+                true => user.apply_op_inner(&delta.user_id, &delta.conversation_id, op),
+                false => user.apply_op(&delta.user_id, &delta.conversation_id, op),
             };
         }
         if delta.feed {
             user.mark_feed(&delta.conversation_id);
+        }
+        if delta.team.is_some() {
+            user.set_team(&delta.conversation_id, &delta.team);
         }
         if !skip_own_changes {
             user.note_membership(&delta.conversation_id, before);

@@ -173,6 +173,13 @@ impl ConvIndex {
         gone
     }
 
+    /// v4: the lowest seq [`ConvIndex::counts`] counts as unread for the query, `None` for none ("jump to the
+    /// first unread", `CONTRACT.md` § v4).
+    pub fn first(&self, q: &ShareQuery) -> Option<u64> {
+        let gone = self.expired_above(q.lo, q.today);
+        self.live.slice(q.lo, u64::MAX).iter().find(|s| !gone.contains(*s) && !q.own.contains(*s))
+    }
+
     /// A member's share of the index: (unread, mentions) of the live seqs above `q.lo` that have not expired at
     /// `q.today` and are not the member's own; the mentions being the `mention_all` ones plus the member's `named`
     /// mentions among them.
@@ -201,6 +208,8 @@ pub struct IndexShare {
     pub unread: u64,
     /// The index's seqs that mention the member.
     pub mentions: u64,
+    /// v4: the lowest of the index's seqs unread for the member ([`ConvIndex::first`]).
+    pub first: Option<u64>,
 }
 
 impl IndexShare {
@@ -219,6 +228,8 @@ impl IndexShare {
         Sums::replace_in(view, before, after);
         if let Some(c) = view.conversations.get_mut(conversation_id) {
             (c.unread, c.mentions) = (unread + self.unread, mentions + self.mentions);
+            // The member's own part holds seqs at or below the switch only: its first comes before the index's.
+            c.first_unread = c.first_unread.or(self.first);
         }
     }
 }

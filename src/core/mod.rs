@@ -13,7 +13,8 @@
 //! - [`notifications`]: a user's notifications, their counts per category and the bounded history behind them;
 //! - [`changes`]: what changed between two reader shapes, as the push stream sends it;
 //! - [`expiry`]: unread that expires (v3), as whole UTC days; [`receipts`]: read receipts (v3), "read by N of M",
-//!   from the members' join heads and cursors.
+//!   from the members' join heads and cursors;
+//! - [`threads`] and [`reactions`]: contract v4's threads and reactions of one user in one conversation.
 
 /// The hash map of the core's per-entity state: hashbrown's (std's own table, with `entry_ref`, which looks an id up
 /// without copying it) keyed with aHash, several times faster than SipHash on short ids and still seeded at random
@@ -34,6 +35,8 @@ pub mod fold;
 pub mod hybrid;
 pub mod lists;
 pub mod notifications;
+pub mod reactions;
 pub mod receipts;
 pub mod seqset;
+pub mod threads;
 pub mod totals;

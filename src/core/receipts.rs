@@ -34,6 +34,12 @@ pub struct ConvReceipts {
     live: SeqSet,
     /// The sender of each seq in `live`.
     senders: BTreeMap<u64, String>,
+    /// v4: seqs sent and then recalled (with `live`, every seq ever sent: a reply's root must have been).
+    recalled: SeqSet,
+    /// v4: every reply → its thread's root (`CONTRACT.md` § v4, "Threads").
+    roots: BTreeMap<u64, u64>,
+    /// v4: per thread root, every user's thread floor there: the largest `thread.read` and own reply, whenever.
+    thread_floors: BTreeMap<u64, BTreeMap<String, u64>>,
 }
 
 fn insert_sorted(list: &mut Vec<u64>, value: u64) {
@@ -56,13 +62,23 @@ impl ConvReceipts {
             ConversationEvent::Joined(e) => self.join(&e.user_id),
             ConversationEvent::Left(e) => self.leave(&e.user_id),
             ConversationEvent::Sent(e) if e.seq > self.head => {
+                let root = e.thread_root.filter(|r| self.live.contains(*r) || self.recalled.contains(*r));
+                let root = root.map(|r| self.roots.get(&r).copied().unwrap_or(r));
                 self.head = e.seq;
                 self.live.insert(e.seq);
                 self.senders.insert(e.seq, e.sender_id.clone());
-                self.raise_floor(&e.sender_id, e.seq);
+                match root {
+                    // A reply moves its sender's thread cursor, not the conversation's (§ v4).
+                    Some(root) => {
+                        self.roots.insert(e.seq, root);
+                        self.thread_ack(&e.sender_id, root, e.seq);
+                    }
+                    None => self.raise_floor(&e.sender_id, e.seq),
+                }
             }
             ConversationEvent::Recalled(e) if e.seq <= self.head && self.live.remove(e.seq) => {
                 self.senders.remove(&e.seq);
+                self.recalled.insert(e.seq);
             }
             _ => {}
         }
@@ -73,10 +89,26 @@ impl ConvReceipts {
         self.raise_floor(user, read_seq);
     }
 
-    /// The receipts of message `seq`: `None` for a seq never sent, a duplicate's or a recalled one.
+    /// v4: a `thread.read` of `user` in the thread of `root` up to `read_seq`, or a reply the user sent there.
+    pub fn thread_ack(&mut self, user: &str, root: u64, read_seq: u64) {
+        let floor = self.thread_floors.entry(root).or_default().entry(user.to_owned()).or_default();
+        *floor = (*floor).max(read_seq);
+    }
+
+    /// The receipts of message `seq`: `None` for a seq never sent, a duplicate's or a recalled one. A reply's
+    /// readers are the recipients whose thread cursor reached it (§ v4): O(users with a cursor in its thread).
     pub fn query(&self, seq: u64) -> Option<(u64, u64)> {
         let sender = self.senders.get(&seq)?;
         let before = self.join_heads.partition_point(|h| *h < seq) as u64;
+        if let Some(root) = self.roots.get(&seq) {
+            let floors = self.thread_floors.get(root).into_iter().flatten();
+            let read = floors
+                .filter(|(user, floor)| **floor >= seq && *user != sender)
+                .filter(|(user, _)| self.members.get(*user).is_some_and(|(joined, _)| *joined < seq))
+                .count() as u64;
+            let own = u64::from(self.members.get(sender).is_some_and(|(joined, _)| *joined < seq));
+            return Some((read, before - own));
+        }
         let unread = self.cursors.partition_point(|c| *c < seq) as u64;
         // The sender's cursor is at or above seq (sending is reading), so it is among `before - unread` if counted.
         let own = u64::from(self.members.get(sender).is_some_and(|(joined, _)| *joined < seq));
@@ -135,6 +167,12 @@ impl Receipts {
         if let crate::core::contract::Target::Conversation(cid) = event.target() {
             self.conversations.entry_ref(cid).or_default().apply(event);
         }
+    }
+
+    /// v4: a `thread.read` of `user` in `conversation_id`'s thread of `root` up to `read_seq` (naming a seq that
+    /// is no root reads no thread: its floor is never asked for).
+    pub fn thread_ack(&mut self, user: &str, conversation_id: &str, root: u64, read_seq: u64) {
+        self.conversations.entry_ref(conversation_id).or_default().thread_ack(user, root, read_seq);
     }
 
     /// A read ack of `user` in `conversation_id` up to `read_seq`.

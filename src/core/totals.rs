@@ -36,6 +36,17 @@ impl Sums {
         Sums { counts, memberships: 1 }
     }
 
+    /// This member conversation's part with its v4 counters (`CONTRACT.md` § v4): `threads` = (followed threads
+    /// with unread, the sum of their mentions), of which `unread_threads` leaves a muted conversation's out and
+    /// `thread_mentions` keeps them; `reactions`, its messages with new reactions, counts muted or not. A feed's
+    /// replies and reactions count nowhere: the caller does not call this for a feed.
+    pub fn with_v4(mut self, (threads, thread_mentions): (u64, u64), muted: bool, reactions: u64) -> Sums {
+        self.counts.unread_threads = if muted { 0 } else { threads };
+        self.counts.thread_mentions = thread_mentions;
+        self.counts.total_reactions = reactions;
+        self
+    }
+
     /// Replaces, in the totals `view` shows, one member conversation's part `before` with `after` (a share added
     /// at read time, or what expired by then).
     pub fn replace_in(view: &mut crate::core::contract::UserView, before: Sums, after: Sums) {

@@ -417,7 +417,7 @@ pub fn newest_fields<'a>(
 /// without it); `None` when the value is malformed.
 pub fn newest_unread_of(value: &str) -> Option<(ConversationView, u64)> {
     let (unread, mentions, muted, marked_unread, newest) = conversation_numbers(value)?;
-    Some((ConversationView { unread, mentions, muted, marked_unread }, newest))
+    Some((ConversationView { unread, mentions, muted, marked_unread, ..Default::default() }, newest))
 }
 
 /// An `r:` field's (read-diffused conversation, [`index_value`]) low bound, mute and feed flags; `None` when the
@@ -488,7 +488,7 @@ where
         } else if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
             let (unread, mentions, muted, marked_unread, _) =
                 conversation_numbers(&value).ok_or_else(|| bad(&field, &value))?;
-            view.conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted, marked_unread });
+            view.conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted, marked_unread, ..Default::default() });
         } else if let Some(cat) = field.strip_prefix(NOTIFICATION_PREFIX) {
             let (unread, unseen) = pair(&value).ok_or_else(|| bad(&field, &value))?;
             view.notifications.insert(cat.to_owned(), NotificationView { unread, unseen });
@@ -507,7 +507,7 @@ where
     }
     for (id, share) in shares {
         if let IndexFields { cursor: Some([_, muted, feed]), counts: Some((unread, mentions)) } = share {
-            IndexShare { muted: muted == 1, feed: feed == 1, unread, mentions }.add_to(&mut view, &id);
+            IndexShare { muted: muted == 1, feed: feed == 1, unread, mentions, first: None }.add_to(&mut view, &id);
         }
     }
     apply_expiry(&mut view, &expiring, today);

@@ -140,7 +140,7 @@ pub fn decode(value: &[u8]) -> Result<Event, DecodeError> {
 }
 
 /// The known field names; a field's index in this list is its slot in [`Fields`].
-const NAMES: [&str; 20] = [
+const NAMES: [&str; 25] = [
     "type",
     "event_id",
     "occurred_at",
@@ -161,6 +161,11 @@ const NAMES: [&str; 20] = [
     "unread_ttl_days",
     "marked",
     "from_seq",
+    "team",
+    "thread_root",
+    "reaction_seq",
+    "reaction",
+    "followed",
 ];
 const TYPE: usize = 0;
 const EVENT_ID: usize = 1;
@@ -182,6 +187,11 @@ const CATEGORY: usize = 16;
 const UNREAD_TTL_DAYS: usize = 17;
 const MARKED: usize = 18;
 const FROM_SEQ: usize = 19;
+const TEAM: usize = 20;
+const THREAD_ROOT: usize = 21;
+const REACTION_SEQ: usize = 22;
+const REACTION: usize = 23;
+const FOLLOWED: usize = 24;
 
 /// The known fields of one object, as raw JSON slices borrowed from the input.
 struct Fields<'a>([Option<&'a RawValue>; NAMES.len()]);
@@ -302,6 +312,8 @@ impl<'a> Fields<'a> {
             T::MessageRecalled => Event::Conversation(C::Recalled(self.recalled(meta)?)),
             T::BroadcastPublished => Event::Conversation(C::Published(self.published(meta)?)),
             T::BroadcastRecalled => Event::Conversation(C::Unpublished(self.unpublished(meta)?)),
+            T::ReactionAdded => Event::Conversation(C::ReactionAdded(self.reaction(meta)?)),
+            T::ReactionRemoved => Event::Conversation(C::ReactionRemoved(self.reaction(meta)?)),
             T::ReadAck => Event::User(U::ReadAck(self.read_ack(meta)?)),
             T::ConversationMuted => Event::User(U::Muted(self.muted(meta)?)),
             T::ConversationMarkedUnread => Event::User(U::MarkedUnread(self.marked_unread(meta)?)),
@@ -311,6 +323,9 @@ impl<'a> Fields<'a> {
             T::NotificationRetracted => Event::User(U::NotificationRetracted(self.note_mark(meta)?)),
             T::NotificationsSeen => Event::User(U::NotificationsSeen(self.notes_mark(meta)?)),
             T::NotificationsRead => Event::User(U::NotificationsRead(self.notes_mark(meta)?)),
+            T::ThreadRead => Event::User(U::ThreadRead(self.thread_read(meta)?)),
+            T::ThreadFollowed => Event::User(U::ThreadFollowed(self.thread_followed(meta)?)),
+            T::ReactionsRead => Event::User(U::ReactionsRead(self.reactions_read(meta)?)),
         })
     }
 
@@ -318,7 +333,8 @@ impl<'a> Fields<'a> {
         let (conversation_id, kind) = (self.id(CONVERSATION_ID)?, self.kind()?);
         let members = self.ids(MEMBERS)?.unwrap_or_default();
         let unread_ttl_days = self.optional_integer(UNREAD_TTL_DAYS, 1, MAX_TTL_DAYS)?;
-        Ok(ConversationCreated { event_id, occurred_at, conversation_id, kind, members, unread_ttl_days })
+        let team = self.0[TEAM].map(|_| self.id(TEAM)).transpose()?;
+        Ok(ConversationCreated { event_id, occurred_at, conversation_id, kind, members, unread_ttl_days, team })
     }
 
     fn joined(&self, (event_id, occurred_at): Meta) -> Result<MemberJoined, DecodeError> {
@@ -331,17 +347,65 @@ impl<'a> Fields<'a> {
         Ok(MemberLeft { event_id, occurred_at, conversation_id, user_id })
     }
 
+    /// `message.sent`; v4's `thread_root` is 1..=2^53 and below `seq` (`CONTRACT.md` § v4, "Threads").
     fn sent(&self, (event_id, occurred_at): Meta) -> Result<MessageSent, DecodeError> {
+        let (conversation_id, seq) = (self.id(CONVERSATION_ID)?, self.seq(SEQ, 1)?);
+        let sender_id = self.id(SENDER_ID)?;
+        let (mentions, mention_all) = (self.ids(MENTIONS)?.unwrap_or_default(), self.boolean(MENTION_ALL)?);
+        let countable = self.boolean(COUNTABLE)?.unwrap_or(true);
+        let thread_root = self.optional_integer(THREAD_ROOT, 1, MAX_SEQ)?;
+        if let Some(root) = thread_root.filter(|root| *root >= seq) {
+            let reason = format!("is {root}, not below `seq` {seq}: a reply's root is an earlier message");
+            return Err(DecodeError::InvalidValue { field: "thread_root", reason });
+        }
+        let mention_all = mention_all.unwrap_or(false);
         Ok(MessageSent {
             event_id,
             occurred_at,
-            conversation_id: self.id(CONVERSATION_ID)?,
-            seq: self.seq(SEQ, 1)?,
-            sender_id: self.id(SENDER_ID)?,
-            mentions: self.ids(MENTIONS)?.unwrap_or_default(),
-            mention_all: self.boolean(MENTION_ALL)?.unwrap_or(false),
-            countable: self.boolean(COUNTABLE)?.unwrap_or(true),
+            conversation_id,
+            seq,
+            sender_id,
+            mentions,
+            mention_all,
+            countable,
+            thread_root,
         })
+    }
+
+    /// `reaction.added` and `reaction.removed` (v4): `reaction_seq` and `seq` are 1..=2^53, `reaction` 1–64
+    /// bytes without control characters.
+    fn reaction(&self, (event_id, occurred_at): Meta) -> Result<Reaction, DecodeError> {
+        let (conversation_id, reaction_seq) = (self.id(CONVERSATION_ID)?, self.seq(REACTION_SEQ, 1)?);
+        let (seq, user_id) = (self.seq(SEQ, 1)?, self.id(USER_ID)?);
+        let reaction = self.string(REACTION)?;
+        let reason = match reaction.len() {
+            0 => Some("is empty: a reaction is 1–64 bytes".to_owned()),
+            n if n > MAX_REACTION_BYTES => Some(format!("is {n} bytes, over 64")),
+            _ if reaction.chars().any(char::is_control) => Some("holds a control character".to_owned()),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            return Err(DecodeError::InvalidValue { field: "reaction", reason });
+        }
+        Ok(Reaction { event_id, occurred_at, conversation_id, reaction_seq, seq, user_id, reaction })
+    }
+
+    fn thread_read(&self, (event_id, occurred_at): Meta) -> Result<ThreadRead, DecodeError> {
+        let (user_id, conversation_id) = (self.id(USER_ID)?, self.id(CONVERSATION_ID)?);
+        let (thread_root, read_seq) = (self.seq(THREAD_ROOT, 1)?, self.seq(READ_SEQ, 0)?);
+        Ok(ThreadRead { event_id, occurred_at, user_id, conversation_id, thread_root, read_seq })
+    }
+
+    fn thread_followed(&self, (event_id, occurred_at): Meta) -> Result<ThreadFollowed, DecodeError> {
+        let (user_id, conversation_id) = (self.id(USER_ID)?, self.id(CONVERSATION_ID)?);
+        let thread_root = self.seq(THREAD_ROOT, 1)?;
+        let followed = self.boolean(FOLLOWED)?.ok_or(DecodeError::MissingField { field: "followed" })?;
+        Ok(ThreadFollowed { event_id, occurred_at, user_id, conversation_id, thread_root, followed })
+    }
+
+    fn reactions_read(&self, (event_id, occurred_at): Meta) -> Result<ReactionsRead, DecodeError> {
+        let (user_id, conversation_id) = (self.id(USER_ID)?, self.id(CONVERSATION_ID)?);
+        Ok(ReactionsRead { event_id, occurred_at, user_id, conversation_id, read_seq: self.seq(READ_SEQ, 0)? })
     }
 
     fn recalled(&self, (event_id, occurred_at): Meta) -> Result<MessageRecalled, DecodeError> {

@@ -1,9 +1,9 @@
 //! The event contract (`CONTRACT.md` § Events) as Rust types, and the decoder that turns a Kafka record value into
 //! one of them.
 //!
-//! Every event type has its own struct; [`ConversationEvent`] groups the seven types published to
+//! Every event type has its own struct; [`ConversationEvent`] groups the nine types published to
 //! `unread.conversation-events` (record key = `conversation_id`, or `broadcast_id` for the two broadcast types) and
-//! [`UserEvent`] the nine published to `unread.user-events` (record key = `user_id`), `CONTRACT.md` v3. [`decode`] is the only way in from bytes: it enforces every rule
+//! [`UserEvent`] the twelve published to `unread.user-events` (record key = `user_id`), `CONTRACT.md` v4. [`decode`] is the only way in from bytes: it enforces every rule
 //! of the contract and names the offending field in its [`DecodeError`]. Serializing an [`Event`] with serde gives
 //! the contract's JSON again (field `type` first), which `unread produce` and the tests use.
 
@@ -13,7 +13,7 @@ mod view;
 
 pub use decode::{decode, DecodeError};
 pub use ids::{validate_id, IdError};
-pub use view::{BroadcastView, ConversationView, NotificationView, ReceiptView, UserView};
+pub use view::{BroadcastView, ConversationView, NotificationView, ReceiptView, TeamView, ThreadView, UserView};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,8 @@ pub const MAX_ID_BYTES: usize = 256;
 pub const MAX_SEQ: u64 = 1 << 53;
 /// Largest `unread_ttl_days`: 3,650 days, about ten years (`CONTRACT.md` § Events, v3).
 pub const MAX_TTL_DAYS: u64 = 3650;
+/// Largest `reaction`, in bytes of UTF-8 (`CONTRACT.md` § Events, v4).
+pub const MAX_REACTION_BYTES: usize = 64;
 
 /// A conversation's kind (`conversation.created`'s `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -57,6 +59,10 @@ pub struct ConversationCreated {
     /// "Expiry"); `None`: never. Only the first `conversation.created` of a conversation decides it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unread_ttl_days: Option<u64>,
+    /// v4: the team (workspace, server) the conversation belongs to, an id (`CONTRACT.md` § v4, "Teams"); only
+    /// the first `conversation.created` of a conversation decides it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 /// `member.joined`: `user_id` becomes a member at the conversation's current head (no-op for a member).
@@ -104,6 +110,10 @@ pub struct MessageSent {
     pub mention_all: bool,
     /// False for notices, edits, system lines and bots: such a message is never unread; default true.
     pub countable: bool,
+    /// v4: the message is a reply in the thread of message `thread_root` (1 ≤ `thread_root` < `seq`), when that
+    /// message was sent in the conversation before it (`CONTRACT.md` § v4, "Threads").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_root: Option<u64>,
 }
 
 /// `message.recalled`: message `seq` no longer counts (only if it was already sent).
@@ -253,6 +263,77 @@ pub struct NotificationsMark {
     pub category: Option<String>,
 }
 
+/// `reaction.added` or `reaction.removed` (v4): `user_id` added or withdrew `reaction` on message `seq`
+/// (`CONTRACT.md` § v4, "Reactions").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reaction {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The conversation (the record key on `unread.conversation-events`).
+    pub conversation_id: String,
+    /// 1..=2^53, strictly increasing per conversation over both reaction types (its own counter, not `seq`): one
+    /// not above the conversation's highest so far is a duplicate.
+    pub reaction_seq: u64,
+    /// The message reacted to, 1..=2^53.
+    pub seq: u64,
+    /// Who reacted.
+    pub user_id: String,
+    /// The reaction, 1–64 bytes (an emoji, `+1`), no control characters.
+    pub reaction: String,
+}
+
+/// `thread.read` (v4): `user_id` has read every reply of the thread of root `thread_root` up to `read_seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadRead {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// The conversation.
+    pub conversation_id: String,
+    /// The thread's root seq, 1..=2^53 (naming a reply or no root reads no thread).
+    pub thread_root: u64,
+    /// The reader's cursor in the thread, 0..=2^53.
+    pub read_seq: u64,
+}
+
+/// `thread.followed` (v4): `user_id` follows (`true`) or unfollows (`false`) the thread of root `thread_root`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadFollowed {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// The conversation.
+    pub conversation_id: String,
+    /// The thread's root seq, 1..=2^53.
+    pub thread_root: u64,
+    /// Follow or unfollow.
+    pub followed: bool,
+}
+
+/// `reactions.read` (v4): `user_id` has seen every reaction of `conversation_id` up to `read_seq` (a
+/// `reaction_seq`, 0..=2^53).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReactionsRead {
+    /// Unique per event (1–256 bytes); producers' retries reuse it.
+    pub event_id: String,
+    /// RFC 3339 time at the producer (event time); informational, never ordering.
+    pub occurred_at: String,
+    /// The user (the record key on `unread.user-events`).
+    pub user_id: String,
+    /// The conversation.
+    pub conversation_id: String,
+    /// The reader's reaction cursor.
+    pub read_seq: u64,
+}
+
 /// An event of the conversation stream (topic `unread.conversation-events`, key `conversation_id`). Serializes
 /// to the contract's JSON: `type` ([`EventType::name`]) first, then the event's own fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,6 +352,10 @@ pub enum ConversationEvent {
     Published(BroadcastPublished),
     /// `broadcast.recalled` (key `broadcast_id`)
     Unpublished(BroadcastRecalled),
+    /// `reaction.added` (v4)
+    ReactionAdded(Reaction),
+    /// `reaction.removed` (v4)
+    ReactionRemoved(Reaction),
 }
 
 /// An event of the user stream (topic `unread.user-events`, key `user_id`). Serializes as
@@ -295,6 +380,12 @@ pub enum UserEvent {
     NotificationsSeen(NotificationsMark),
     /// `notifications.read`
     NotificationsRead(NotificationsMark),
+    /// `thread.read` (v4)
+    ThreadRead(ThreadRead),
+    /// `thread.followed` (v4)
+    ThreadFollowed(ThreadFollowed),
+    /// `reactions.read` (v4)
+    ReactionsRead(ReactionsRead),
 }
 
 /// An event on the wire: `type` first, then the event's own fields.
@@ -321,6 +412,7 @@ impl Serialize for ConversationEvent {
             Self::Recalled(e) => tagged(t, e, s),
             Self::Published(e) => tagged(t, e, s),
             Self::Unpublished(e) => tagged(t, e, s),
+            Self::ReactionAdded(e) | Self::ReactionRemoved(e) => tagged(t, e, s),
         }
     }
 }
@@ -336,6 +428,9 @@ impl Serialize for UserEvent {
             Self::NotificationCreated(e) => tagged(t, e, s),
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => tagged(t, e, s),
             Self::NotificationsSeen(e) | Self::NotificationsRead(e) => tagged(t, e, s),
+            Self::ThreadRead(e) => tagged(t, e, s),
+            Self::ThreadFollowed(e) => tagged(t, e, s),
+            Self::ReactionsRead(e) => tagged(t, e, s),
         }
     }
 }
@@ -372,6 +467,8 @@ pub enum ConversationOp<'a> {
     Sent(&'a MessageSent),
     /// `message.recalled`
     Recalled(&'a MessageRecalled),
+    /// `reaction.added` (`true`) or `reaction.removed` (`false`), v4
+    Reaction(&'a Reaction, bool),
 }
 
 /// The events of a broadcast list.
@@ -413,6 +510,8 @@ impl ConversationEvent {
             Self::Recalled(_) => EventType::MessageRecalled,
             Self::Published(_) => EventType::BroadcastPublished,
             Self::Unpublished(_) => EventType::BroadcastRecalled,
+            Self::ReactionAdded(_) => EventType::ReactionAdded,
+            Self::ReactionRemoved(_) => EventType::ReactionRemoved,
         }
     }
 
@@ -427,6 +526,8 @@ impl ConversationEvent {
             Self::Recalled(e) => Conversation(&e.conversation_id, ConversationOp::Recalled(e)),
             Self::Published(e) => Broadcast(&e.broadcast_id, BroadcastOp::Published(e)),
             Self::Unpublished(e) => Broadcast(&e.broadcast_id, BroadcastOp::Recalled(e)),
+            Self::ReactionAdded(e) => Conversation(&e.conversation_id, ConversationOp::Reaction(e, true)),
+            Self::ReactionRemoved(e) => Conversation(&e.conversation_id, ConversationOp::Reaction(e, false)),
         }
     }
 
@@ -440,6 +541,7 @@ impl ConversationEvent {
             Self::Recalled(e) => Target::Conversation(&e.conversation_id),
             Self::Published(e) => Target::Broadcast(&e.broadcast_id),
             Self::Unpublished(e) => Target::Broadcast(&e.broadcast_id),
+            Self::ReactionAdded(e) | Self::ReactionRemoved(e) => Target::Conversation(&e.conversation_id),
         }
     }
 
@@ -468,6 +570,7 @@ impl ConversationEvent {
             Self::Recalled(e) => &e.event_id,
             Self::Published(e) => &e.event_id,
             Self::Unpublished(e) => &e.event_id,
+            Self::ReactionAdded(e) | Self::ReactionRemoved(e) => &e.event_id,
         }
     }
 }
@@ -483,6 +586,7 @@ impl ConversationEvent {
             Self::Recalled(e) => &e.occurred_at,
             Self::Published(e) => &e.occurred_at,
             Self::Unpublished(e) => &e.occurred_at,
+            Self::ReactionAdded(e) | Self::ReactionRemoved(e) => &e.occurred_at,
         }
     }
 }
@@ -498,6 +602,9 @@ impl UserEvent {
             Self::NotificationCreated(e) => &e.occurred_at,
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.occurred_at,
             Self::NotificationsSeen(e) | Self::NotificationsRead(e) => &e.occurred_at,
+            Self::ThreadRead(e) => &e.occurred_at,
+            Self::ThreadFollowed(e) => &e.occurred_at,
+            Self::ReactionsRead(e) => &e.occurred_at,
         }
     }
 
@@ -513,6 +620,9 @@ impl UserEvent {
             Self::NotificationRetracted(_) => EventType::NotificationRetracted,
             Self::NotificationsSeen(_) => EventType::NotificationsSeen,
             Self::NotificationsRead(_) => EventType::NotificationsRead,
+            Self::ThreadRead(_) => EventType::ThreadRead,
+            Self::ThreadFollowed(_) => EventType::ThreadFollowed,
+            Self::ReactionsRead(_) => EventType::ReactionsRead,
         }
     }
 
@@ -527,6 +637,9 @@ impl UserEvent {
             Self::NotificationCreated(e) => (&mut e.event_id, &mut e.occurred_at),
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => (&mut e.event_id, &mut e.occurred_at),
             Self::NotificationsSeen(e) | Self::NotificationsRead(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::ThreadRead(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::ThreadFollowed(e) => (&mut e.event_id, &mut e.occurred_at),
+            Self::ReactionsRead(e) => (&mut e.event_id, &mut e.occurred_at),
         };
         (*id, *at) = (event_id, occurred_at);
     }
@@ -541,16 +654,22 @@ impl UserEvent {
             Self::NotificationCreated(e) => &e.user_id,
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.user_id,
             Self::NotificationsSeen(e) | Self::NotificationsRead(e) => &e.user_id,
+            Self::ThreadRead(e) => &e.user_id,
+            Self::ThreadFollowed(e) => &e.user_id,
+            Self::ReactionsRead(e) => &e.user_id,
         }
     }
 
-    /// The conversation the event is about, for `read.ack`, `conversation.muted` and
-    /// `conversation.marked_unread`.
+    /// The conversation the event is about, for `read.ack`, `conversation.muted`, `conversation.marked_unread`
+    /// and v4's `thread.read`, `thread.followed` and `reactions.read`.
     pub fn conversation_id(&self) -> Option<&str> {
         match self {
             Self::ReadAck(e) => Some(&e.conversation_id),
             Self::Muted(e) => Some(&e.conversation_id),
             Self::MarkedUnread(e) => Some(&e.conversation_id),
+            Self::ThreadRead(e) => Some(&e.conversation_id),
+            Self::ThreadFollowed(e) => Some(&e.conversation_id),
+            Self::ReactionsRead(e) => Some(&e.conversation_id),
             _ => None,
         }
     }
@@ -565,6 +684,9 @@ impl UserEvent {
             Self::NotificationCreated(e) => &e.event_id,
             Self::NotificationRead(e) | Self::NotificationRetracted(e) => &e.event_id,
             Self::NotificationsSeen(e) | Self::NotificationsRead(e) => &e.event_id,
+            Self::ThreadRead(e) => &e.event_id,
+            Self::ThreadFollowed(e) => &e.event_id,
+            Self::ReactionsRead(e) => &e.event_id,
         }
     }
 }
@@ -643,6 +765,10 @@ pub enum EventType {
     BroadcastPublished,
     /// `broadcast.recalled`
     BroadcastRecalled,
+    /// `reaction.added` (v4)
+    ReactionAdded,
+    /// `reaction.removed` (v4)
+    ReactionRemoved,
     /// `read.ack`
     ReadAck,
     /// `conversation.muted`
@@ -661,11 +787,17 @@ pub enum EventType {
     NotificationsSeen,
     /// `notifications.read`
     NotificationsRead,
+    /// `thread.read` (v4)
+    ThreadRead,
+    /// `thread.followed` (v4)
+    ThreadFollowed,
+    /// `reactions.read` (v4)
+    ReactionsRead,
 }
 
 impl EventType {
     /// Every type, in the order of `CONTRACT.md`.
-    pub const ALL: [EventType; 16] = {
+    pub const ALL: [EventType; 21] = {
         use EventType::*;
         [
             ConversationCreated,
@@ -675,6 +807,8 @@ impl EventType {
             MessageRecalled,
             BroadcastPublished,
             BroadcastRecalled,
+            ReactionAdded,
+            ReactionRemoved,
             ReadAck,
             ConversationMuted,
             ConversationMarkedUnread,
@@ -684,6 +818,9 @@ impl EventType {
             NotificationRetracted,
             NotificationsSeen,
             NotificationsRead,
+            ThreadRead,
+            ThreadFollowed,
+            ReactionsRead,
         ]
     };
 
@@ -698,6 +835,8 @@ impl EventType {
             MessageRecalled => "message.recalled",
             BroadcastPublished => "broadcast.published",
             BroadcastRecalled => "broadcast.recalled",
+            ReactionAdded => "reaction.added",
+            ReactionRemoved => "reaction.removed",
             ReadAck => "read.ack",
             ConversationMuted => "conversation.muted",
             ConversationMarkedUnread => "conversation.marked_unread",
@@ -707,6 +846,9 @@ impl EventType {
             NotificationRetracted => "notification.retracted",
             NotificationsSeen => "notifications.seen",
             NotificationsRead => "notifications.read",
+            ThreadRead => "thread.read",
+            ThreadFollowed => "thread.followed",
+            ReactionsRead => "reactions.read",
         }
     }
 
@@ -720,7 +862,7 @@ impl EventType {
         use EventType::*;
         match self {
             ConversationCreated | MemberJoined | MemberLeft | MessageSent | MessageRecalled | BroadcastPublished
-            | BroadcastRecalled => Stream::Conversation,
+            | BroadcastRecalled | ReactionAdded | ReactionRemoved => Stream::Conversation,
             ReadAck
             | ConversationMuted
             | ConversationMarkedUnread
@@ -729,14 +871,17 @@ impl EventType {
             | NotificationRead
             | NotificationRetracted
             | NotificationsSeen
-            | NotificationsRead => Stream::User,
+            | NotificationsRead
+            | ThreadRead
+            | ThreadFollowed
+            | ReactionsRead => Stream::User,
         }
     }
 }
 
 /// The names of the contract's event types, in the order of `CONTRACT.md`.
-pub const EVENT_TYPES: [&str; 16] = {
-    let mut names = [""; 16];
+pub const EVENT_TYPES: [&str; 21] = {
+    let mut names = [""; 21];
     let mut i = 0;
     while i < names.len() {
         names[i] = EventType::ALL[i].name();

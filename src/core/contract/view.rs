@@ -35,6 +35,41 @@ pub struct UserView {
     /// Sum of `unseen` over the categories (v2).
     #[serde(default)]
     pub total_notifications_unseen: u64,
+    /// v4: per conversation, the followed threads with unread replies, by their root's seq (a string on the wire).
+    #[serde(default)]
+    pub threads: BTreeMap<String, BTreeMap<u64, ThreadView>>,
+    /// v4: followed threads with unread replies in unmuted conversations.
+    #[serde(default)]
+    pub unread_threads: u64,
+    /// v4: sum of `mentions` over the followed threads, muted conversations included.
+    #[serde(default)]
+    pub thread_mentions: u64,
+    /// v4: sum of `reactions` over the non-feed conversations, muted ones included.
+    #[serde(default)]
+    pub total_reactions: u64,
+    /// v4: per team of the user's non-feed conversations, the chat totals over that team's conversations.
+    #[serde(default)]
+    pub teams: BTreeMap<String, TeamView>,
+}
+
+/// v4: one followed thread's counts for one user (`CONTRACT.md` § v4, "Threads").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ThreadView {
+    /// Countable, not recalled, not expired replies of others above the user's thread cursor.
+    pub unread: u64,
+    /// Those of them that mention the user.
+    pub mentions: u64,
+}
+
+/// v4: one team's counts for one user (`CONTRACT.md` § v4, "Teams"): the chat totals over its conversations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TeamView {
+    /// Sum of `unread` over the team's unmuted conversations.
+    pub unread: u64,
+    /// Sum of `mentions` over all of the team's conversations.
+    pub mentions: u64,
+    /// The team's unmuted conversations with `unread > 0` or marked unread.
+    pub unread_conversations: u64,
 }
 
 /// One broadcast list's counts for one user (`CONTRACT.md` § v2, "Broadcasts").
@@ -68,6 +103,13 @@ pub struct ConversationView {
     /// and v2 files, read as false.
     #[serde(default)]
     pub marked_unread: bool,
+    /// v4: the lowest seq counted in `unread`, `null` when `unread` is 0 ("jump to the first unread"; `CONTRACT.md`
+    /// § v4, "First unread").
+    #[serde(default)]
+    pub first_unread: Option<u64>,
+    /// v4: the user's messages here with a new reaction by someone else (§ v4, "Reactions").
+    #[serde(default)]
+    pub reactions: u64,
 }
 
 /// The read receipts of one message (`CONTRACT.md` § v3, "Read receipts"): of its `recipients` (the current members

@@ -328,7 +328,7 @@ impl ConversationRowV2 {
     pub(super) fn into_state(self) -> ConversationState {
         let (kind, head, members) = (self.kind.map(Into::into), self.head, self.members);
         let (ttl_days, uncreated_days, sent) = (None, BTreeMap::new(), SeqSet::new());
-        ConversationState { kind, head, members, index: None, ttl_days, uncreated_days, sent }
+        ConversationState { kind, head, members, index: None, ttl_days, uncreated_days, sent, ..Default::default() }
     }
 }
 
