@@ -71,7 +71,8 @@ fn fold(path: &str) -> (u64, u64, usize, Pipeline) {
         for_each_batch(open_input(path).unwrap(), MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b))
             .unwrap();
     // At the latest occurred_at, as `unread fold` without --now (contract v3: counts at an instant).
-    let users = pipeline.write_views_at(pipeline.latest().unwrap_or(0), io::sink()).unwrap();
+    let users =
+        pipeline.write_views_at(pipeline.latest().unwrap_or(0), unread::pipeline::Shape::V4, io::sink()).unwrap();
     (stats.events, pipeline.fold().stats().increments, users, pipeline)
 }
 

@@ -138,10 +138,10 @@ impl Pipeline {
     /// returns how many were written.
     ///
     /// Errors: the writer fails.
-    pub fn write_views_at(&self, now: i64, mut out: impl Write) -> io::Result<usize> {
+    pub fn write_views_at(&self, now: i64, shape: Shape, mut out: impl Write) -> io::Result<usize> {
         let mut written = 0;
         for view in self.fold.views_iter_at(&self.fanout, day_of(now)) {
-            write_view(&view, &mut out)?;
+            shape.write(&view, &mut out)?;
             written += 1;
         }
         out.flush()?;
@@ -252,11 +252,78 @@ pub fn write_receipts(receipts: &[crate::core::contract::ReceiptView], mut out: 
 /// Writes views as JSON Lines (the contract's reader shape, compact).
 ///
 /// Errors: the writer fails.
-pub fn write_views(views: &[UserView], mut out: impl Write) -> io::Result<()> {
+pub fn write_views(views: &[UserView], out: impl Write) -> io::Result<()> {
+    write_views_shaped(views, Shape::V4, out)
+}
+
+/// Writes views as JSON Lines in a contract version's reader shape.
+///
+/// Errors: the writer fails.
+pub fn write_views_shaped(views: &[UserView], shape: Shape, mut out: impl Write) -> io::Result<()> {
     for view in views {
-        write_view(view, &mut out)?;
+        shape.write(view, &mut out)?;
     }
     out.flush()
+}
+
+/// A contract version's reader shape (`CONTRACT.md` § "The state a reader sees"), for files made for an earlier
+/// version: each drops the fields its version did not have, in the same order otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shape {
+    /// v1 and v2: no `marked_unread` (v3) and no v4 field.
+    V2,
+    /// v3: no `first_unread` and `reactions` per conversation, no `threads`, `unread_threads`, `thread_mentions`,
+    /// `total_reactions` and `teams`.
+    V3,
+    /// v4: every field.
+    #[default]
+    V4,
+}
+
+impl Shape {
+    /// The fields of a conversation that this shape leaves out.
+    fn conversation_fields(self) -> &'static [&'static str] {
+        match self {
+            Self::V2 => &["marked_unread", "first_unread", "reactions"],
+            Self::V3 => &["first_unread", "reactions"],
+            Self::V4 => &[],
+        }
+    }
+
+    /// `view` as this shape says it: the fields the shape does not have at their defaults (to compare a fold's
+    /// views with a file of an earlier version parsed as [`UserView`]s).
+    pub fn project(self, view: &UserView) -> UserView {
+        let mut view = view.clone();
+        if self == Self::V4 {
+            return view;
+        }
+        (view.threads, view.teams) = Default::default();
+        (view.unread_threads, view.thread_mentions, view.total_reactions) = (0, 0, 0);
+        for c in view.conversations.values_mut() {
+            (c.first_unread, c.reactions) = (None, 0);
+            c.marked_unread &= self == Self::V3;
+        }
+        view
+    }
+
+    /// One view as one line of JSON in this shape.
+    fn write(self, view: &UserView, mut out: impl Write) -> io::Result<()> {
+        if self == Self::V4 {
+            return write_view(view, out);
+        }
+        let mut value = serde_json::to_value(view)?;
+        if let Some(user) = value.as_object_mut() {
+            for field in ["threads", "unread_threads", "thread_mentions", "total_reactions", "teams"] {
+                user.shift_remove(field);
+            }
+            let conversations = user.get_mut("conversations").and_then(|c| c.as_object_mut()).into_iter();
+            for conversation in conversations.flat_map(|c| c.values_mut()).filter_map(|c| c.as_object_mut()) {
+                self.conversation_fields().iter().for_each(|f| drop(conversation.shift_remove(*f)));
+            }
+        }
+        serde_json::to_writer(&mut out, &value)?;
+        out.write_all(b"\n")
+    }
 }
 
 /// One view as one line of JSON.

@@ -558,7 +558,7 @@ mod tests {
         deliver(&mut w, read(counts(4), 12));
         assert_eq!(
             &*rx.try_recv().unwrap().json,
-            r#"{"type":"changes","version":12,"totals":{"total_unread":4,"total_mentions":0,"unread_conversations":0,"feed_unread":0,"total_notifications_unread":0,"total_notifications_unseen":0}}"#
+            r#"{"type":"changes","version":12,"totals":{"total_unread":4,"total_mentions":0,"unread_conversations":0,"feed_unread":0,"total_notifications_unread":0,"total_notifications_unseen":0,"unread_threads":0,"thread_mentions":0,"total_reactions":0}}"#
         );
         let (tx, mut current) = mpsc::channel(QUEUE);
         w.users.get_mut("u").unwrap().sockets.push(Socket { id: 2, tx, first: First::Due { since: Some(12) } });

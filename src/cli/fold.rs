@@ -9,16 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use crate::pipeline::{for_each_batch, open_input, write_receipts, write_views, Pipeline, MAX_BATCH};
-
-/// Writes views in the v2 shape: the v3 shape without `"marked_unread":false` (a quote inside an id is escaped, so
-/// the text cannot occur inside a string).
-fn write_v2_views(views: &[crate::core::contract::UserView], out: &mut impl Write) -> io::Result<()> {
-    let mut v3 = Vec::new();
-    write_views(views, &mut v3)?;
-    out.write_all(String::from_utf8_lossy(&v3).replace(r#","marked_unread":false"#, "").as_bytes())?;
-    out.flush()
-}
+use crate::pipeline::{for_each_batch, open_input, write_receipts, write_views_shaped, Pipeline, Shape, MAX_BATCH};
 
 /// An RFC 3339 instant → seconds since the epoch.
 fn parse_instant(text: &str) -> Result<i64, String> {
@@ -47,9 +38,11 @@ pub struct FoldArgs {
     /// Also write every message's read receipts (v3) to this file, sorted by conversation then seq.
     #[arg(long)]
     receipts: Option<String>,
-    /// The reader shape written: `v3` (default), or `v2`, without `marked_unread`, the shape of the v1 and v2
-    /// expected files (refused when a conversation is marked unread, which `v2` cannot say).
-    #[arg(long, default_value = "v3", value_parser = ["v2", "v3"])]
+    /// The reader shape written: `v4` (default); `v3`, without v4's fields (`first_unread`, `reactions`,
+    /// `threads`, `unread_threads`, `thread_mentions`, `total_reactions`, `teams`); or `v2`, also without
+    /// `marked_unread`, the shape of the v1 and v2 expected files (refused when a conversation is marked unread,
+    /// which `v2` cannot say).
+    #[arg(long, default_value = "v4", value_parser = ["v2", "v3", "v4"])]
     shape: String,
     /// Member count from which a conversation is read-diffused (0: never); the counts are the same either way.
     #[arg(long, env = "UNREAD_READ_DIFFUSION_THRESHOLD", default_value_t = crate::core::hybrid::DEFAULT_THRESHOLD)]
@@ -121,10 +114,11 @@ impl FoldArgs {
                 if views.iter().any(|v| v.conversations.values().any(|c| c.marked_unread)) {
                     anyhow::bail!("--shape v2 cannot say that a conversation is marked unread: use --shape v3");
                 }
-                write_v2_views(&views, &mut out).map(|()| views.len())
+                write_views_shaped(&views, Shape::V2, &mut out).map(|()| views.len())
             }
             // One view at a time: the views of every user are never all held (33 MiB for the full v3 set).
-            _ => pipeline.write_views_at(now, &mut out),
+            "v3" => pipeline.write_views_at(now, Shape::V3, &mut out),
+            _ => pipeline.write_views_at(now, Shape::V4, &mut out),
         };
         let users = users.with_context(|| format!("writing {}", self.output))?;
         let (events, invalid) = (stats.events, stats.invalid);

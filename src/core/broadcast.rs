@@ -57,9 +57,7 @@ pub trait Lists {
 
     /// v4: the lowest seq of a member's share of a read-diffused conversation's index ([`ConvIndex::first`]),
     /// `None` when the share is empty or the lists do not hold the index.
-    fn index_first(&self, _conversation_id: &str, _query: &ShareQuery) -> Option<u64> {
-        None
-    }
+    fn index_first(&self, conversation_id: &str, query: &ShareQuery) -> Option<u64>;
 }
 
 /// The broadcast lists and read-diffused conversations' indexes, loaded from the checkpoint (for `unread verify`
@@ -96,5 +94,9 @@ impl Lists for NoLists {
 
     fn index_counts(&self, _: &str, _: &ShareQuery) -> (u64, u64) {
         (0, 0)
+    }
+
+    fn index_first(&self, _: &str, _: &ShareQuery) -> Option<u64> {
+        None
     }
 }

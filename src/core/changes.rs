@@ -108,9 +108,7 @@ mod tests {
     fn view(conversations: &[(&str, u64)], categories: &[(&str, u64)]) -> UserView {
         let conversations: BTreeMap<_, _> = conversations
             .iter()
-            .map(|(c, n)| {
-                (c.to_string(), ConversationView { unread: *n, mentions: 0, muted: false, marked_unread: false })
-            })
+            .map(|(c, n)| (c.to_string(), ConversationView { unread: *n, ..Default::default() }))
             .collect();
         let total_unread = conversations.values().map(|c| c.unread).sum();
         let notifications =

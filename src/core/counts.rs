@@ -102,7 +102,7 @@ impl Counts {
     };
 
     /// The Redis `_totals` value: `v{FORMAT}` and the values in the table's order, space-separated
-    /// (`"v2 3 1 1 0 0 0"`).
+    /// (`"v3 3 1 1 0 0 0 0 0 0"`).
     pub fn encode(&self) -> String {
         let mut out = format!("v{}", Self::FORMAT);
         for v in self.values() {
@@ -162,13 +162,28 @@ mod tests {
     #[test]
     fn the_redis_value_round_trips_and_reads_every_earlier_format() {
         let c = Counts::from_values(&[3, 1, 1, 7, 4, 2]).unwrap();
-        assert_eq!(c.encode(), "v2 3 1 1 7 4 2");
+        assert_eq!(c.encode(), "v3 3 1 1 7 4 2 0 0 0");
         assert_eq!(Counts::decode(&c.encode()), Some(c));
+        assert_eq!(Counts::decode("v2 3 1 1 7 4 2"), Some(c), "a value of the format before v4's counters");
+        let v4 = Counts::from_values(&[3, 1, 1, 7, 4, 2, 5, 6, 8]).unwrap();
+        assert_eq!(Counts::decode(&v4.encode()), Some(v4));
+        assert_eq!((v4.unread_threads, v4.thread_mentions, v4.total_reactions), (5, 6, 8));
         // Builds before the version: six numbers, and a v1 build's three.
         assert_eq!(Counts::decode("3 1 1 7 4 2"), Some(c));
         assert_eq!(Counts::decode("1 2 3"), Counts::from_values(&[1, 2, 3]));
         assert_eq!(Counts::decode("v1 1 2 3"), Counts::from_values(&[1, 2, 3]));
-        for bad in ["", "1 2", "1 2 3 4", "v2 1 2 3", "v9 1 2 3 4 5 6", "v0", "x y z", "v2 1 2 3 4 5 -6", "v 1 2 3"] {
+        for bad in [
+            "",
+            "1 2",
+            "1 2 3 4",
+            "v2 1 2 3",
+            "v3 1 2 3 4 5 6",
+            "v9 1 2 3 4 5 6",
+            "v0",
+            "x y z",
+            "v2 1 2 3 4 5 -6",
+            "v 1 2 3",
+        ] {
             assert_eq!(Counts::decode(bad), None, "{bad:?}");
         }
     }
@@ -178,7 +193,7 @@ mod tests {
         let mut view =
             UserView { total_unread: 5, feed_unread: 2, total_notifications_unseen: 1, ..UserView::default() };
         let c = Counts::of(&view);
-        assert_eq!(c.values(), [5, 0, 0, 2, 0, 1]);
+        assert_eq!(c.values(), [5, 0, 0, 2, 0, 1, 0, 0, 0]);
         let mut more = c;
         more.replace(&Counts::default(), &Counts { total_mentions: 4, ..Counts::default() });
         more.set_in(&mut view);

@@ -330,7 +330,7 @@ mod tests {
 
     fn joined(user: &str) -> Delta {
         let ops = vec![DeltaOp::Joined { head: 3, reactions: 0 }, DeltaOp::ReadDiffusion { since: 3 }];
-        Delta { user_id: user.into(), conversation_id: "feed".into(), ops, feed: true, source: None }
+        Delta { user_id: user.into(), conversation_id: "feed".into(), ops, feed: true, source: None, team: None }
     }
 
     #[test]
@@ -393,6 +393,7 @@ mod tests {
             ops: vec![DeltaOp::Left],
             feed: false,
             source: None,
+            team: None,
         };
         let without = serde_json::to_string(&d).unwrap();
         assert_eq!(without, r#"{"user_id":"u","conversation_id":"c","ops":["Left"]}"#, "as deltas were before");

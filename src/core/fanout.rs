@@ -720,7 +720,8 @@ impl<'e> ConvBatch<'e> {
         // Users who were not members at the start: those with marks (joins, own messages), and, v4, those only
         // named (their naming makes them follow threads, member or not).
         let marked = self.timeline.keys().copied().filter(|u| !self.was_member(state, u));
-        let named = self.named.keys().copied().filter(|u| !self.timeline.contains_key(u) && !state.members.contains_key(*u));
+        let named =
+            self.named.keys().copied().filter(|u| !self.timeline.contains_key(u) && !state.members.contains_key(*u));
         let mut others: Vec<&str> = marked.chain(named).collect();
         others.sort_unstable();
         for user in others {

@@ -29,8 +29,8 @@ use crate::core::delta::{Delta, DeltaOp};
 use crate::core::hybrid::{IndexShare, ShareQuery};
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::reactions::Reactions;
-use crate::core::threads::Threads;
 use crate::core::seqset::SeqSet;
+use crate::core::threads::Threads;
 pub use crate::core::totals::Sums;
 use crate::core::Map;
 

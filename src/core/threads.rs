@@ -137,7 +137,14 @@ impl Threads {
     /// A run of replies of the thread of `root` (from a Messages op). `joined`: the head at the member's latest
     /// join, `None` for a non-member (only the cursor and involvement move). `count`: false in a feed, where
     /// replies count nowhere.
-    pub fn apply_run(&mut self, root: u64, run: &ThreadRun, joined: Option<u64>, count: bool, expiry: &[(i64, SeqSet)]) {
+    pub fn apply_run(
+        &mut self,
+        root: u64,
+        run: &ThreadRun,
+        joined: Option<u64>,
+        count: bool,
+        expiry: &[(i64, SeqSet)],
+    ) {
         let thread = self.by_root.entry(root).or_default();
         thread.floor = thread.floor.max(run.read_to);
         thread.involved |= run.read_to > 0;

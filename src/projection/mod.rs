@@ -488,7 +488,10 @@ where
         } else if let Some(id) = field.strip_prefix(CONVERSATION_PREFIX) {
             let (unread, mentions, muted, marked_unread, _) =
                 conversation_numbers(&value).ok_or_else(|| bad(&field, &value))?;
-            view.conversations.insert(id.to_owned(), ConversationView { unread, mentions, muted, marked_unread, ..Default::default() });
+            view.conversations.insert(
+                id.to_owned(),
+                ConversationView { unread, mentions, muted, marked_unread, ..Default::default() },
+            );
         } else if let Some(cat) = field.strip_prefix(NOTIFICATION_PREFIX) {
             let (unread, unseen) = pair(&value).ok_or_else(|| bad(&field, &value))?;
             view.notifications.insert(cat.to_owned(), NotificationView { unread, unseen });
@@ -568,12 +571,11 @@ mod tests {
         };
         view.conversations.insert(
             "team c:1/%".into(),
-            ConversationView { unread: 3, mentions: 1, muted: false, marked_unread: true },
+            ConversationView { unread: 3, mentions: 1, marked_unread: true, ..Default::default() },
         );
-        view.conversations
-            .insert("quiet".into(), ConversationView { unread: 9, mentions: 0, muted: true, marked_unread: false });
+        view.conversations.insert("quiet".into(), ConversationView { unread: 9, muted: true, ..Default::default() });
         let fields = encode_view(&view, &BTreeMap::new());
-        assert_eq!(fields[0], ("_totals".into(), "v2 3 1 1 0 0 0".into()));
+        assert_eq!(fields[0], ("_totals".into(), "v3 3 1 1 0 0 0 0 0 0".into()));
         assert!(fields.contains(&("c:team c:1/%".into(), "3 1 0 1".into())), "unread mentions muted marked");
         let mut with_version = fields.clone();
         with_version.push((VERSION_FIELD.into(), "anything".into()));
@@ -630,7 +632,7 @@ mod tests {
 
     #[test]
     fn a_conversation_field_carries_its_newest_unread_seq_and_older_fields_read_without_it() {
-        let c = ConversationView { unread: 3, mentions: 1, muted: false, marked_unread: true };
+        let c = ConversationView { unread: 3, mentions: 1, marked_unread: true, ..Default::default() };
         let value = conversation_value(&c, Some(42));
         assert_eq!(value, "3 1 0 1 42");
         assert_eq!(newest_unread_of(&value), Some((c, 42)));

@@ -13,8 +13,11 @@
 //!   notification summary; 3 adds read diffusion (per conversation, the switch and the named mentions above it);
 //!   4 adds contract v3 (per conversation, the mark with its "unread from" seq, the read history, the expiry
 //!   buckets); 5 stores the totals as the table of counts in its order ([`Counts`]), so that a counter added to
-//!   the table needs no new version;
-//! - conversations: 1 and 2 (kind, head, members); 3 adds the read-diffusion index; 4 adds `unread_ttl_days`;
+//!   the table needs no new version; 6 adds contract v4 (per conversation, the seqs sent and naming the user, the
+//!   threads, the reaction cursor and reacted messages, the team);
+//! - conversations: 1 and 2 (kind, head, members); 3 adds the read-diffusion index; 4 adds `unread_ttl_days`; 5
+//!   the index's expiry; 6 leaves the members out; 7 adds contract v4 (team, replies' roots, recalled seqs,
+//!   reaction head, live reactions);
 //! - lists and notes: one layout, read under any of 1 to 3.
 //!
 //! Range sets keep a user's row small whatever the unread count: a dev-set user averages tens of bytes. Decoding
@@ -35,10 +38,11 @@ use crate::core::notifications::{CategoryCounts, Note, Summary};
 use crate::core::seqset::SeqSet;
 
 /// The version byte of a user row written now.
-pub const USER_ROW: u8 = 5;
-/// The version byte of a conversation row written now: 6, version 5's layout with its members left out (empty):
-/// they have rows of their own (`fanout_members`, [`crate::checkpoint::store::MemberRow`]).
-pub const CONVERSATION_ROW: u8 = 6;
+pub const USER_ROW: u8 = 6;
+/// The version byte of a conversation row written now: 7, version 6's (version 5's layout with its members left
+/// out, empty: they have rows of their own, `fanout_members`, [`crate::checkpoint::store::MemberRow`]) and contract
+/// v4's fields.
+pub const CONVERSATION_ROW: u8 = 7;
 /// The version byte of a broadcast list row written now.
 pub const LIST_ROW: u8 = 3;
 /// The version byte of a remembered notification's row written now.
@@ -94,7 +98,7 @@ use rows::*;
 
 /// Encodes one user's fold state (its remembered notifications have rows of their own).
 pub fn encode_user(state: &UserState) -> Vec<u8> {
-    encode(USER_ROW, &UserRowV5::from(state))
+    encode(USER_ROW, &UserRowV6::from(state))
 }
 
 /// Decodes one user's fold state.
@@ -107,7 +111,8 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
         (2, payload) => postcard::from_bytes::<UserRowV2>(payload)?.into_state()?,
         (3, payload) => postcard::from_bytes::<UserRowV3>(payload)?.into_state()?,
         (4, payload) => postcard::from_bytes::<UserRowV4>(payload)?.into_state()?,
-        (_, payload) => postcard::from_bytes::<UserRowV5>(payload)?.into_state()?,
+        (5, payload) => postcard::from_bytes::<UserRowV5>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<UserRowV6>(payload)?.into_state()?,
     };
     state.check_own().map_err(CheckpointError::Inconsistent)?;
     Ok(state)
@@ -115,7 +120,7 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
 
 /// Encodes one conversation's fan-out state without its members, which have rows of their own.
 pub fn encode_conversation(state: &ConversationState) -> Vec<u8> {
-    encode(CONVERSATION_ROW, &ConversationRowV5::from(state))
+    encode(CONVERSATION_ROW, &ConversationRowV7::from(state))
 }
 
 /// Decodes one conversation's fan-out state: with its members for rows of versions 1 to 5, without them from
@@ -127,7 +132,8 @@ pub fn decode_conversation(bytes: &[u8]) -> Result<ConversationState, Checkpoint
         (1 | 2, payload) => postcard::from_bytes::<ConversationRowV2>(payload)?.into_state(),
         (3, payload) => postcard::from_bytes::<ConversationRowV3>(payload)?.into_state()?,
         (4, payload) => postcard::from_bytes::<ConversationRowV4>(payload)?.into_state()?,
-        (_, payload) => postcard::from_bytes::<ConversationRowV5>(payload)?.into_state()?,
+        (5 | 6, payload) => postcard::from_bytes::<ConversationRowV5>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<ConversationRowV7>(payload)?.into_state()?,
     };
     check_conversation(&state)?;
     Ok(state)

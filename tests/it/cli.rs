@@ -31,20 +31,26 @@ fn fold_writes_the_expected_file_for_the_dev_set() {
 fn fold_writes_the_v3_files_at_their_instant() {
     let dir = std::env::temp_dir();
     let (out, receipts) = (dir.join("unread-cli-v3.jsonl"), dir.join("unread-cli-v3-receipts.jsonl"));
+    // Contract v4 (issue 46) in its shape, the default; v3's files in theirs.
+    for (version, shape) in [("v4", "v4"), ("v3", "v3")] {
+        let events = repo_path(&format!("tests/data/ubuntu-irc/{version}-dev-events.jsonl"));
+        let status = unread()
+            .args(["fold", "--shape", shape, "--now", "2009-03-04T12:00:00Z", "--input"])
+            .arg(&events)
+            .arg("--receipts")
+            .arg(&receipts)
+            .arg("--output")
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let (got, got_receipts) = (std::fs::read(&out).unwrap(), std::fs::read(&receipts).unwrap());
+        let expected =
+            |file: &str| std::fs::read(repo_path(&format!("tests/data/ubuntu-irc/{version}-dev-{file}"))).unwrap();
+        assert!(got == expected("expected.jsonl"), "{version}: output differs");
+        assert!(got_receipts == expected("receipts.jsonl"), "{version}: receipts differ");
+    }
     let events = repo_path("tests/data/ubuntu-irc/v3-dev-events.jsonl");
-    let status = unread()
-        .args(["fold", "--now", "2009-03-04T12:00:00Z", "--input"])
-        .arg(&events)
-        .arg("--receipts")
-        .arg(&receipts)
-        .arg("--output")
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let (got, got_receipts) = (std::fs::read(&out).unwrap(), std::fs::read(&receipts).unwrap());
-    assert!(got == std::fs::read(repo_path("tests/data/ubuntu-irc/v3-dev-expected.jsonl")).unwrap());
-    assert!(got_receipts == std::fs::read(repo_path("tests/data/ubuntu-irc/v3-dev-receipts.jsonl")).unwrap());
     let refused = unread().args(["fold", "--shape", "v2", "--input"]).arg(&events).output().unwrap();
     assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("marked unread"));
     let bad = unread().args(["fold", "--now", "yesterday", "--input"]).arg(&events).output().unwrap();
@@ -79,7 +85,7 @@ fn fold_reads_stdin_and_prints_reader_shape() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        "{\"user_id\":\"a\",\"total_unread\":1,\"total_mentions\":1,\"unread_conversations\":1,\"conversations\":{\"c\":{\"unread\":1,\"mentions\":1,\"muted\":false,\"marked_unread\":false}},\"feed_unread\":0,\"broadcasts\":{},\"notifications\":{},\"total_notifications_unread\":0,\"total_notifications_unseen\":0}\n"
+        "{\"user_id\":\"a\",\"total_unread\":1,\"total_mentions\":1,\"unread_conversations\":1,\"conversations\":{\"c\":{\"unread\":1,\"mentions\":1,\"muted\":false,\"marked_unread\":false,\"first_unread\":1,\"reactions\":0}},\"feed_unread\":0,\"broadcasts\":{},\"notifications\":{},\"total_notifications_unread\":0,\"total_notifications_unseen\":0,\"threads\":{},\"unread_threads\":0,\"thread_mentions\":0,\"total_reactions\":0,\"teams\":{}}\n"
     );
 }
 

@@ -4,7 +4,7 @@ use std::io::Read;
 
 use unread::core::fanout::BatchStats;
 use unread::core::hybrid::Diffusion;
-use unread::pipeline::{for_each_batch, open_input, write_views, Pipeline, MAX_BATCH};
+use unread::pipeline::{for_each_batch, open_input, write_views_shaped, Pipeline, Shape, MAX_BATCH};
 
 use crate::support::{assert_same_views, churned_v2_dev_events, fold_text, parse_views, repo_path, shared_dataset};
 
@@ -28,10 +28,10 @@ fn fold_file_with(
     )
     .expect("read");
     assert!(stats.events > 0 && stats.invalid == 0, "{stats:?}");
-    let views = pipeline.views();
+    // The v1 and v2 expected files keep their shape: no v3 `marked_unread`, no v4 field.
+    let views: Vec<_> = pipeline.views().iter().map(|v| Shape::V2.project(v)).collect();
     let mut bytes = Vec::new();
-    write_views(&views, &mut bytes).expect("write");
-    let bytes = v2_shape(&bytes);
+    write_views_shaped(&views, Shape::V2, &mut bytes).expect("write");
     for (id, state) in pipeline.fold().users() {
         state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
     }
@@ -45,11 +45,6 @@ fn fold_pipeline(rel: &str) -> Pipeline {
     let input = open_input(path.to_str().unwrap()).unwrap();
     for_each_batch(input, MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).unwrap();
     pipeline
-}
-
-/// The v1 and v2 expected files keep their shape, without v3's `marked_unread` (always false for their events).
-fn v2_shape(v3: &[u8]) -> Vec<u8> {
-    String::from_utf8_lossy(v3).replace(r#","marked_unread":false"#, "").into_bytes()
 }
 
 fn read_expected(path: &str) -> String {
@@ -142,7 +137,9 @@ fn every_dev_state_survives_checkpoint_and_projection_encoding() {
         // The stored fields hold the cursors; the read script adds a count per cursor (0 with no lists).
         let counts = state.broadcasts().keys().map(|b| (format!("{}{b}", projection::COUNT_PREFIX), "0".to_owned()));
         let never = unread::core::expiry::NEVER;
-        assert_eq!(projection::decode_view(id, stored.into_iter().chain(counts), never).unwrap(), view);
+        // The Redis layout holds the v3 shape and v4's totals.
+        let got = projection::decode_view(id, stored.into_iter().chain(counts), never).unwrap();
+        assert_eq!(Shape::V3.project(&got), Shape::V3.project(&view));
         users += 1;
     }
     assert!(users >= 1565, "{users} users kept");
@@ -225,7 +222,7 @@ fn fold_v3(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8
     }
     let now = unread::core::expiry::seconds_of(now).expect("an RFC 3339 instant");
     let (mut views, mut receipts) = (Vec::new(), Vec::new());
-    write_views(&pipeline.views_at(now), &mut views).expect("write");
+    write_views_shaped(&pipeline.views_at(now), Shape::V3, &mut views).expect("write");
     unread::pipeline::write_receipts(&pipeline.receipts().expect("kept").all(), &mut receipts).expect("write");
     (views, receipts)
 }
@@ -303,7 +300,8 @@ fn v3_dev_states_read_from_their_redis_fields_at_any_instant_are_the_folds() {
         for at in ["2009-03-04T12:00:00Z", "2009-03-03T23:59:59Z", "2009-03-04T00:00:00Z", "2008-01-01T00:00:00Z"] {
             let today = day_of(seconds_of(at).unwrap());
             let got = projection::decode_view(id, fields.clone(), today).unwrap();
-            assert_eq!(got, state.view_at(id, &NoLists, today), "{id} at {at}");
+            // The Redis layout holds the v3 shape and v4's totals.
+            assert_eq!(Shape::V3.project(&got), Shape::V3.project(&state.view_at(id, &NoLists, today)), "{id} at {at}");
         }
     }
     assert!(expiring > 100 && marked > 10, "{expiring} users with expiring unread, {marked} with a mark");
@@ -349,4 +347,87 @@ fn a_patch_carries_what_the_whole_write_carries_for_its_conversations() {
         }
     }
     assert!(patches > 5_000 && indexed > 1_000 && expiring > 100, "{patches} {indexed} {expiring}");
+}
+
+/// Folds a v4 file at `now` (RFC 3339) with receipts; returns the views' (v4 shape) and the receipts' JSON Lines.
+fn fold_v4(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8>, Vec<u8>, Pipeline) {
+    let mut pipeline = Pipeline::with_diffusion(diffusion);
+    pipeline.keep_receipts();
+    let input = open_input(path).expect("open input");
+    for_each_batch(input, batch, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).expect("read");
+    for (id, state) in pipeline.fold().users() {
+        state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
+    }
+    let now = unread::core::expiry::seconds_of(now).expect("an RFC 3339 instant");
+    let (mut views, mut receipts) = (Vec::new(), Vec::new());
+    write_views_shaped(&pipeline.views_at(now), Shape::V4, &mut views).expect("write");
+    unread::pipeline::write_receipts(&pipeline.receipts().expect("kept").all(), &mut receipts).expect("write");
+    (views, receipts, pipeline)
+}
+
+/// Issue 46: the v4 dev set (threads, reactions, teams, the first unread) at the README's instant, byte for byte,
+/// counts and receipts, whatever the batching, and with conversations of 20 members or more read-diffused.
+#[test]
+fn v4_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
+    let events = repo_path("tests/data/ubuntu-irc/v4-dev-events.jsonl");
+    let expected = read_expected(repo_path("tests/data/ubuntu-irc/v4-dev-expected.jsonl").to_str().unwrap());
+    let receipts = read_expected(repo_path("tests/data/ubuntu-irc/v4-dev-receipts.jsonl").to_str().unwrap());
+    assert_eq!((expected.lines().count(), receipts.lines().count()), (1616, 14_056));
+    for needle in [r#""threads":{"ubuntu"#, r#""reactions":1"#, r#""teams":{"y"#, r#""first_unread":1"#] {
+        assert!(expected.contains(needle), "the v4 set holds {needle}");
+    }
+    let read_diffused = Diffusion::with_band(20, 10);
+    for (batch, diffusion) in
+        [(MAX_BATCH, Diffusion::OFF), (1, Diffusion::OFF), (97, Diffusion::OFF), (97, read_diffused)]
+    {
+        let (views, got_receipts, _) = fold_v4(events.to_str().unwrap(), "2009-03-04T12:00:00Z", batch, diffusion);
+        let case = format!("batch {batch}, {diffusion:?}");
+        assert_same_views(&parse_views(&String::from_utf8(views.clone()).unwrap()), &parse_views(&expected));
+        assert!(views == expected.as_bytes(), "{case}: output differs from v4-dev-expected.jsonl");
+        assert!(got_receipts == receipts.as_bytes(), "{case}: receipts differ from v4-dev-receipts.jsonl");
+    }
+}
+
+/// Every v4 dev state (threads, reactions, teams) comes back from its checkpoint rows unchanged: users and
+/// conversations.
+#[test]
+fn every_v4_dev_state_survives_checkpoint_encoding() {
+    use unread::state::codec as checkpoint;
+    let events = repo_path("tests/data/ubuntu-irc/v4-dev-events.jsonl");
+    let (_, _, pipeline) = fold_v4(events.to_str().unwrap(), "2009-03-04T12:00:00Z", MAX_BATCH, Diffusion::OFF);
+    let (mut with_threads, mut with_reactions) = (0, 0);
+    for (id, state) in pipeline.fold().users() {
+        // The notifications have rows of their own (`every_v2_dev_state_survives_…`).
+        let loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
+        let parts = |s: &unread::core::fold::UserState| (s.conversations().clone(), s.totals(), s.broadcasts().clone());
+        assert!(parts(&loaded) == parts(state), "{id}");
+        with_threads += usize::from(state.conversations().values().any(|c| !c.threads.by_root.is_empty()));
+        with_reactions += usize::from(state.conversations().values().any(|c| !c.reactions.reacted.is_empty()));
+    }
+    assert!(with_threads > 400 && with_reactions > 100, "{with_threads} with threads, {with_reactions} with reactions");
+    let mut teams = 0;
+    for (id, conv) in pipeline.fanout().conversations() {
+        let loaded = checkpoint::decode_conversation(&checkpoint::encode_conversation(conv)).unwrap();
+        let expected = unread::core::fanout::ConversationState { members: Default::default(), ..conv.clone() };
+        assert_eq!(loaded, expected, "{id}");
+        teams += usize::from(conv.team.is_some());
+    }
+    assert_eq!(teams, 9, "9 channels of 10 have a team (the dataset's README)");
+}
+
+#[test]
+fn v4_full_set_and_its_receipts_are_exact_when_present() {
+    let (Some(events), Some(expected), Some(receipts)) = (
+        shared_dataset("v4-events.jsonl.gz"),
+        shared_dataset("v4-expected.jsonl.gz"),
+        shared_dataset("v4-receipts.jsonl.gz"),
+    ) else {
+        println!(
+            "SKIPPED v4_full_set_and_its_receipts_are_exact_when_present: ../shared/datasets/ubuntu-irc/ is absent"
+        );
+        return;
+    };
+    let (views, got_receipts, _) = fold_v4(events.to_str().unwrap(), "2011-02-25T12:00:00Z", MAX_BATCH, Diffusion::OFF);
+    assert!(views == read_expected(expected.to_str().unwrap()).as_bytes(), "output differs from v4-expected.jsonl.gz");
+    assert!(got_receipts == read_expected(receipts.to_str().unwrap()).as_bytes(), "receipts differ");
 }

@@ -236,7 +236,7 @@ fn every_error_kind_is_named() {
 }
 
 /// Every field the contract names, each with a valid value: with any `type`, the decoder reads what it needs.
-const EVERY_FIELD: &str = r#""event_id":"e9","occurred_at":"2024-05-01T12:00:00Z","conversation_id":"c","user_id":"u","sender_id":"s","kind":"group","members":["u"],"seq":4,"mentions":[],"mention_all":false,"countable":true,"read_seq":2,"muted":true,"marked":true,"broadcast_id":"b","notification_id":"n","category":"k""#;
+const EVERY_FIELD: &str = r#""event_id":"e9","occurred_at":"2024-05-01T12:00:00Z","conversation_id":"c","user_id":"u","sender_id":"s","kind":"group","members":["u"],"seq":4,"mentions":[],"mention_all":false,"countable":true,"read_seq":2,"muted":true,"marked":true,"broadcast_id":"b","notification_id":"n","category":"k","thread_root":3,"reaction_seq":5,"reaction":"👍","followed":true"#;
 
 #[test]
 fn every_listed_type_decodes_to_itself_on_its_stream() {
@@ -279,4 +279,30 @@ proptest::proptest! {
             proptest::prop_assert_eq!(event.type_name(), name);
         }
     }
+}
+
+/// Contract v4's rules: a reply's `thread_root` comes before its `seq`, a reaction's `reaction_seq` and `seq` are
+/// at least 1, and a reaction is 1–64 bytes without control characters.
+#[test]
+fn rejects_what_v4_forbids_naming_the_field() {
+    let field = |e: DecodeError| match e {
+        DecodeError::InvalidValue { field, .. } | DecodeError::OutOfRange { field, .. } => field,
+        other => panic!("{other:?}"),
+    };
+    assert!(decode(sent_with("thread_root", "4").as_bytes()).is_ok(), "a root below seq 5");
+    for raw in ["5", "6", "0"] {
+        assert_eq!(field(err(&sent_with("thread_root", raw))), "thread_root", "thread_root {raw}");
+    }
+    let reaction = |rseq: &str, seq: &str, r: &str| {
+        format!(
+            r#"{{"type":"reaction.added","event_id":"r","occurred_at":"2024-05-01T12:00:00Z","conversation_id":"c","reaction_seq":{rseq},"seq":{seq},"user_id":"u","reaction":{r}}}"#
+        )
+    };
+    assert!(decode(reaction("1", "1", r#""👍""#).as_bytes()).is_ok());
+    assert_eq!(field(err(&reaction("0", "1", r#""👍""#))), "reaction_seq");
+    assert_eq!(field(err(&reaction("1", "0", r#""👍""#))), "seq");
+    for bad in [r#""""#, &format!("\"{}\"", "x".repeat(65)), r#""a\u0007""#] {
+        assert_eq!(field(err(&reaction("1", "1", bad))), "reaction", "{bad}");
+    }
+    assert!(decode(reaction("1", "1", &format!("\"{}\"", "x".repeat(64))).as_bytes()).is_ok(), "64 bytes");
 }

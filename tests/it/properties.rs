@@ -115,6 +115,7 @@ fn events(convs: &[Vec<ConvOp>], users: &[Vec<UserOp>]) -> (Vec<Vec<Conversation
                             kind: if *feed { ConversationKind::Feed } else { ConversationKind::Group },
                             members: m.iter().map(|u| USERS[*u].to_owned()).collect(),
                             unread_ttl_days: *ttl,
+                            team: None,
                         }),
                         ConvOp::Join(u) => ConversationEvent::Joined(MemberJoined {
                             event_id,
@@ -140,6 +141,7 @@ fn events(convs: &[Vec<ConvOp>], users: &[Vec<UserOp>]) -> (Vec<Vec<Conversation
                                 mentions: mentions.iter().map(|u| USERS[*u].to_owned()).collect(),
                                 mention_all: *all,
                                 countable: *countable,
+                                thread_root: None,
                             })
                         }
                         ConvOp::Recall(back) => ConversationEvent::Recalled(MessageRecalled {
@@ -347,6 +349,8 @@ fn model_views(w: &World, marks: &Marks, muted: &HashMap<(String, String), bool>
             mentions: unread.iter().filter(|m| m.all || m.mentions.contains(u)).count() as u64,
             muted: muted.get(&k).copied().unwrap_or(false),
             marked_unread: mark.is_some(),
+            first_unread: unread.iter().map(|m| m.seq).min(),
+            reactions: 0,
         };
         let v = views.entry(u.clone()).or_insert_with(|| UserView { user_id: u.clone(), ..Default::default() });
         if feed {
@@ -434,6 +438,10 @@ impl Lists for Partitions {
     fn index_counts(&self, conversation_id: &str, query: &ShareQuery) -> (u64, u64) {
         let counts = self.0.iter().map(|f| f.index_counts(conversation_id, query));
         counts.fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    fn index_first(&self, conversation_id: &str, query: &ShareQuery) -> Option<u64> {
+        self.0.iter().find_map(|f| f.index_first(conversation_id, query))
     }
 }
 
@@ -690,6 +698,7 @@ fn sent(seq: u64, sender: &str, mentions: &[&str]) -> ConversationEvent {
         mentions: mentions.iter().map(|m| m.to_string()).collect(),
         mention_all: false,
         countable: true,
+        thread_root: None,
     })
 }
 
@@ -747,6 +756,9 @@ fn a_batch_of_many_messages_is_one_delta_per_member_with_ranges() {
     let expected = r#"[{"Joined":{"head":0}},{"Messages":{"unread":[[1,449],[451,900]],"mentions":[],"read_to":450,"own":[[450,450]]}}]"#;
     assert_eq!(json, expected);
     let z = deltas.iter().find(|d| d.user_id == "z").expect("the non-member sender gets its cursor move");
-    assert_eq!(serde_json::to_string(&z.ops).unwrap(), r#"[{"Messages":{"unread":[],"mentions":[],"read_to":900}}]"#);
+    assert_eq!(
+        serde_json::to_string(&z.ops).unwrap(),
+        r#"[{"Messages":{"unread":[],"mentions":[],"read_to":900,"own":[[1,449],[451,900]]}}]"#
+    );
     assert_eq!(deltas.len(), 4, "a, b, c and the sender z");
 }

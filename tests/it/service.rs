@@ -290,8 +290,7 @@ fn projection_guard_refuses_older_generations_and_dominated_positions() {
         let p = RedisProjection::connect(&stack.redis_url, &prefix).await.unwrap();
         let view = |unread: u64| {
             let mut v = UserView { user_id: "u/1".into(), total_unread: unread, ..Default::default() };
-            v.conversations
-                .insert("c".into(), ConversationView { unread, mentions: 0, muted: false, marked_unread: false });
+            v.conversations.insert("c".into(), ConversationView { unread, ..Default::default() });
             v
         };
         let write = |unread: u64, version: &str| {
@@ -332,7 +331,7 @@ fn a_user_of_300_conversations_is_written_and_read_back_whole() {
                 let (unread, mentions) = (c % 5, c % 2);
                 v.conversations.insert(
                     format!("c{c}"),
-                    ConversationView { unread, mentions, muted: c % 7 == 0, marked_unread: false },
+                    ConversationView { unread, mentions, muted: c % 7 == 0, ..Default::default() },
                 );
                 if c % 7 != 0 {
                     v.total_unread += unread;
@@ -369,7 +368,7 @@ fn one_write_call_guards_each_user_and_announces_those_written_once() {
         sub.subscribe(unread::projection::changes_key(&prefix)).await.unwrap();
         let view = |user: usize, unread: u64| {
             let mut v = UserView { user_id: format!("u {user}"), total_unread: unread, ..Default::default() };
-            let c = ConversationView { unread, mentions: 0, muted: false, marked_unread: false };
+            let c = ConversationView { unread, ..Default::default() };
             v.conversations.insert(format!("c{}", user % 7), c);
             v
         };

@@ -455,3 +455,158 @@ impl From<NoteRowV1> for Note {
         Note { category, order, read, seen, retracted }
     }
 }
+
+/// One thread of a user's conversation in a row (contract v4, [`crate::core::threads::ThreadState`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ThreadRow {
+    root: u64,
+    floor: u64,
+    follow: Option<bool>,
+    involved: bool,
+    unread: Ranges,
+    mentions: Ranges,
+    expiry: Vec<(i64, Ranges)>,
+}
+
+fn buckets_row(buckets: &BTreeMap<i64, SeqSet>) -> Vec<(i64, Ranges)> {
+    buckets.iter().map(|(day, seqs)| (*day, ranges(seqs))).collect()
+}
+
+fn buckets(rows: Vec<(i64, Ranges)>) -> Result<BTreeMap<i64, SeqSet>, CheckpointError> {
+    rows.into_iter().map(|(day, r)| Ok((day, set(r)?))).collect()
+}
+
+/// Version 5's conversation (contract v4): version 4's fields, then the seqs the user sent and those naming the
+/// user, the threads, the reaction cursor's parts and the reacted messages, and the team.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConvRowV5 {
+    v4: ConvRowV4,
+    authored: Ranges,
+    named_in: Ranges,
+    threads: Vec<ThreadRow>,
+    reactions_from: u64,
+    reactions_read: u64,
+    reacted: Vec<(u64, u64)>,
+    team: Option<String>,
+}
+
+impl From<&ConvState> for ConvRowV5 {
+    fn from(c: &ConvState) -> Self {
+        let threads = c.threads.by_root.iter().map(|(root, t)| ThreadRow {
+            root: *root,
+            floor: t.floor,
+            follow: t.follow,
+            involved: t.involved,
+            unread: ranges(&t.unread),
+            mentions: ranges(&t.mentions),
+            expiry: buckets_row(&t.expiry),
+        });
+        ConvRowV5 {
+            v4: c.into(),
+            authored: ranges(&c.authored),
+            named_in: ranges(&c.threads.named_in),
+            threads: threads.collect(),
+            reactions_from: c.reactions.from,
+            reactions_read: c.reactions.read,
+            reacted: c.reactions.reacted.iter().map(|(s, r)| (*s, *r)).collect(),
+            team: c.team.clone(),
+        }
+    }
+}
+
+impl ConvRowV5 {
+    fn into_state(self) -> Result<ConvState, CheckpointError> {
+        let mut by_root = BTreeMap::new();
+        for t in self.threads {
+            let (unread, mentions, expiry) = (set(t.unread)?, set(t.mentions)?, buckets(t.expiry)?);
+            let state = crate::core::threads::ThreadState {
+                floor: t.floor,
+                follow: t.follow,
+                involved: t.involved,
+                unread,
+                mentions,
+                expiry,
+            };
+            by_root.insert(t.root, state);
+        }
+        let threads = crate::core::threads::Threads { by_root, named_in: set(self.named_in)? };
+        let reactions = crate::core::reactions::Reactions {
+            from: self.reactions_from,
+            read: self.reactions_read,
+            reacted: self.reacted.into_iter().collect(),
+        };
+        let authored = set(self.authored)?;
+        Ok(ConvState { authored, threads, reactions, team: self.team, ..self.v4.into_state()? })
+    }
+}
+
+/// A user row of version 6 (contract v4): version 5's, with version 5's conversations.
+pub(super) type UserRowV6 = UserRow<ConvRowV5, CountsRow>;
+
+impl UserRowV6 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        self.state_with(ConvRowV5::into_state)
+    }
+}
+
+impl From<&UserState> for UserRowV6 {
+    fn from(s: &UserState) -> Self {
+        UserRow {
+            conversations: s.conversations().iter().map(|(id, c)| (id.clone(), (&**c).into())).collect(),
+            totals: s.totals().into(),
+            clock: s.clock(),
+            detached: s.detached(),
+            broadcasts: s.broadcasts().clone(),
+            notifications: s.notification_summary().into(),
+        }
+    }
+}
+
+/// A conversation row of version 7 (contract v4): version 6's (5's layout, members apart), then the team, the
+/// replies' roots, the recalled seqs, the reaction head and each message's live reactions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConversationRowV7 {
+    v5: ConversationRowV5,
+    team: Option<String>,
+    roots: Vec<(u64, u64)>,
+    recalled: Ranges,
+    reaction_head: u64,
+    reactions: Vec<(u64, Vec<LiveReactionRow>)>,
+}
+
+/// A live reaction in a row: (user, reaction, reaction_seq).
+type LiveReactionRow = (String, String, u64);
+
+impl From<&ConversationState> for ConversationRowV7 {
+    fn from(c: &ConversationState) -> Self {
+        let live = |l: &Vec<crate::core::fanout::LiveReaction>| {
+            l.iter().map(|r| (r.user.clone(), r.reaction.clone(), r.reaction_seq)).collect()
+        };
+        ConversationRowV7 {
+            v5: c.into(),
+            team: c.team.clone(),
+            roots: c.roots.iter().map(|(s, r)| (*s, *r)).collect(),
+            recalled: ranges(&c.recalled),
+            reaction_head: c.reaction_head,
+            reactions: c.reactions.iter().map(|(seq, l)| (*seq, live(l))).collect(),
+        }
+    }
+}
+
+impl ConversationRowV7 {
+    pub(super) fn into_state(self) -> Result<ConversationState, CheckpointError> {
+        let live = |l: Vec<LiveReactionRow>| {
+            let reaction =
+                |(user, reaction, reaction_seq)| crate::core::fanout::LiveReaction { user, reaction, reaction_seq };
+            l.into_iter().map(reaction).collect()
+        };
+        Ok(ConversationState {
+            team: self.team,
+            roots: self.roots.into_iter().collect(),
+            recalled: set(self.recalled)?,
+            reaction_head: self.reaction_head,
+            reactions: self.reactions.into_iter().map(|(seq, l)| (seq, live(l))).collect(),
+            ..self.v5.into_state()?
+        })
+    }
+}
