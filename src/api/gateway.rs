@@ -81,7 +81,7 @@ pub struct ReadBody {
 /// fraction (`7.0`), as JSON Schema's `integer` allows.
 ///
 /// Errors: anything else (a fraction, a negative number, above 2^53, not a number): 400 `invalid_body`.
-fn seq<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+pub(super) fn seq<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     use crate::core::contract::MAX_SEQ as MAX;
     use serde::de::Error;
     let Some(n) = Option::<serde_json::Number>::deserialize(d)? else { return Ok(None) };
@@ -130,7 +130,7 @@ pub struct BroadcastReadBody {
 
 /// Publishes `events` (their `event_id` and `occurred_at` filled in) keyed by `user_id`, deduplicated by the
 /// request's `Idempotency-Key`, and answers 202 with their ids.
-async fn publish(
+pub(super) async fn publish(
     s: &ApiState,
     user_id: &str,
     headers: &HeaderMap,
@@ -167,7 +167,7 @@ fn stamp(gw: &Gateway, event: &mut UserEvent) -> String {
 }
 
 /// The id and time fields of an event not yet stamped ([`stamp`] sets them).
-fn unstamped() -> (String, String) {
+pub(super) fn unstamped() -> (String, String) {
     (String::new(), String::new())
 }
 

@@ -34,6 +34,7 @@ pub mod openapi;
 pub mod receipts;
 pub mod serve;
 pub mod stream;
+pub mod threads;
 
 use std::sync::Arc;
 
@@ -201,6 +202,9 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(gateway::notifications_read))
         .routes(routes!(gateway::read_broadcast))
         .routes(routes!(gateway::read_feed))
+        .routes(routes!(threads::read_thread))
+        .routes(routes!(threads::follow_thread))
+        .routes(routes!(threads::read_reactions))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authenticate));
     let (router, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1)

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::contract::{BroadcastView, ConversationView, NotificationView, UserView};
+use super::contract::{BroadcastView, ConversationView, NotificationView, TeamView, ThreadView, UserView};
 use super::counts::Counts;
 
 /// The parts of a user's state that changed, with their new values; `None` in a map: that entry left the state
@@ -29,6 +29,12 @@ pub struct Changes {
     /// Notification categories whose counts changed.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub notifications: BTreeMap<String, Option<NotificationView>>,
+    /// v4: conversations whose followed threads with unread changed: all of them, by root (`None`: none left).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub threads: BTreeMap<String, Option<BTreeMap<u64, ThreadView>>>,
+    /// v4: teams whose counts changed.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub teams: BTreeMap<String, Option<TeamView>>,
 }
 
 impl Changes {
@@ -38,12 +44,14 @@ impl Changes {
             && self.conversations.is_empty()
             && self.broadcasts.is_empty()
             && self.notifications.is_empty()
+            && self.threads.is_empty()
+            && self.teams.is_empty()
     }
 }
 
 /// The entries of `new` that differ from `old` (new values), and `None` for those `new` no longer has.
-fn diff<V: PartialEq + Copy>(old: &BTreeMap<String, V>, new: &BTreeMap<String, V>) -> BTreeMap<String, Option<V>> {
-    let changed = new.iter().filter(|(k, v)| old.get(*k) != Some(v)).map(|(k, v)| (k.clone(), Some(*v)));
+fn diff<V: PartialEq + Clone>(old: &BTreeMap<String, V>, new: &BTreeMap<String, V>) -> BTreeMap<String, Option<V>> {
+    let changed = new.iter().filter(|(k, v)| old.get(*k) != Some(v)).map(|(k, v)| (k.clone(), Some(v.clone())));
     let gone = old.keys().filter(|k| !new.contains_key(*k)).map(|k| (k.clone(), None));
     changed.chain(gone).collect()
 }
@@ -77,28 +85,29 @@ pub fn changes(old: &UserView, new: &UserView) -> Changes {
         conversations: diff(&old.conversations, &new.conversations),
         broadcasts: diff(&old.broadcasts, &new.broadcasts),
         notifications: diff(&old.notifications, &new.notifications),
+        threads: diff(&old.threads, &new.threads),
+        teams: diff(&old.teams, &new.teams),
     }
 }
 
 /// Applies `changes` to `view` (what a client does with a message): the inverse of [`changes`].
 pub fn apply(view: &mut UserView, changes: &Changes) {
-    fn merge<V: Copy>(into: &mut BTreeMap<String, V>, from: &BTreeMap<String, Option<V>>) {
+    fn merge<V: Clone>(into: &mut BTreeMap<String, V>, from: &BTreeMap<String, Option<V>>) {
         for (k, v) in from {
             match v {
-                Some(v) => into.insert(k.clone(), *v),
+                Some(v) => into.insert(k.clone(), v.clone()),
                 None => into.remove(k),
             };
         }
     }
     if let Some(t) = changes.totals {
-        (view.total_unread, view.total_mentions, view.unread_conversations) =
-            (t.total_unread, t.total_mentions, t.unread_conversations);
-        (view.feed_unread, view.total_notifications_unread, view.total_notifications_unseen) =
-            (t.feed_unread, t.total_notifications_unread, t.total_notifications_unseen);
+        t.set_in(view);
     }
     merge(&mut view.conversations, &changes.conversations);
     merge(&mut view.broadcasts, &changes.broadcasts);
     merge(&mut view.notifications, &changes.notifications);
+    merge(&mut view.threads, &changes.threads);
+    merge(&mut view.teams, &changes.teams);
 }
 
 #[cfg(test)]
@@ -134,7 +143,11 @@ mod tests {
     #[test]
     fn applying_changes_once_or_twice_gives_the_new_state() {
         let old = view(&[("a", 1), ("b", 2)], &[("like", 3)]);
-        let new = view(&[("c", 4)], &[("like", 1), ("follow", 2)]);
+        let mut new = view(&[("c", 4)], &[("like", 1), ("follow", 2)]);
+        // v4: a thread, a team and a v4 total change too.
+        new.threads.insert("c".into(), [(7, ThreadView { unread: 2, mentions: 1 })].into());
+        new.teams.insert("acme".into(), TeamView { unread: 4, mentions: 0, unread_conversations: 1 });
+        (new.unread_threads, new.thread_mentions) = (1, 1);
         let c = changes(&old, &new);
         let mut client = old.clone();
         apply(&mut client, &c);

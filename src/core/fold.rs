@@ -578,21 +578,8 @@ impl UserState {
             let first = lists.index_first(id, &query);
             IndexShare { muted: c.muted, feed: c.feed, unread, mentions, first }.add_to(&mut view, id);
         }
-        self.add_teams(&mut view);
+        crate::core::totals::add_teams(&mut view, |id| self.conversations.get(id).and_then(|c| c.team.as_deref()));
         view
-    }
-
-    /// v4: the teams of the view's conversations, each with the chat totals over its conversations (`CONTRACT.md`
-    /// § v4, "Teams"), from the conversations' counts as the view shows them.
-    fn add_teams(&self, view: &mut UserView) {
-        for (id, v) in &view.conversations {
-            let Some(team) = self.conversations.get(id).and_then(|c| c.team.as_ref()) else { continue };
-            let sums = Sums::of_member(v.unread, v.mentions, v.muted, false, v.marked_unread).counts;
-            let entry = view.teams.entry(team.clone()).or_default();
-            entry.unread += sums.total_unread;
-            entry.mentions += sums.total_mentions;
-            entry.unread_conversations += sums.unread_conversations;
-        }
     }
 
     /// What the projection stores of the conversations `ids`: [`UserState::view`] with [`NoLists`] (nothing expired,

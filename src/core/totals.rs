@@ -61,3 +61,18 @@ impl Sums {
         self.memberships = self.memberships + after.memberships - before.memberships;
     }
 }
+
+/// v4: fills `view.teams` from its conversations as the view shows them, each conversation's team given by
+/// `team_of` (`CONTRACT.md` § v4, "Teams": per team, the chat totals over its conversations by the rule of
+/// [`Sums::of_member`]). The fold's views and the projection's reads both sum them here.
+pub fn add_teams<'a>(view: &mut crate::core::contract::UserView, team_of: impl Fn(&str) -> Option<&'a str>) {
+    view.teams.clear();
+    for (id, c) in &view.conversations {
+        let Some(team) = team_of(id) else { continue };
+        let sums = Sums::of_member(c.unread, c.mentions, c.muted, false, c.marked_unread).counts;
+        let entry = view.teams.entry(team.to_owned()).or_default();
+        entry.unread += sums.total_unread;
+        entry.mentions += sums.total_mentions;
+        entry.unread_conversations += sums.unread_conversations;
+    }
+}

@@ -27,6 +27,9 @@
 //!   member conversation with unread that expires (contract v3, [`crate::core::expiry`]): per UTC day on which some
 //!   of the counts stored (in `c:` and the totals) expire, how many. A read at instant T subtracts the buckets of
 //!   days up to T's ([`decode_view`]), so counts are exact at any instant and nothing is written at midnight;
+//! - [`details::DETAIL_PREFIX`]`{conversation_id}` and [`details::THREADS_PREFIX`]`{conversation_id}` (contract
+//!   v4): a member non-feed conversation's reactions, first unread and team, and its followed threads with unread
+//!   ([`details`]); a read applies them after expiry, as it does the `e:` fields;
 //! - [`VERSION_FIELD`] → a [`ProjectionVersion`], `"{g} {a} {b}"`: the writing fold task's lease generation and
 //!   the position (next offsets of its user-events and user-deltas partitions) the state reflects; a write whose
 //!   version the stored one is newer than is refused, so an older write never overwrites a newer one (see
@@ -43,6 +46,7 @@
 //! always agree with the conversations.
 
 pub mod conn;
+pub mod details;
 pub mod idempotency;
 pub mod redis;
 pub mod version;
@@ -465,6 +469,20 @@ pub fn encode_view(view: &UserView, cursors: &BTreeMap<String, u64>) -> Vec<(Str
     fields
 }
 
+/// [`encode_view`] with the `d:` and `t:` fields of `state` (contract v4): every field a whole write stores but
+/// the `e:` and `r:` fields and the version.
+pub fn encode_state_view(
+    view: &UserView,
+    cursors: &BTreeMap<String, u64>,
+    state: &crate::core::fold::UserState,
+) -> Vec<(String, String)> {
+    let mut fields = encode_view(view, cursors);
+    let (d, t) = details::detail_fields(state.conversations().iter().map(|(id, c)| (id, &**c)));
+    fields.extend(d.into_iter().map(|(id, v)| (format!("{}{id}", details::DETAIL_PREFIX), v)));
+    fields.extend(t.into_iter().map(|(id, v)| (format!("{}{id}", details::THREADS_PREFIX), v)));
+    fields
+}
+
 /// Rebuilds a user's counts at UTC day `today` ([`crate::core::expiry::NEVER`]: as stored, nothing expired) from
 /// the fields the read script returns (the hash's fields, plus a computed [`COUNT_PREFIX`] field per broadcast
 /// cursor). An empty hash is the contract's zero state; unknown fields (such as the version) are ignored.
@@ -482,6 +500,7 @@ where
     let mut view = UserView { user_id: user_id.to_owned(), ..UserView::default() };
     let mut shares: BTreeMap<String, IndexFields> = BTreeMap::new();
     let mut expiring = Vec::new();
+    let (mut details_of, mut threads_of) = (BTreeMap::new(), BTreeMap::new());
     for (field, value) in fields {
         if field == TOTALS_FIELD {
             decode_totals(&mut view, &value).ok_or_else(|| bad(&field, &value))?;
@@ -504,16 +523,22 @@ where
             shares.entry(id.to_owned()).or_default().cursor = Some(n);
         } else if let Some(id) = field.strip_prefix(EXPIRY_PREFIX) {
             expiring.push((id.to_owned(), parse_expiry(&value).ok_or_else(|| bad(&field, &value))?));
+        } else if let Some(id) = field.strip_prefix(details::DETAIL_PREFIX) {
+            details_of.insert(id.to_owned(), details::parse_detail(&value).ok_or_else(|| bad(&field, &value))?);
+        } else if let Some(id) = field.strip_prefix(details::THREADS_PREFIX) {
+            threads_of.insert(id.to_owned(), details::parse_threads(&value).ok_or_else(|| bad(&field, &value))?);
         } else if let Some(id) = field.strip_prefix(INDEX_COUNT_PREFIX) {
-            shares.entry(id.to_owned()).or_default().counts = Some(pair(&value).ok_or_else(|| bad(&field, &value))?);
+            let share = index_share_of(&value).ok_or_else(|| bad(&field, &value))?;
+            shares.entry(id.to_owned()).or_default().counts = Some(share);
         }
     }
     for (id, share) in shares {
-        if let IndexFields { cursor: Some([_, muted, feed]), counts: Some((unread, mentions)) } = share {
-            IndexShare { muted: muted == 1, feed: feed == 1, unread, mentions, first: None }.add_to(&mut view, &id);
+        if let IndexFields { cursor: Some([_, muted, feed]), counts: Some((unread, mentions, first)) } = share {
+            IndexShare { muted: muted == 1, feed: feed == 1, unread, mentions, first }.add_to(&mut view, &id);
         }
     }
     apply_expiry(&mut view, &expiring, today);
+    details::apply(&mut view, &details_of, &threads_of, today);
     Ok(view)
 }
 
@@ -534,7 +559,18 @@ fn conversation_numbers(value: &str) -> Option<(u64, u64, bool, bool, u64)> {
 #[derive(Default)]
 struct IndexFields {
     cursor: Option<[u64; 3]>,
-    counts: Option<(u64, u64)>,
+    counts: Option<(u64, u64, Option<u64>)>,
+}
+
+/// A computed `R:` field: `"{unread} {mentions} {first}"` (`first` 0: none), or without `{first}` as the read script
+/// of a build before contract v4 returned it.
+fn index_share_of(value: &str) -> Option<(u64, u64, Option<u64>)> {
+    let n: Vec<u64> = value.split(' ').map(|n| n.parse().ok()).collect::<Option<_>>()?;
+    match n[..] {
+        [unread, mentions] => Some((unread, mentions, None)),
+        [unread, mentions, first] => Some((unread, mentions, (first > 0).then_some(first))),
+        _ => None,
+    }
 }
 
 /// The totals field ([`Counts::decode`]: its format's counters, or three or six numbers from earlier builds).

@@ -65,7 +65,8 @@ macro_rules! next_push_version {
 /// `lo` ([`crate::core::hybrid::ConvIndex::counts`]) — the live seqs above it, less those expired at UTC day
 /// `today` (a number, or nil: nothing expires; `exp` is the index's expiry buckets, day → `"a-b c-d"`) and the
 /// reader's `own`; the mention-all seqs above it plus the `named` seqs still counted and not mention-all, less
-/// the same; and its push version. Seqs are at most 2^53, exact as scores and as Lua numbers. `split(t, i)`
+/// the same; its push version; and, with `first`, the lowest seq it counts as unread (v4's `first_unread`; `'0'`:
+/// none). Seqs are at most 2^53, exact as scores and as Lua numbers. `split(t, i)`
 /// reads tokens from `t[i]` on: the named seqs, then after a token `o` the own seqs.
 macro_rules! share_fn {
     () => {
@@ -78,7 +79,7 @@ local function split(t, i)
   end
   return named, own
 end
-local function share(live, all, exp, version, lo, named, own, today)
+local function share(live, all, exp, version, lo, named, own, today, first)
   local unread = redis.call('ZCOUNT', live, '(' .. lo, '+inf')
   local mentions = redis.call('ZCOUNT', all, '(' .. lo, '+inf')
   local low, gone = tonumber(lo), {}
@@ -116,7 +117,16 @@ local function share(live, all, exp, version, lo, named, own, today)
     local s = named[j]
     if not mine[s] and counted(s) and not redis.call('ZSCORE', all, s) then mentions = mentions + 1 end
   end
-  return tostring(unread), tostring(mentions), redis.call('GET', version) or '0'
+  local lowest, offset = 0, 0
+  while first and unread > 0 and lowest == 0 do
+    local batch = redis.call('ZRANGEBYSCORE', live, '(' .. lo, '+inf', 'LIMIT', offset, 64)
+    if #batch == 0 then break end
+    for _, s in ipairs(batch) do
+      if not mine[s] and counted(s) then lowest = tonumber(s); break end
+    end
+    offset = offset + #batch
+  end
+  return tostring(unread), tostring(mentions), redis.call('GET', version) or '0', tostring(lowest)
 end
 "#
     };
@@ -175,7 +185,7 @@ local function write(key, i)
   else
     for _, f in ipairs(redis.call('HKEYS', key)) do
       local p = string.sub(f, 1, 2)
-      if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' then redis.call('HDEL', key, f) end
+      if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' or p == '${D}' or p == '${T}' then redis.call('HDEL', key, f) end
     end
     if ARGV[i + 2] == 'refill' then redis.call('HSET', key, '${REFILLED}', '1') else redis.call('HDEL', key, '${REFILLED}') end
   end
@@ -242,8 +252,8 @@ for i = 1, #h, 2 do
     local n = {}
     for x in string.gmatch(v, '%S+') do n[#n + 1] = x end
     local named, own = split(n, 4)
-    local unread, mentions, version = share(k(5), k(6), k(7), k(8), n[1], named, own, tonumber(ARGV[9]))
-    put('${ICOUNT}' .. id, unread .. ' ' .. mentions)
+    local unread, mentions, version, lowest = share(k(5), k(6), k(7), k(8), n[1], named, own, tonumber(ARGV[9]), true)
+    put('${ICOUNT}' .. id, unread .. ' ' .. mentions .. ' ' .. lowest)
     put('${IVERSION}' .. id, version)
   end
 end
@@ -254,13 +264,14 @@ return out
 /// One list's or index's share above a cursor (Redis Cluster reads, [`READ_TEMPLATE`] elsewhere). KEYS[1..4]: its
 /// live, mention-all, expiry and version keys (one slot: [`super::SharedKeys`]); ARGV[1]: the UTC day of the read,
 /// or empty; ARGV[2]: the cursor (`lo`); ARGV[3..]: the reader's named mention seqs, then `o` and its own seqs.
-/// Returns `[unread, mentions, version]`, strings.
+/// Returns `[unread, mentions, version, first]`, strings (`first`: the lowest seq counted, `0` for none).
 pub const SHARE_TEMPLATE: &str = concat!(
     share_fn!(),
     r#"
 local named, own = split(ARGV, 3)
-local unread, mentions, version = share(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], named, own, tonumber(ARGV[1]))
-return {unread, mentions, version}
+local unread, mentions, version, lowest =
+  share(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], named, own, tonumber(ARGV[1]), true)
+return {unread, mentions, version, lowest}
 "#
 );
 
@@ -349,6 +360,11 @@ pub struct UserWrite {
     pub indexed: BTreeMap<String, String>,
     /// The `e:` field's value of every member conversation with expiring unread ([`super::expiry_fields`]).
     pub expiring: BTreeMap<String, String>,
+    /// v4: the `d:` field's value of every member non-feed conversation with something to say
+    /// ([`super::details::detail_fields`]).
+    pub details: BTreeMap<String, String>,
+    /// v4: the `t:` field's value of every member non-feed conversation with followed threads that have unread.
+    pub threads: BTreeMap<String, String>,
     /// The newest unread seq of the member conversations written, the last number of their `c:` fields
     /// ([`super::newest_fields`]); a conversation missing here is written without it.
     pub newest: BTreeMap<String, u64>,
@@ -377,8 +393,22 @@ impl UserWrite {
         changed.dedup();
         let (user_id, expiring, newest, receipts) =
             (view.user_id.clone(), BTreeMap::new(), BTreeMap::new(), Vec::new());
-        let (replace, refill) = (true, false);
-        Self { user_id, version, view, cursors, indexed, expiring, newest, changed, replace, refill, receipts }
+        let (replace, refill, details, threads) = (true, false, BTreeMap::new(), BTreeMap::new());
+        Self {
+            user_id,
+            version,
+            view,
+            cursors,
+            indexed,
+            expiring,
+            details,
+            threads,
+            newest,
+            changed,
+            replace,
+            refill,
+            receipts,
+        }
     }
 
     /// A write that replaces the user's whole hash with what `state` holds (the zero state for `None`), receipts
@@ -405,6 +435,7 @@ impl UserWrite {
             return write;
         };
         let named = || changed.iter().filter_map(|id| Some((id, &**s.conversations().get(id)?)));
+        let (details, threads) = super::details::detail_fields(named());
         Self {
             user_id: user_id.to_owned(),
             version,
@@ -412,6 +443,8 @@ impl UserWrite {
             cursors: s.broadcasts().clone(),
             indexed: super::index_fields(named()),
             expiring: super::expiry_fields(named()),
+            details,
+            threads,
             newest: super::newest_fields(named()),
             changed: changed.iter().cloned().collect(),
             replace: false,
@@ -430,6 +463,7 @@ impl UserWrite {
         let all = || state.into_iter().flat_map(|s| s.conversations().iter().map(|(id, c)| (id, &**c)));
         let mut write = Self::replace(view, cursors, super::index_fields(all()), version);
         write.expiring = super::expiry_fields(all());
+        (write.details, write.threads) = super::details::detail_fields(all());
         write.newest = super::newest_fields(all());
         write.changed.extend(write.expiring.keys().cloned());
         write.changed.sort_unstable();
@@ -458,6 +492,12 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
         match w.expiring.get(c) {
             Some(value) => set.push((format!("{}{c}", super::EXPIRY_PREFIX), value.clone())),
             None => delete.push(format!("{}{c}", super::EXPIRY_PREFIX)),
+        }
+        for (prefix, values) in [(super::details::DETAIL_PREFIX, &w.details), (super::details::THREADS_PREFIX, &w.threads)] {
+            match values.get(c) {
+                Some(value) => set.push((format!("{prefix}{c}"), value.clone())),
+                None => delete.push(format!("{prefix}{c}")),
+            }
         }
     }
     (set, delete)
@@ -536,7 +576,7 @@ static SHAS: LazyLock<[String; 7]> =
     LazyLock::new(|| SCRIPTS.each_ref().map(|s| redis::Script::new(s).get_hash().to_owned()));
 
 /// The Redis layout's names as the scripts spell them: `${NAME}` → the constant of [`super`] that defines it.
-const LAYOUT: [(&str, &str); 13] = [
+const LAYOUT: [(&str, &str); 15] = [
     ("${VERSION}", super::VERSION_FIELD),
     ("${TOTALS}", super::TOTALS_FIELD),
     ("${PV}", super::PUSH_VERSION_FIELD),
@@ -546,6 +586,8 @@ const LAYOUT: [(&str, &str); 13] = [
     ("${B}", super::CURSOR_PREFIX),
     ("${R}", super::INDEX_PREFIX),
     ("${E}", super::EXPIRY_PREFIX),
+    ("${D}", super::details::DETAIL_PREFIX),
+    ("${T}", super::details::THREADS_PREFIX),
     ("${COUNT}", super::COUNT_PREFIX),
     ("${LISTV}", super::LIST_VERSION_PREFIX),
     ("${ICOUNT}", super::INDEX_COUNT_PREFIX),
@@ -843,15 +885,15 @@ impl RedisProjection {
         let cmds = || wanted.iter().map(|(_, list, args)| self.share_cmd(list, &day, args)).collect();
         let shares: Vec<Vec<String>> = self.run_scripts(cmds).await?;
         for ((u, list, _), share) in wanted.into_iter().zip(shares) {
-            let [unread, mentions, version] = <[String; 3]>::try_from(share).map_err(|_| {
-                RedisError::from((redis::ErrorKind::Client, "a share reply of another shape than 3 strings"))
+            let [unread, mentions, version, first] = <[String; 4]>::try_from(share).map_err(|_| {
+                RedisError::from((redis::ErrorKind::Client, "a share reply of another shape than 4 strings"))
             })?;
             let computed = match list {
                 ListId::Broadcast(id) => {
                     [(format!("{COUNT_PREFIX}{id}"), unread), (format!("{LIST_VERSION_PREFIX}{id}"), version)]
                 }
                 ListId::Index(id) => {
-                    let share = format!("{unread} {mentions}");
+                    let share = format!("{unread} {mentions} {first}");
                     [(format!("{INDEX_COUNT_PREFIX}{id}"), share), (format!("{INDEX_VERSION_PREFIX}{id}"), version)]
                 }
             };

@@ -67,7 +67,8 @@ fn batch(port: u16, expected: &[UserView]) -> Vec<UserView> {
             &answer["users"].as_array().unwrap().iter().map(|u| u.to_string()).collect::<Vec<_>>().join("\n"),
         ));
     }
-    got
+    // In the expected file's shape (its events are of contract v1: no v4 field).
+    got.iter().map(|v| shape_of(expected).project(v)).collect()
 }
 
 #[test]

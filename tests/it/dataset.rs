@@ -133,13 +133,11 @@ fn every_dev_state_survives_checkpoint_and_projection_encoding() {
         state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
         assert_eq!(&checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap(), state);
         let view = state.view(id, &unread::core::broadcast::NoLists);
-        let stored = projection::encode_view(&view, state.broadcasts());
+        let stored = projection::encode_state_view(&view, state.broadcasts(), state);
         // The stored fields hold the cursors; the read script adds a count per cursor (0 with no lists).
         let counts = state.broadcasts().keys().map(|b| (format!("{}{b}", projection::COUNT_PREFIX), "0".to_owned()));
         let never = unread::core::expiry::NEVER;
-        // The Redis layout holds the v3 shape and v4's totals.
-        let got = projection::decode_view(id, stored.into_iter().chain(counts), never).unwrap();
-        assert_eq!(Shape::V3.project(&got), Shape::V3.project(&view));
+        assert_eq!(projection::decode_view(id, stored.into_iter().chain(counts), never).unwrap(), view);
         users += 1;
     }
     assert!(users >= 1565, "{users} users kept");
@@ -278,33 +276,47 @@ fn v3_full_set_and_its_receipts_are_exact_when_present() {
     assert!(got_receipts == receipts.as_bytes(), "receipts differ from v3-receipts.jsonl.gz");
 }
 
-/// v3 through the projection's layout: every v3-dev user's Redis fields (`c:` with the mark, `e:` with the expiry
-/// buckets), read back at the README's instant, a second before its midnight and at it, are the fold's view then.
+/// v3 and v4 through the projection's layout: every v3-dev and v4-dev user's Redis fields (`c:` with the mark,
+/// `e:` with the expiry buckets; v4's `d:` and `t:`), read back at the README's instant, a second before its
+/// midnight and at it, are the fold's view then.
 #[test]
 fn v3_dev_states_read_from_their_redis_fields_at_any_instant_are_the_folds() {
+    for version in ["v3", "v4"] {
+        let threads = dev_states_read_from_their_redis_fields(&format!("tests/data/ubuntu-irc/{version}-dev-events.jsonl"));
+        assert!(version == "v3" || threads > 300, "{threads} v4 users with followed threads in Redis");
+    }
+}
+
+/// Checks one dev set's users through the Redis fields; returns how many have a `t:` field.
+fn dev_states_read_from_their_redis_fields(file: &str) -> usize {
     use unread::core::broadcast::NoLists;
     use unread::core::expiry::{day_of, seconds_of};
     use unread::projection::{self, redis::UserWrite};
     use unread::state::codec as checkpoint;
-    let pipeline = fold_pipeline("tests/data/ubuntu-irc/v3-dev-events.jsonl");
-    let (mut expiring, mut marked) = (0, 0);
+    let pipeline = fold_pipeline(file);
+    let (mut expiring, mut marked, mut threads) = (0, 0, 0);
     for (id, state) in pipeline.fold().users() {
         let loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
         assert_eq!((loaded.conversations(), loaded.totals()), (state.conversations(), state.totals()), "{id}");
         let write = UserWrite::of_state(id, Some(state), "1 1 1".parse().unwrap());
         let mut fields = projection::encode_view(&write.view, &write.cursors);
         fields.extend(write.expiring.iter().map(|(c, v)| (format!("{}{c}", projection::EXPIRY_PREFIX), v.clone())));
+        let details = [(projection::details::DETAIL_PREFIX, &write.details), (projection::details::THREADS_PREFIX, &write.threads)];
+        for (prefix, values) in details {
+            fields.extend(values.iter().map(|(c, v)| (format!("{prefix}{c}"), v.clone())));
+        }
         fields.extend(state.broadcasts().keys().map(|b| (format!("{}{b}", projection::COUNT_PREFIX), "0".into())));
         expiring += usize::from(!write.expiring.is_empty());
         marked += usize::from(state.conversations().values().any(|c| c.is_marked()));
+        threads += usize::from(!write.threads.is_empty());
         for at in ["2009-03-04T12:00:00Z", "2009-03-03T23:59:59Z", "2009-03-04T00:00:00Z", "2008-01-01T00:00:00Z"] {
             let today = day_of(seconds_of(at).unwrap());
             let got = projection::decode_view(id, fields.clone(), today).unwrap();
-            // The Redis layout holds the v3 shape and v4's totals.
-            assert_eq!(Shape::V3.project(&got), Shape::V3.project(&state.view_at(id, &NoLists, today)), "{id} at {at}");
+            assert_eq!(got, state.view_at(id, &NoLists, today), "{id} at {at}");
         }
     }
     assert!(expiring > 100 && marked > 10, "{expiring} users with expiring unread, {marked} with a mark");
+    threads
 }
 
 /// The fold's publish patches a user's changed conversations only, and builds only their fields

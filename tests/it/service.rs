@@ -29,7 +29,7 @@ fn dev_set_end_to_end_is_exact_over_http() {
         (code, body.as_str()),
         (
             200,
-            r#"{"user_id":"nobody here","total_unread":0,"total_mentions":0,"unread_conversations":0,"conversations":{},"feed_unread":0,"broadcasts":{},"notifications":{},"total_notifications_unread":0,"total_notifications_unseen":0}"#
+            r#"{"user_id":"nobody here","total_unread":0,"total_mentions":0,"unread_conversations":0,"conversations":{},"feed_unread":0,"broadcasts":{},"notifications":{},"total_notifications_unread":0,"total_notifications_unseen":0,"threads":{},"unread_threads":0,"thread_mentions":0,"total_reactions":0,"teams":{}}"#
         )
     );
     let (code, body) =

@@ -1,0 +1,133 @@
+//! The write gateway's routes of contract v4 (`CONTRACT.md` § v4): read a thread, follow or unfollow it, mark a
+//! conversation's reactions seen. Each publishes one user event as the other writes do ([`super::gateway`]:
+//! checked by the decoder, keyed by `user_id`, deduplicated by `Idempotency-Key`, answered 202 with its id).
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::{Extension, Json};
+use serde::Deserialize;
+
+use super::gateway::{publish, seq, unstamped, Accepted};
+use super::openapi::ReadErrors;
+use super::{authorized, ApiError, ApiState};
+use crate::auth::Access;
+use crate::core::contract::{ReactionsRead, ThreadFollowed, ThreadRead, UserEvent, MAX_SEQ};
+
+/// The body of a thread read: `{"read_seq": N}`, the highest reply read (0 to 2^53).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct ThreadReadBody {
+    /// The user has read every reply of the thread up to and including this seq.
+    #[serde(deserialize_with = "seq")]
+    #[schema(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_992_u64)]
+    pub read_seq: Option<u64>,
+}
+
+/// The body of a follow: `{"followed": true|false}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct FollowBody {
+    /// Follow (`true`) or unfollow (`false`) the thread.
+    pub followed: bool,
+}
+
+/// The body of a reactions read: `{"read_seq": N}`, the highest `reaction_seq` seen (0 to 2^53).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct ReactionsReadBody {
+    /// The user has seen every reaction of the conversation up to this `reaction_seq`.
+    #[serde(deserialize_with = "seq")]
+    #[schema(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_992_u64)]
+    pub read_seq: Option<u64>,
+}
+
+type Ids3 = Result<Path<(String, String, u64)>, PathRejection>;
+type Ids2 = Result<Path<(String, String)>, PathRejection>;
+
+/// The path's user, conversation and thread root, checked (ids by the contract's rule, the root 1 to 2^53).
+///
+/// Errors: 400 `invalid_id` for a bad id or root, 403 when the token may not act for the user.
+fn thread_path(access: &Access, path: Ids3) -> Result<(String, String, u64), ApiError> {
+    let Path((user_id, conversation_id, thread_root)) = path?;
+    authorized(access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
+    if !(1..=MAX_SEQ).contains(&thread_root) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", "thread_root must be 1 to 2^53"));
+    }
+    Ok((user_id, conversation_id, thread_root))
+}
+
+/// The body's `read_seq`, required.
+///
+/// Errors: 400 `invalid_body` when absent.
+fn required(read_seq: Option<u64>) -> Result<u64, ApiError> {
+    read_seq.ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", "read_seq is required"))
+}
+
+/// Marks a thread read up to `read_seq`: publishes a `thread.read` (`CONTRACT.md` § v4, "Threads").
+#[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/threads/{thread_root}/read",
+    tag = "writes", security(("bearer" = [])),
+    params(("user_id" = String, Path), ("conversation_id" = String, Path),
+        ("thread_root" = u64, Path, minimum = 1, maximum = 9_007_199_254_740_992_u64, description = "The thread's root seq"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
+    request_body = ThreadReadBody,
+    responses((status = 202, description = "Published: the id of the event sent (the counts change once the fold has it)", body = Accepted), ReadErrors))]
+pub async fn read_thread(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids3,
+    headers: HeaderMap,
+    body: Result<Json<ThreadReadBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let (user_id, conversation_id, thread_root) = thread_path(&access, path)?;
+    let Json(ThreadReadBody { read_seq }) = body?;
+    let (read_seq, (event_id, occurred_at)) = (required(read_seq)?, unstamped());
+    let event =
+        ThreadRead { event_id, occurred_at, user_id: user_id.clone(), conversation_id, thread_root, read_seq };
+    publish(&s, &user_id, &headers, vec![UserEvent::ThreadRead(event)]).await
+}
+
+/// Follows or unfollows a thread: publishes a `thread.followed` (`CONTRACT.md` § v4, "Threads").
+#[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/threads/{thread_root}/follow",
+    tag = "writes", security(("bearer" = [])),
+    params(("user_id" = String, Path), ("conversation_id" = String, Path),
+        ("thread_root" = u64, Path, minimum = 1, maximum = 9_007_199_254_740_992_u64, description = "The thread's root seq"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
+    request_body = FollowBody,
+    responses((status = 202, description = "Published: the id of the event sent (the counts change once the fold has it)", body = Accepted), ReadErrors))]
+pub async fn follow_thread(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids3,
+    headers: HeaderMap,
+    body: Result<Json<FollowBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let (user_id, conversation_id, thread_root) = thread_path(&access, path)?;
+    let Json(FollowBody { followed }) = body?;
+    let (event_id, occurred_at) = unstamped();
+    let event =
+        ThreadFollowed { event_id, occurred_at, user_id: user_id.clone(), conversation_id, thread_root, followed };
+    publish(&s, &user_id, &headers, vec![UserEvent::ThreadFollowed(event)]).await
+}
+
+/// Marks a conversation's reactions seen up to `read_seq`: publishes a `reactions.read` (`CONTRACT.md` § v4,
+/// "Reactions").
+#[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/reactions/read", tag = "writes",
+    security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
+    request_body = ReactionsReadBody,
+    responses((status = 202, description = "Published: the id of the event sent (the counts change once the fold has it)", body = Accepted), ReadErrors))]
+pub async fn read_reactions(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    path: Ids2,
+    headers: HeaderMap,
+    body: Result<Json<ReactionsReadBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Path((user_id, conversation_id)) = path?;
+    authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
+    let Json(ReactionsReadBody { read_seq }) = body?;
+    let (read_seq, (event_id, occurred_at)) = (required(read_seq)?, unstamped());
+    let event = ReactionsRead { event_id, occurred_at, user_id: user_id.clone(), conversation_id, read_seq };
+    publish(&s, &user_id, &headers, vec![UserEvent::ReactionsRead(event)]).await
+}
