@@ -82,8 +82,7 @@ pub async fn read_thread(
     let (user_id, conversation_id, thread_root) = thread_path(&access, path)?;
     let Json(ThreadReadBody { read_seq }) = body?;
     let (read_seq, (event_id, occurred_at)) = (required(read_seq)?, unstamped());
-    let event =
-        ThreadRead { event_id, occurred_at, user_id: user_id.clone(), conversation_id, thread_root, read_seq };
+    let event = ThreadRead { event_id, occurred_at, user_id: user_id.clone(), conversation_id, thread_root, read_seq };
     publish(&s, &user_id, &headers, vec![UserEvent::ThreadRead(event)]).await
 }
 

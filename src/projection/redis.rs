@@ -493,7 +493,9 @@ fn changed_fields(w: &UserWrite) -> (Vec<(String, String)>, Vec<String>) {
             Some(value) => set.push((format!("{}{c}", super::EXPIRY_PREFIX), value.clone())),
             None => delete.push(format!("{}{c}", super::EXPIRY_PREFIX)),
         }
-        for (prefix, values) in [(super::details::DETAIL_PREFIX, &w.details), (super::details::THREADS_PREFIX, &w.threads)] {
+        for (prefix, values) in
+            [(super::details::DETAIL_PREFIX, &w.details), (super::details::THREADS_PREFIX, &w.threads)]
+        {
             match values.get(c) {
                 Some(value) => set.push((format!("{prefix}{c}"), value.clone())),
                 None => delete.push(format!("{prefix}{c}")),

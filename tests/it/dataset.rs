@@ -282,7 +282,8 @@ fn v3_full_set_and_its_receipts_are_exact_when_present() {
 #[test]
 fn v3_dev_states_read_from_their_redis_fields_at_any_instant_are_the_folds() {
     for version in ["v3", "v4"] {
-        let threads = dev_states_read_from_their_redis_fields(&format!("tests/data/ubuntu-irc/{version}-dev-events.jsonl"));
+        let threads =
+            dev_states_read_from_their_redis_fields(&format!("tests/data/ubuntu-irc/{version}-dev-events.jsonl"));
         assert!(version == "v3" || threads > 300, "{threads} v4 users with followed threads in Redis");
     }
 }
@@ -301,7 +302,10 @@ fn dev_states_read_from_their_redis_fields(file: &str) -> usize {
         let write = UserWrite::of_state(id, Some(state), "1 1 1".parse().unwrap());
         let mut fields = projection::encode_view(&write.view, &write.cursors);
         fields.extend(write.expiring.iter().map(|(c, v)| (format!("{}{c}", projection::EXPIRY_PREFIX), v.clone())));
-        let details = [(projection::details::DETAIL_PREFIX, &write.details), (projection::details::THREADS_PREFIX, &write.threads)];
+        let details = [
+            (projection::details::DETAIL_PREFIX, &write.details),
+            (projection::details::THREADS_PREFIX, &write.threads),
+        ];
         for (prefix, values) in details {
             fields.extend(values.iter().map(|(c, v)| (format!("{prefix}{c}"), v.clone())));
         }

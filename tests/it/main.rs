@@ -24,3 +24,4 @@ mod support;
 mod tls;
 mod v2;
 mod v3;
+mod v4;

@@ -127,6 +127,16 @@ pub fn v3_dev_expected() -> Vec<UserView> {
     parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v3-dev-expected.jsonl")).unwrap())
 }
 
+/// The bundled v4 dev set's events (JSON Lines path).
+pub fn v4_dev_events() -> String {
+    repo_path("tests/data/ubuntu-irc/v4-dev-events.jsonl").to_str().unwrap().to_owned()
+}
+
+/// The bundled v4 dev set's expected state at [`V3_DEV_NOW`], the v3 set's instant (1,616 users).
+pub fn v4_dev_expected() -> Vec<UserView> {
+    parse_views(&std::fs::read_to_string(repo_path("tests/data/ubuntu-irc/v4-dev-expected.jsonl")).unwrap())
+}
+
 /// The instant the v3 dev set's expected state is at (its README), as a read query.
 pub const V3_DEV_NOW: &str = "?now=2009-03-04T12:00:00Z";
 
