@@ -409,6 +409,10 @@ struct ConversationAnswer {
     muted: bool,
     /// Whether the user marked the conversation unread (contract v3).
     marked_unread: bool,
+    /// The lowest unread seq, `null` when nothing is unread (contract v4, "jump to the first unread").
+    first_unread: Option<u64>,
+    /// The user's messages here with a new reaction by someone else (contract v4).
+    reactions: u64,
 }
 
 /// One conversation's counts for one user, from Redis.
@@ -436,6 +440,8 @@ async fn conversation_unread(
         mentions: c.map_or(0, |c| c.mentions),
         muted: c.is_some_and(|c| c.muted),
         marked_unread: c.is_some_and(|c| c.marked_unread),
+        first_unread: c.and_then(|c| c.first_unread),
+        reactions: c.map_or(0, |c| c.reactions),
         user_id,
         conversation_id,
     };

@@ -54,7 +54,10 @@ pub async fn verify_against(
             // At the version live holds: refused if its service wrote the user since (it moved on).
             // The trusted counts whole, read-diffused shares included, so without `r:` fields (which would point
             // at this namespace's indexes): the next write of the user by the live service restores them.
-            repairs.push(UserWrite::replace(expected, cursors, BTreeMap::new(), version.unwrap_or_default()));
+            // Contract v4's `d:` and `t:` fields are copied as stored: the reader shape does not say them whole.
+            let mut write = UserWrite::replace(expected, cursors, BTreeMap::new(), version.unwrap_or_default());
+            (write.details, write.threads) = b.detail_fields(&id).await?;
+            repairs.push(write);
         }
     }
     if !repairs.is_empty() {

@@ -837,6 +837,26 @@ impl RedisProjection {
         Ok(views)
     }
 
+    /// v4: a user's stored `d:` and `t:` fields by conversation ([`super::details`]), to copy its hash into
+    /// another namespace (`verify --against --repair`) whole, as a reader shape cannot say them.
+    ///
+    /// Errors: Redis unreachable.
+    pub async fn detail_fields(
+        &self,
+        user_id: &str,
+    ) -> ProjectionResult<(BTreeMap<String, String>, BTreeMap<String, String>)> {
+        let fields = self.read_fields(&[user_id.to_owned()], crate::core::expiry::NEVER).await?;
+        let (mut details, mut threads) = (BTreeMap::new(), BTreeMap::new());
+        for (field, value) in fields.into_iter().flatten() {
+            if let Some(id) = field.strip_prefix(super::details::DETAIL_PREFIX) {
+                details.insert(id.to_owned(), value);
+            } else if let Some(id) = field.strip_prefix(super::details::THREADS_PREFIX) {
+                threads.insert(id.to_owned(), value);
+            }
+        }
+        Ok((details, threads))
+    }
+
     /// What [`READ_TEMPLATE`] returns for each user: its hash's fields with the computed ones, in pairs.
     async fn read_fields(&self, user_ids: &[String], today: i64) -> ProjectionResult<Vec<Vec<(String, String)>>> {
         if user_ids.is_empty() {

@@ -209,8 +209,15 @@ fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
     }
 }
 
-/// Folds a v3 file at `now` (RFC 3339) with receipts; returns the views' and the receipts' JSON Lines.
+/// Folds a v3 file at `now` (RFC 3339) with receipts; returns the views' (v3 shape) and the receipts' JSON Lines.
 fn fold_v3(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8>, Vec<u8>) {
+    let (views, receipts, _) = fold_at(path, now, batch, diffusion, Shape::V3);
+    (views, receipts)
+}
+
+/// Folds a file at `now` (RFC 3339) with receipts, every state checked; returns the views' JSON Lines in `shape`,
+/// the receipts' and the pipeline.
+fn fold_at(path: &str, now: &str, batch: usize, diffusion: Diffusion, shape: Shape) -> (Vec<u8>, Vec<u8>, Pipeline) {
     let mut pipeline = Pipeline::with_diffusion(diffusion);
     pipeline.keep_receipts();
     let input = open_input(path).expect("open input");
@@ -220,9 +227,9 @@ fn fold_v3(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8
     }
     let now = unread::core::expiry::seconds_of(now).expect("an RFC 3339 instant");
     let (mut views, mut receipts) = (Vec::new(), Vec::new());
-    write_views_shaped(&pipeline.views_at(now), Shape::V3, &mut views).expect("write");
+    write_views_shaped(&pipeline.views_at(now), shape, &mut views).expect("write");
     unread::pipeline::write_receipts(&pipeline.receipts().expect("kept").all(), &mut receipts).expect("write");
-    (views, receipts)
+    (views, receipts, pipeline)
 }
 
 /// Issue 22: the v3 dev set (expiry, marks "from here", receipts) at the README's instant, byte for byte, whatever
@@ -365,20 +372,9 @@ fn a_patch_carries_what_the_whole_write_carries_for_its_conversations() {
     assert!(patches > 5_000 && indexed > 1_000 && expiring > 100, "{patches} {indexed} {expiring}");
 }
 
-/// Folds a v4 file at `now` (RFC 3339) with receipts; returns the views' (v4 shape) and the receipts' JSON Lines.
+/// Folds a v4 file at `now` (RFC 3339) with receipts ([`fold_at`], v4 shape).
 fn fold_v4(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8>, Vec<u8>, Pipeline) {
-    let mut pipeline = Pipeline::with_diffusion(diffusion);
-    pipeline.keep_receipts();
-    let input = open_input(path).expect("open input");
-    for_each_batch(input, batch, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).expect("read");
-    for (id, state) in pipeline.fold().users() {
-        state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
-    }
-    let now = unread::core::expiry::seconds_of(now).expect("an RFC 3339 instant");
-    let (mut views, mut receipts) = (Vec::new(), Vec::new());
-    write_views_shaped(&pipeline.views_at(now), Shape::V4, &mut views).expect("write");
-    unread::pipeline::write_receipts(&pipeline.receipts().expect("kept").all(), &mut receipts).expect("write");
-    (views, receipts, pipeline)
+    fold_at(path, now, batch, diffusion, Shape::V4)
 }
 
 /// Issue 46: the v4 dev set (threads, reactions, teams, the first unread) at the README's instant, byte for byte,

@@ -109,7 +109,8 @@ pub(crate) fn converge(f: &Follower, expected: &UserView) {
     let (mut view, mut version) = (UserView::default(), 0);
     let schema = crate::schemas::stream_validator();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while view != *expected {
+    let shape = shape_of(std::slice::from_ref(expected));
+    while shape.project(&view) != *expected {
         let left = deadline.saturating_duration_since(Instant::now());
         match f.messages.recv_timeout(left) {
             Ok(m) => {
@@ -168,7 +169,9 @@ fn streams_converge_on_an_instance_without_the_fold_and_resume_with_since() {
         };
         let first = watch_once("1");
         assert_eq!(first["type"], "state");
-        assert_eq!(serde_json::from_value::<UserView>(first["state"].clone()).unwrap(), expected_of(user));
+        let state = serde_json::from_value::<UserView>(first["state"].clone()).unwrap();
+        let expected = expected_of(user);
+        assert_eq!(shape_of(std::slice::from_ref(&expected)).project(&state), expected);
         let version = first["version"].as_u64().unwrap();
         assert_eq!(watch_once(&version.to_string()), json!({"type": "changes", "version": version}), "{user}");
     }

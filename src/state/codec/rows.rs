@@ -303,7 +303,8 @@ impl UserRowV5 {
     }
 }
 
-impl From<&UserState> for UserRowV5 {
+/// A user row of version 5 on (the table of counts), with its conversations as rows `C`.
+impl<C: for<'c> From<&'c ConvState>> From<&UserState> for UserRow<C, CountsRow> {
     fn from(s: &UserState) -> Self {
         UserRow {
             conversations: s.conversations().iter().map(|(id, c)| (id.clone(), (&**c).into())).collect(),
@@ -546,19 +547,6 @@ pub(super) type UserRowV6 = UserRow<ConvRowV5, CountsRow>;
 impl UserRowV6 {
     pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
         self.state_with(ConvRowV5::into_state)
-    }
-}
-
-impl From<&UserState> for UserRowV6 {
-    fn from(s: &UserState) -> Self {
-        UserRow {
-            conversations: s.conversations().iter().map(|(id, c)| (id.clone(), (&**c).into())).collect(),
-            totals: s.totals().into(),
-            clock: s.clock(),
-            detached: s.detached(),
-            broadcasts: s.broadcasts().clone(),
-            notifications: s.notification_summary().into(),
-        }
     }
 }
 
