@@ -744,9 +744,9 @@ impl UserState {
                 self.update(conversation_id, create, |c| {
                     c.floor = c.floor.max(*read_to);
                     c.authored.union_above(own, 0);
-                    let (joined, count) = (c.joined_at, !c.feed);
+                    let membership = (c.joined_at, !c.feed);
                     for (root, run) in threads {
-                        c.threads.apply_run(*root, run, joined, count, expiry);
+                        c.threads.apply_run(*root, run, membership, &c.authored, expiry);
                     }
                     if !c.is_member() {
                         return 0;
@@ -771,7 +771,7 @@ impl UserState {
                 0
             }),
             DeltaOp::Named { seqs, threads } => self.update(conversation_id, true, |c| {
-                c.threads.named(seqs, threads);
+                c.threads.named(seqs, threads, c.joined_at);
                 0
             }),
             DeltaOp::Reactions { summaries } => self.update(conversation_id, false, |c| {
@@ -863,7 +863,7 @@ impl UserState {
             }
             UserEvent::ThreadFollowed(e) => {
                 self.update(&e.conversation_id, true, |c| {
-                    c.threads.follow(e.thread_root, e.followed);
+                    c.threads.follow(e.thread_root, e.followed, c.joined_at);
                     0
                 });
             }

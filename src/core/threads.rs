@@ -8,7 +8,11 @@
 //!
 //! Whether the user follows a thread is decided when it is counted ([`Threads::follows`]): the last
 //! `thread.followed`, else involvement: the root or a reply sent by the user, or naming the user. Replies of a
-//! thread the user does not follow are kept too, so that following it later counts them exactly.
+//! thread the user does not follow are kept too, so that following it later counts them exactly: as
+//! [`Threads::pending`], a flat sorted list of 24-byte entries (seq, root, expiry day, mention), until something
+//! makes the thread the user's (a `thread.followed` or `thread.read`, a reply of the user's, a reply naming the
+//! user), which moves them into the thread's [`ThreadState`]. Most members never touch most threads: on the v4 full
+//! set a state per (member, thread) took ten times the memory of everything else.
 
 use std::collections::BTreeMap;
 
@@ -87,12 +91,33 @@ impl ThreadState {
     }
 }
 
+/// A reply of a thread that is not the user's yet ([`Threads::pending`]): countable, of someone else, above the
+/// head at the user's join, not recalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The reply.
+    pub seq: u64,
+    /// Its thread's root.
+    pub root: u64,
+    /// The UTC day it expires on, [`NO_EXPIRY`] for never.
+    pub day: i64,
+    /// It mentions the user (by name or `mention_all`).
+    pub mention: bool,
+}
+
+/// [`Pending::day`] of a reply that never expires.
+pub const NO_EXPIRY: i64 = i64::MAX;
+
 /// One user's threads in one conversation, by root seq, and the seqs that name the user there.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Threads {
-    /// Per root seq.
+    /// Per root seq, the threads that are the user's in some way (a choice, a cursor, involvement); only those can
+    /// be followed.
     #[serde(default)]
     pub by_root: BTreeMap<u64, ThreadState>,
+    /// The unread replies of the other threads, ascending by seq.
+    #[serde(default)]
+    pub pending: Vec<Pending>,
     /// Every seq of the conversation that names the user (countable or not, recalled or not): a root among them
     /// makes the user follow its thread.
     #[serde(default)]
@@ -102,7 +127,7 @@ pub struct Threads {
 impl Threads {
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
-        self.by_root.is_empty() && self.named_in.is_empty()
+        self.by_root.is_empty() && self.named_in.is_empty() && self.pending.is_empty()
     }
 
     /// Whether the user follows the thread of `root` (`CONTRACT.md` § v4): the last `thread.followed`, else the
@@ -141,11 +166,18 @@ impl Threads {
         &mut self,
         root: u64,
         run: &ThreadRun,
-        joined: Option<u64>,
-        count: bool,
+        (joined, count): (Option<u64>, bool),
+        authored: &SeqSet,
         expiry: &[(i64, SeqSet)],
     ) {
-        let thread = self.by_root.entry(root).or_default();
+        let theirs = run.read_to > 0 || authored.contains(root) || self.named_in.contains(root);
+        if !theirs && !self.by_root.contains_key(&root) {
+            if let (Some(joined), true) = (joined, count) {
+                self.add_pending(root, run, joined, expiry);
+            }
+            return;
+        }
+        let thread = self.materialize(root, joined);
         thread.floor = thread.floor.max(run.read_to);
         thread.involved |= run.read_to > 0;
         if let (Some(joined), true) = (joined, count) {
@@ -162,28 +194,29 @@ impl Threads {
 
     /// `thread.read` of `root` up to `read_seq`, whenever it arrives.
     pub fn read(&mut self, root: u64, read_seq: u64, joined: Option<u64>) {
-        let thread = self.by_root.entry(root).or_default();
+        let thread = self.materialize(root, joined);
         thread.floor = thread.floor.max(read_seq);
         thread.drop_read(joined.unwrap_or(0));
         self.forget_if_empty(root);
     }
 
     /// `thread.followed` of `root`.
-    pub fn follow(&mut self, root: u64, followed: bool) {
-        self.by_root.entry(root).or_default().follow = Some(followed);
+    pub fn follow(&mut self, root: u64, followed: bool, joined: Option<u64>) {
+        self.materialize(root, joined).follow = Some(followed);
     }
 
     /// Seqs that name the user, and the roots of the threads of the replies among them.
-    pub fn named(&mut self, seqs: &SeqSet, roots: &[u64]) {
+    pub fn named(&mut self, seqs: &SeqSet, roots: &[u64], joined: Option<u64>) {
         self.named_in.union_above(seqs, 0);
         for root in roots {
-            self.by_root.entry(*root).or_default().involved = true;
+            self.materialize(*root, joined).involved = true;
         }
     }
 
     /// Forgets every unread reply (a join, a leave, the conversation became a feed); cursors, choices and
     /// involvement stay.
     pub fn clear_unread(&mut self) {
+        self.pending.clear();
         for thread in self.by_root.values_mut() {
             (thread.unread, thread.mentions, thread.expiry) = Default::default();
         }
@@ -192,6 +225,7 @@ impl Threads {
 
     /// These seqs were recalled: they stop counting.
     pub fn recalled(&mut self, seqs: &SeqSet) {
+        self.pending.retain(|p| !seqs.contains(p.seq));
         for thread in self.by_root.values_mut() {
             if thread.unread.remove_all(seqs) > 0 {
                 thread.mentions.remove_all(seqs);
@@ -203,6 +237,44 @@ impl Threads {
     /// Expiry buckets for seqs sent before the conversation's creation gave its ttl.
     pub fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
         self.by_root.values_mut().for_each(|t| t.add_expiry(expiry));
+        for p in &mut self.pending {
+            if let Some((day, _)) = expiry.iter().find(|(_, seqs)| seqs.contains(p.seq)) {
+                p.day = *day;
+            }
+        }
+    }
+
+    /// The thread of `root` as the user's: its state, created if need be with the pending replies of the thread
+    /// moved in (above its cursor, for a member who joined at head `joined`).
+    fn materialize(&mut self, root: u64, joined: Option<u64>) -> &mut ThreadState {
+        let thread = self.by_root.entry(root).or_default();
+        if self.pending.iter().any(|p| p.root == root) {
+            let cursor = thread.cursor(joined.unwrap_or(0));
+            for p in self.pending.iter().filter(|p| p.root == root && p.seq > cursor) {
+                thread.unread.insert(p.seq);
+                if p.mention {
+                    thread.mentions.insert(p.seq);
+                }
+                if p.day != NO_EXPIRY {
+                    thread.expiry.entry(p.day).or_default().insert(p.seq);
+                }
+            }
+            self.pending.retain(|p| p.root != root);
+        }
+        thread
+    }
+
+    /// A run's replies of a thread that is not the user's, kept as pending (above the join head: no cursor of the
+    /// thread exists).
+    fn add_pending(&mut self, root: u64, run: &ThreadRun, joined: u64, expiry: &[(i64, SeqSet)]) {
+        for seq in run.unread.iter().filter(|seq| *seq > joined) {
+            let day = expiry.iter().find(|(_, seqs)| seqs.contains(seq)).map_or(NO_EXPIRY, |(day, _)| *day);
+            let entry = Pending { seq, root, day, mention: run.mentions.contains(seq) };
+            match self.pending.binary_search_by_key(&seq, |p| p.seq) {
+                Ok(at) => self.pending[at] = entry,
+                Err(at) => self.pending.insert(at, entry),
+            }
+        }
     }
 
     fn forget_if_empty(&mut self, root: u64) {

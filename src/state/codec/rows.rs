@@ -478,13 +478,15 @@ fn buckets(rows: Vec<(i64, Ranges)>) -> Result<BTreeMap<i64, SeqSet>, Checkpoint
 }
 
 /// Version 5's conversation (contract v4): version 4's fields, then the seqs the user sent and those naming the
-/// user, the threads, the reaction cursor's parts and the reacted messages, and the team.
+/// user, the threads, the replies of threads not the user's yet, the reaction cursor's parts and the reacted messages, and the team.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct ConvRowV5 {
     v4: ConvRowV4,
     authored: Ranges,
     named_in: Ranges,
     threads: Vec<ThreadRow>,
+    /// The replies of threads not the user's yet: (seq, root, expiry day, mention).
+    pending: Vec<(u64, u64, i64, bool)>,
     reactions_from: u64,
     reactions_read: u64,
     reacted: Vec<(u64, u64)>,
@@ -507,6 +509,7 @@ impl From<&ConvState> for ConvRowV5 {
             authored: ranges(&c.authored),
             named_in: ranges(&c.threads.named_in),
             threads: threads.collect(),
+            pending: c.threads.pending.iter().map(|p| (p.seq, p.root, p.day, p.mention)).collect(),
             reactions_from: c.reactions.from,
             reactions_read: c.reactions.read,
             reacted: c.reactions.reacted.iter().map(|(s, r)| (*s, *r)).collect(),
@@ -530,7 +533,11 @@ impl ConvRowV5 {
             };
             by_root.insert(t.root, state);
         }
-        let threads = crate::core::threads::Threads { by_root, named_in: set(self.named_in)? };
+        let pending = self.pending.into_iter();
+        let pending =
+            pending.map(|(seq, root, day, mention)| crate::core::threads::Pending { seq, root, day, mention });
+        let named_in = set(self.named_in)?;
+        let threads = crate::core::threads::Threads { by_root, pending: pending.collect(), named_in };
         let reactions = crate::core::reactions::Reactions {
             from: self.reactions_from,
             read: self.reactions_read,
