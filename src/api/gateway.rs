@@ -216,7 +216,8 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Resul
     }
 }
 
-type Ids2 = Result<Path<(String, String)>, PathRejection>;
+/// The `{user_id}` and `{conversation_id}` of a write route's path, or why they did not parse.
+pub(super) type Ids2 = Result<Path<(String, String)>, PathRejection>;
 
 /// Marks a conversation read up to `read_seq`, or up to the newest message the user has: publishes a `read.ack`
 /// (nothing when there is nothing to mark).

@@ -11,7 +11,7 @@ use axum::response::Response;
 use axum::{Extension, Json};
 use serde::Deserialize;
 
-use super::gateway::{publish, seq, unstamped, Accepted};
+use super::gateway::{publish, seq, unstamped, Accepted, Ids2};
 use super::openapi::ReadErrors;
 use super::{authorized, ApiError, ApiState};
 use crate::auth::Access;
@@ -43,7 +43,6 @@ pub struct ReactionsReadBody {
 }
 
 type Ids3 = Result<Path<(String, String, u64)>, PathRejection>;
-type Ids2 = Result<Path<(String, String)>, PathRejection>;
 
 /// The path's user, conversation and thread root, checked (ids by the contract's rule, the root 1 to 2^53).
 ///

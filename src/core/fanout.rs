@@ -630,7 +630,6 @@ impl<'e> ConvBatch<'e> {
     fn named_op(&self, user: &str) -> Option<DeltaOp> {
         let seqs = self.named.get(user)?;
         let mut threads: Vec<u64> = seqs.iter().filter_map(|seq| self.roots.get(&seq).copied()).collect();
-        threads.dedup();
         threads.sort_unstable();
         threads.dedup();
         Some(DeltaOp::Named { seqs: seqs.clone(), threads })

@@ -229,8 +229,14 @@ impl ConvState {
         for bucket in self.expiry.range(..=today).map(|(_, b)| b) {
             expired.union_above(bucket, 0);
         }
+        self.first_counted(|seq| !expired.contains(seq))
+    }
+
+    /// The lowest seq `unread` counts (marks applied, nothing expired) for which `keep` holds, `None` for none: the
+    /// read history above where counting starts, then the unread seqs, in ascending order.
+    pub fn first_counted(&self, keep: impl Fn(u64) -> bool) -> Option<u64> {
         let history = self.read.slice(self.count_from(), u64::MAX);
-        let first = history.iter().chain(self.unread.iter()).find(|seq| !expired.contains(*seq));
+        let first = history.iter().chain(self.unread.iter()).find(|seq| keep(*seq));
         first
     }
 

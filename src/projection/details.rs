@@ -48,23 +48,9 @@ pub fn detail_value(c: &ConvState) -> Option<String> {
 /// The lowest counted unread seq in no expiry bucket (0: none), and per bucket holding counted seqs its day and
 /// lowest counted seq.
 fn first_parts(c: &ConvState) -> (u64, Vec<(i64, u64)>) {
-    let mut buckets = Vec::new();
-    let mut expiring = crate::core::seqset::SeqSet::new();
-    for (day, seqs) in &c.expiry {
-        expiring.union_above(seqs, 0);
-        let mut one = ConvState { expiry: BTreeMap::new(), ..ConvState::default() };
-        (one.unread, one.read) = (c.unread.intersection(seqs), c.read.intersection(seqs));
-        (one.joined_at, one.floor, one.mark) = (c.joined_at, c.floor, c.mark);
-        if let Some(first) = one.first_unread(NEVER) {
-            buckets.push((*day, first));
-        }
-    }
-    let mut kept = ConvState { expiry: BTreeMap::new(), ..ConvState::default() };
-    (kept.unread, kept.read) = (c.unread.clone(), c.read.clone());
-    kept.unread.remove_all(&expiring);
-    kept.read.remove_all(&expiring);
-    (kept.joined_at, kept.floor, kept.mark) = (c.joined_at, c.floor, c.mark);
-    (kept.first_unread(NEVER).unwrap_or(0), buckets)
+    let buckets = c.expiry.iter().filter_map(|(day, seqs)| Some((*day, c.first_counted(|s| seqs.contains(s))?)));
+    let kept = c.first_counted(|s| !c.expiry.values().any(|seqs| seqs.contains(s)));
+    (kept.unwrap_or(0), buckets.collect())
 }
 
 /// The `t:` field's value of a member non-feed conversation, `None` when it has no followed thread with unread.

@@ -845,9 +845,12 @@ impl RedisProjection {
         &self,
         user_id: &str,
     ) -> ProjectionResult<(BTreeMap<String, String>, BTreeMap<String, String>)> {
-        let fields = self.read_fields(&[user_id.to_owned()], crate::core::expiry::NEVER).await?;
+        // The stored fields only (`HGETALL`): the read script would compute every list's share for nothing.
+        let hgetall = redis::cmd("HGETALL").arg(user_key(&self.prefix, user_id)).to_owned();
+        let flat: Vec<Vec<String>> =
+            self.conn.run_all(vec![hgetall]).await.map_err(redis_err("reading a user's details"))?;
         let (mut details, mut threads) = (BTreeMap::new(), BTreeMap::new());
-        for (field, value) in fields.into_iter().flatten() {
+        for (field, value) in flat.into_iter().flat_map(pairs) {
             if let Some(id) = field.strip_prefix(super::details::DETAIL_PREFIX) {
                 details.insert(id.to_owned(), value);
             } else if let Some(id) = field.strip_prefix(super::details::THREADS_PREFIX) {
@@ -1001,7 +1004,8 @@ impl RedisProjection {
         let key = user_key(&self.prefix, user_id);
         let c = format!("{CONVERSATION_PREFIX}{conversation_id}");
         let r = format!("{INDEX_PREFIX}{conversation_id}");
-        let fields = [c, format!("{}{conversation_id}", super::EXPIRY_PREFIX), VERSION_FIELD.to_owned(), r];
+        let d = format!("{}{conversation_id}", super::details::DETAIL_PREFIX);
+        let fields = [c, format!("{}{conversation_id}", super::EXPIRY_PREFIX), VERSION_FIELD.to_owned(), r, d];
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET").arg(&key).arg(&fields);
         if self.expires() {
@@ -1012,7 +1016,9 @@ impl RedisProjection {
         if values.get(2).is_none_or(Option::is_none) || values.get(3).is_some_and(Option::is_some) {
             return Ok(ConversationRead::NeedsUser);
         }
-        let present = fields.into_iter().zip(values).take(2).filter_map(|(f, v)| Some((f, v?)));
+        // The counts (`c:`), their expiry (`e:`) and v4's details (`d:`: reactions, first unread).
+        let counted = fields.into_iter().zip(values).enumerate().filter(|(i, _)| [0, 1, 4].contains(i));
+        let present = counted.filter_map(|(_, (f, v))| Some((f, v?)));
         Ok(ConversationRead::Counts(decode_view(user_id, present, today)?.conversations.into_values().next()))
     }
 

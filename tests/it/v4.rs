@@ -21,6 +21,17 @@ fn v4_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_then_thread_
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches_at(svc.port, &expected, V3_DEV_NOW);
     assert!(ns.ok(&["verify"]).contains("differing: 0"));
+    // The conversation route answers the conversation's first unread and reactions as the user's read does.
+    let reacted = expected.iter().find(|v| v.total_reactions > 0).expect("a user with reactions");
+    let (cid, c) = reacted.conversations.iter().find(|(_, c)| c.reactions > 0 && c.first_unread.is_some()).unwrap();
+    let path = format!("/v1/users/{}/conversations/{}/unread{V3_DEV_NOW}", encode(&reacted.user_id), encode(cid));
+    let (code, body) = http_get(svc.port, &path).unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (code, answer["first_unread"].as_u64(), answer["reactions"].as_u64()),
+        (200, c.first_unread, Some(c.reactions)),
+        "{body}"
+    );
     svc.stop();
     let sample: Vec<&UserView> = expected.iter().step_by(97).collect();
     lose_redis_then_rebuild_at(&ns, &expected, &sample, V3_DEV_NOW);
