@@ -58,6 +58,8 @@ impl Pipeline {
         });
         self.note_receipts_and_time(events);
         let (deltas, stats) = self.fanout.process_batch(conversation_events);
+        // No projection here: nothing looks the new replies up.
+        self.fanout.take_new_replies();
         self.stats.duplicate_messages += stats.duplicate_messages;
         self.stats.early_recalls += stats.early_recalls;
         (self.stats.to_read, self.stats.to_write) =

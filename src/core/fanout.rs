@@ -132,6 +132,8 @@ pub struct FanOut {
     lists: Map<String, ListState>,
     /// The list and index changes of the batches since [`FanOut::take_list_ops`], in order.
     list_ops: Vec<(ListId, ListOp)>,
+    /// v4: the replies of the batches since [`FanOut::take_new_replies`], per conversation: (reply, root).
+    new_replies: Map<String, Vec<(u64, u64)>>,
     diffusion: Diffusion,
     /// How many conversations have an index (read-diffused), so a checkpoint need not scan them all to know.
     indexed: usize,
@@ -262,6 +264,12 @@ impl FanOut {
         !self.list_ops.is_empty()
     }
 
+    /// v4: the replies sent since the last call, per conversation: (reply, its thread's root), ascending (what
+    /// the read receipts of replies look up).
+    pub fn take_new_replies(&mut self) -> Map<String, Vec<(u64, u64)>> {
+        std::mem::take(&mut self.new_replies)
+    }
+
     /// The list and index changes since the last call, in order (what the projection applies to its copy).
     pub fn take_list_ops(&mut self) -> Vec<(ListId, ListOp)> {
         crate::core::lists::last_buckets_only(std::mem::take(&mut self.list_ops))
@@ -302,12 +310,14 @@ impl FanOut {
                     (stats.to_read + u64::from(to_read), stats.to_write + u64::from(!to_read));
                 // The switch happens at this event: what came before is emitted with the old diffusion.
                 batches[b].emit(state, &mut deltas);
+                note_replies(&mut self.new_replies, &batches[b]);
                 switch_deltas(cid, state, op, &mut deltas);
                 batches[b] = ConvBatch::start(cid, state);
             }
         }
         for batch in &batches {
             batch.emit(&self.conversations[batch.conversation_id], &mut deltas);
+            note_replies(&mut self.new_replies, batch);
         }
         (deltas, stats)
     }
@@ -325,6 +335,14 @@ impl Lists for FanOut {
 
     fn index_first(&self, conversation_id: &str, query: &ShareQuery) -> Option<u64> {
         self.conversations.get(conversation_id)?.index.as_ref()?.first(query)
+    }
+}
+
+/// Adds the replies of `batch` to `new_replies` ([`FanOut::take_new_replies`]).
+fn note_replies(new_replies: &mut Map<String, Vec<(u64, u64)>>, batch: &ConvBatch<'_>) {
+    if !batch.roots.is_empty() {
+        let replies = new_replies.entry_ref(batch.conversation_id).or_default();
+        replies.extend(batch.roots.iter().map(|(seq, root)| (*seq, *root)));
     }
 }
 

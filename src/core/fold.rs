@@ -108,6 +108,9 @@ pub struct OwnChange {
     /// The user's [`ConvState::receipt_entry`] there changed (joined, left, or the cursor moved): the receipts'
     /// join and cursor entries must be written. A message received leaves it unchanged, so most writes skip them.
     pub membership: bool,
+    /// v4: the roots of the threads whose cursor floor may have risen (a `thread.read`, a reply the user sent):
+    /// the receipts of replies (§ v4) count thread cursors.
+    pub threads: std::collections::BTreeSet<u64>,
 }
 
 /// A conversation marked unread (`CONTRACT.md` § v3): `from_seq` S makes unread count as if the user's cursor were
@@ -513,6 +516,12 @@ impl UserState {
         if self.receipt_entry(conversation_id) != before {
             self.own_changes.0.entry(conversation_id.to_owned()).or_default().membership = true;
         }
+    }
+
+    /// Notes that the receipts must hear of the user's cursor floor in the thread of `root` in `conversation_id`
+    /// ([`OwnChange::threads`]).
+    fn note_thread(&mut self, conversation_id: &str, root: u64) {
+        self.own_changes.0.entry(conversation_id.to_owned()).or_default().threads.insert(root);
     }
 
     /// The remembered notifications.
@@ -974,6 +983,12 @@ impl Fold {
         }
         if !skip_own_changes {
             user.note_membership(&delta.conversation_id, before);
+            for op in &delta.ops {
+                let DeltaOp::Messages { threads, .. } = op else { continue };
+                for root in threads.iter().filter(|(_, run)| run.read_to > 0).map(|(root, _)| *root) {
+                    user.note_thread(&delta.conversation_id, root);
+                }
+            }
         }
         let empty = user.is_empty();
         self.stats.increments += added;
@@ -992,6 +1007,9 @@ impl Fold {
         user.apply_event(event);
         if let Some(id) = conversation_id {
             user.note_membership(id, before);
+            if let UserEvent::ThreadRead(e) = event {
+                user.note_thread(id, e.thread_root);
+            }
         }
         if user.is_empty() {
             self.users.remove(event.user_id());

@@ -154,6 +154,16 @@ impl Threads {
         self.unread_at(authored, today).fold((0, 0), |(n, m), (_, _, mentions)| (n + 1, m + mentions))
     }
 
+    /// The user's cursor floor in the thread of `root` (0: none): what the receipts of its replies count (§ v4).
+    pub fn floor(&self, root: u64) -> u64 {
+        self.by_root.get(&root).map_or(0, |t| t.floor)
+    }
+
+    /// Every (root, floor) with a floor above 0, ascending by root.
+    pub fn floors(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.by_root.iter().filter(|(_, t)| t.floor > 0).map(|(root, t)| (*root, t.floor))
+    }
+
     /// Whether any thread holds expiry buckets (its counts depend on the day).
     pub fn expires(&self) -> bool {
         self.by_root.values().any(|t| !t.expiry.is_empty())

@@ -102,7 +102,7 @@ async fn rebuild_lists(store: &CheckpointStore, projection: &RedisProjection) ->
         let state = codec::decode_conversation(&row.state)
             .with_context(|| format!("checkpoint of conversation {:?}", row.id))?;
         let generation = generations.get(&row.partition).copied().unwrap_or(0);
-        sent.push(SentWrite::of(&row.id, &state));
+        sent.push(SentWrite::whole(&row.id, &state));
         if let Some(index) = state.index {
             writes.push(ListWrite { list: ListId::Index(row.id), generation, ops: index.whole_ops(), replace: true });
         }

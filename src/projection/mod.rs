@@ -248,23 +248,64 @@ pub struct ReceiptKeys {
     /// checkpoint set it; they expire together, [`redis::receipts`]).
     pub complete: String,
     /// Hash, with `--projection-ttl` only: what was written while `complete` was missing (fields `j:{user}`,
-    /// `s:{seq}`, `_sent`), which a refill leaves as written.
+    /// `s:{seq}`, `f:{root}:{user}`, `_sent`), which a refill leaves as written.
     pub written: String,
+    /// v4, hash: reply seq → its thread's root (written by the fan-out; a reply's root never changes).
+    pub roots: String,
+    /// v4, hash: `{root}:{user}` → the user's cursor floor in that thread, as [`thread_entry`] pads it (the
+    /// fold). Kept across leaving, as the floor is; the joins say who is a member.
+    pub floors: String,
+    /// v4, sorted set, every score 0: one [`thread_entry`] per (thread, user) of `floors`, so that the users whose
+    /// floor in a thread reached a seq are one range by lex, O(log n + readers).
+    pub threads: String,
 }
 
 impl ReceiptKeys {
-    /// The six keys in the order the receipts scripts take them: complete, written, sent, joins, cursors,
-    /// senders.
-    pub fn all(&self) -> [&str; 6] {
-        [&self.complete, &self.written, &self.sent, &self.joins, &self.cursors, &self.senders]
+    /// The nine keys in the order the receipts scripts take them: complete, written, sent, joins, cursors,
+    /// senders, roots, floors, threads.
+    pub fn all(&self) -> [&str; 9] {
+        [
+            &self.complete,
+            &self.written,
+            &self.sent,
+            &self.joins,
+            &self.cursors,
+            &self.senders,
+            &self.roots,
+            &self.floors,
+            &self.threads,
+        ]
     }
 }
 
-/// The receipts keys of `conversation_id`: `{prefix}rl:{#id}`, `rj:`, `rc:`, `ro:`, `rm:`, `rw:`.
+/// The receipts keys of `conversation_id`: `{prefix}rl:{#id}`, `rj:`, `rc:`, `ro:`, `rm:`, `rw:`, and v4's `rr:`,
+/// `rf:`, `rx:`.
 pub fn receipt_keys(prefix: &str, conversation_id: &str) -> ReceiptKeys {
     let key = |kind: &str| receipt_key(prefix, kind, conversation_id);
     let (complete, written) = (key("rm"), key("rw"));
-    ReceiptKeys { sent: key("rl"), joins: key("rj"), cursors: key("rc"), senders: key("ro"), complete, written }
+    let (roots, floors, threads) = (key("rr"), key("rf"), key("rx"));
+    ReceiptKeys {
+        sent: key("rl"),
+        joins: key("rj"),
+        cursors: key("rc"),
+        senders: key("ro"),
+        complete,
+        written,
+        roots,
+        floors,
+        threads,
+    }
+}
+
+/// A seq padded to 16 digits (2^53 has 16), so that entries sort by lex as by number.
+pub fn padded(seq: u64) -> String {
+    format!("{seq:016}")
+}
+
+/// The `threads` entry of a user's floor in a thread ([`ReceiptKeys::threads`]): `"{root}:{floor}:{user}"`, root
+/// and floor [`padded`].
+pub fn thread_entry(root: u64, floor: u64, user: &str) -> String {
+    format!("{}:{}:{user}", padded(root), padded(floor))
 }
 
 /// One receipts key of `conversation_id`, `{prefix}{kind}:{#id}` (`kind` one of those of [`receipt_keys`]), for a

@@ -562,9 +562,9 @@ pub struct Newest {
 }
 
 /// The scripts, in the order of their SHA1s in [`SHAS`]: the templates filled with the layout ([`fill`]).
-static SCRIPTS: LazyLock<[String; 7]> = LazyLock::new(|| TEMPLATES.map(fill));
+static SCRIPTS: LazyLock<[String; 8]> = LazyLock::new(|| TEMPLATES.map(fill));
 /// The script templates: the users', lists', reads' and shares', then the receipts' ([`receipts`]).
-const TEMPLATES: [&str; 7] = [
+const TEMPLATES: [&str; 8] = [
     WRITE_TEMPLATE,
     LIST_TEMPLATE,
     READ_TEMPLATE,
@@ -572,9 +572,10 @@ const TEMPLATES: [&str; 7] = [
     receipts::WRITE_TEMPLATE,
     receipts::READ_TEMPLATE,
     receipts::REFILL_TEMPLATE,
+    receipts::READERS_TEMPLATE,
 ];
 /// The SHA1 of each of [`SCRIPTS`] (what `EVALSHA` takes).
-static SHAS: LazyLock<[String; 7]> =
+static SHAS: LazyLock<[String; 8]> =
     LazyLock::new(|| SCRIPTS.each_ref().map(|s| redis::Script::new(s).get_hash().to_owned()));
 
 /// The Redis layout's names as the scripts spell them: `${NAME}` → the constant of [`super`] that defines it.
@@ -608,6 +609,7 @@ const SHARE: usize = 3;
 const RECEIPTS_WRITE: usize = 4;
 const RECEIPTS_READ: usize = 5;
 const RECEIPTS_REFILL: usize = 6;
+const RECEIPTS_READERS: usize = 7;
 
 /// An `EVALSHA` of script `script` (an index into [`SCRIPTS`]) with `keys`; the caller adds the ARGV.
 fn evalsha(script: usize, keys: &[&str]) -> Cmd {

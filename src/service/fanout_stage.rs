@@ -38,8 +38,8 @@ use crate::core::delta::DeltaSource;
 use crate::core::fanout::FanOut;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::ListWrite;
-use crate::state::commit::{fanout_changes, publish, sent_of, sent_write, Commit, FanOutKey, RedisWrites};
+use crate::projection::redis::{ListWrite, SentWrite};
+use crate::state::commit::{fanout_changes, publish, sent_of, Commit, FanOutKey, RedisWrites};
 use crate::state::load;
 use crate::state::retry::retry;
 use crate::state::Input;
@@ -295,9 +295,21 @@ impl FanOutTask {
         let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?;
         let ops = self.fanout.take_list_ops();
         let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
-        let sent = match full {
-            true => self.fanout.conversations().map(|(id, c)| sent_of(id, c, &self.created)).collect(),
-            false => self.dirty.iter().filter_map(|k| sent_write(&self.fanout, k, &self.created)).collect::<Vec<_>>(),
+        // v4: a whole write writes every reply; otherwise those sent since the last write.
+        let mut replies = self.fanout.take_new_replies();
+        let sent: Vec<SentWrite> = match full {
+            true => self.fanout.conversations().map(|(id, c)| sent_of(id, c, &self.created, true)).collect(),
+            false => {
+                let convs = self.dirty.iter().filter_map(|k| match k {
+                    FanOutKey::Conversation(id) => self.fanout.conversation(id).map(|c| (id, c)),
+                    _ => None,
+                });
+                let with_new = |(id, c): (&String, &crate::core::fanout::ConversationState)| SentWrite {
+                    replies: replies.remove(id).unwrap_or_default(),
+                    ..sent_of(id, c, &self.created, false)
+                };
+                convs.map(with_new).collect()
+            }
         };
         let nothing = writes.is_empty() && sent.is_empty() && !full;
         Ok((if nothing { RedisWrites::Nothing } else { RedisWrites::Lists(writes, sent) }, full))

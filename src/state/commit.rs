@@ -154,19 +154,23 @@ pub fn all_members(fanout: &FanOut) -> Vec<FanOutKey> {
 
 /// The sent-seqs write (read receipts) of a changed fan-out entity: of a conversation, marked new when it was
 /// first seen since the last commit (in `created`: the write marks its receipts keys complete); `None` for a list or
-/// a member. What the fan-out task and the replay both write.
+/// a member. What the fan-out task and the replay both write. v4: with every reply of the conversation (the
+/// replay, which may start in a namespace that has none), or the caller adds those sent since its last write.
 pub fn sent_write(fanout: &FanOut, key: &FanOutKey, created: &std::collections::HashSet<String>) -> Option<SentWrite> {
     let FanOutKey::Conversation(id) = key else { return None };
-    Some(sent_of(id, fanout.conversation(id)?, created))
+    Some(sent_of(id, fanout.conversation(id)?, created, true))
 }
 
-/// The sent-seqs write of conversation `id`, marked new when it is in `created` ([`sent_write`]).
+/// The sent-seqs write of conversation `id`, marked new when it is in `created`, with every reply when `whole`
+/// ([`sent_write`]).
 pub fn sent_of(
     id: &str,
     c: &crate::core::fanout::ConversationState,
     created: &std::collections::HashSet<String>,
+    whole: bool,
 ) -> SentWrite {
-    SentWrite { new: created.contains(id), ..SentWrite::of(id, c) }
+    let write = if whole { SentWrite::whole(id, c) } else { SentWrite::of(id, c) };
+    SentWrite { new: created.contains(id), ..write }
 }
 
 /// What a fan-out checkpoint writes for the changed conversations, members and lists.

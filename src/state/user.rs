@@ -136,7 +136,8 @@ pub async fn user_view(store: &CheckpointStore, user_id: &str, today: i64) -> St
 
 /// What the checkpoint holds of `conversation_id`'s read receipts (contract v3), for a refill of its expired
 /// receipts keys (`--projection-ttl`): the fan-out's sent seqs, and the entry and sent seqs of each member the
-/// fan-out's checkpoint names, from that member's checkpointed state. A conversation the checkpoint does not know
+/// fan-out's checkpoint names, from that member's checkpointed state (v4: with its thread floors, and the fan-out's
+/// replies). A conversation the checkpoint does not know
 /// gives an empty refill. Reads one fold row per member: O(members).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
@@ -144,6 +145,7 @@ pub async fn receipts(store: &CheckpointStore, conversation_id: &str) -> StateRe
     let mut refill = ReceiptsRefill::default();
     let Some((_, conversation)) = super::load::conversation(store, conversation_id).await? else { return Ok(refill) };
     refill.sent = ranges_value(&conversation.sent);
+    refill.replies = conversation.roots.iter().map(|(seq, root)| (*seq, *root)).collect();
     let ids: Vec<String> = conversation.members.into_keys().collect();
     if ids.is_empty() {
         return Ok(refill);

@@ -177,9 +177,10 @@ fn with_a_projection_ttl_idle_receipts_leave_redis_and_every_receipt_comes_back_
     let Some(stack) = stack(test) else { return };
     let ns = Ns::new(&stack, "rcache");
     let svc = ns.start_with_env(&["--projection-ttl", TTL], &[SHORT_TTL_OK]);
-    ns.ok(&["produce", &v3_dev_events()]);
+    ns.ok(&["produce", &v4_dev_events()]);
     ns.ok(&["lag", "--wait", "2m"]);
-    let receipts = crate::v3::v3_dev_receipts();
+    // v4: replies' receipts come back too (the fan-out's roots, the members' thread floors).
+    let receipts = crate::v3::v4_dev_receipts();
     let rt = tokio::runtime::Runtime::new().unwrap();
     assert!(keys_of(&rt, &ns, "r?") > 0, "the fold and the fan-out wrote receipts");
     wait_until_gone(&rt, &ns, "r?");
@@ -234,12 +235,17 @@ fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
         let version = ProjectionVersion { generation: 1, user_events: events, user_deltas: 0 };
         let mut w = UserWrite::of_state(user, None, version);
         let (conversation_id, own_added, own_removed) = ("g".to_owned(), seqs(added), SeqSet::new());
-        w.receipts = vec![ReceiptWrite { conversation_id, member, member_changed: true, own_added, own_removed }];
+        // v4: c read thread 3 up to its reply 5.
+        let floors = if user == "c" { vec![(3, 5)] } else { Vec::new() };
+        let member_changed = true;
+        w.receipts = vec![ReceiptWrite { conversation_id, member, member_changed, own_added, own_removed, floors }];
         w
     };
     let read = |seq: u64| rt.block_on(p.read_receipts("g", seq, None, true)).unwrap();
-    // The keys expired; then, before any read: b read up to 3, d left, c sent 4 (the fan-out wrote 1-4).
-    let sent = [SentWrite { conversation_id: "g".into(), ranges: "1-4".into(), new: false }];
+    // The keys expired; then, before any read: b read up to 3, d left, c sent 4 (the fan-out wrote 1-5, 5 a reply
+    // in the thread of 3), c read that thread up to 5.
+    let replies = vec![(5, 3)];
+    let sent = [SentWrite { conversation_id: "g".into(), ranges: "1-5".into(), new: false, replies }];
     rt.block_on(p.write_sent(&sent)).unwrap();
     let writes = [write("b", Some((0, 3)), &[], 1), write("d", None, &[], 1), write("c", Some((0, 4)), &[4], 1)];
     assert_eq!(rt.block_on(p.write(&writes)).unwrap().counts(), (3, 0));
@@ -251,7 +257,8 @@ fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
     let _: i64 = rt.block_on(redis::cmd("ZADD").arg(&key).arg(0).arg("e").query_async(&mut conn)).unwrap();
     let (a, b, c, d) = (("a".into(), 0, 3), ("b".into(), 0, 1), ("c".into(), 0, 0), ("d".into(), 0, 2));
     let senders = vec![(1, "a".into()), (2, "b".into()), (3, "a".into())];
-    let refill = ReceiptsRefill { sent: "1-3".into(), members: vec![a, b, c, d], senders };
+    let (floors, replies) = (vec![("b".into(), 3, 5), ("c".into(), 3, 2)], vec![(5, 3)]);
+    let refill = ReceiptsRefill { sent: "1-3".into(), members: vec![a, b, c, d], senders, floors, replies };
     assert!(rt.block_on(p.refill_receipts("g", &refill)).unwrap(), "the first refill writes");
     assert!(!rt.block_on(p.refill_receipts("g", &ReceiptsRefill::default())).unwrap(), "a second one does not");
     // Seq 3 (sent by a): recipients b and c, who both read it (b: its write since the expiry, not the checkpoint's
@@ -262,11 +269,14 @@ fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
         readers: Some(readers.iter().map(|r| r.to_string()).collect()),
     };
     assert_eq!(read(3), found(2, 2, &["b", "c"]), "d left and e is gone, b's cursor is its write's");
-    assert_eq!(read(4), found(0, 2, &[]), "sent 1-4 and c's seq 4 are the writes', not the checkpoint's");
+    assert_eq!(read(4), found(0, 2, &[]), "sent 1-5 and c's seq 4 are the writes', not the checkpoint's");
+    // Reply 5 (no sender kept): read by thread floor, b's from the checkpoint and c's written since (the
+    // checkpoint's lower one does not lower it); a's cursor in the conversation does not count.
+    assert_eq!(read(5), found(2, 3, &["b", "c"]), "a reply's readers are its thread's");
     // Complete now: a write is not noted, and every key expires with the others.
     assert_eq!(rt.block_on(p.write(&[write("a", Some((0, 4)), &[], 2)])).unwrap().counts(), (1, 0));
     assert_eq!(read(4), found(1, 2, &["a"]));
-    for kind in ["rm", "rl", "rj", "rc", "ro"] {
+    for kind in ["rm", "rl", "rj", "rc", "ro", "rr", "rf", "rx"] {
         let key = format!("{}:{kind}:{{#g}}", ns.name);
         let pttl: i64 = rt.block_on(redis::cmd("PTTL").arg(&key).query_async(&mut conn)).unwrap();
         assert!((1..=60_000).contains(&pttl), "{key}: PTTL {pttl}");
@@ -353,7 +363,8 @@ fn receipts_write(user: &str, member: Option<Option<(u64, u64)>>, own: [&[u64]; 
     let (member_changed, member) = (member.is_some(), member.flatten());
     let [own_added, own_removed] = own.map(|seqs| seqs.iter().copied().collect::<SeqSet>());
     let conversation_id = "g".to_owned();
-    w.receipts = vec![ReceiptWrite { conversation_id, member, member_changed, own_added, own_removed }];
+    let floors = Vec::new();
+    w.receipts = vec![ReceiptWrite { conversation_id, member, member_changed, own_added, own_removed, floors }];
     w
 }
 
@@ -400,7 +411,7 @@ fn a_refill_of_expired_receipts_is_exact_under_any_interleaving() {
                     ReceiptsStep::Sent(n, new) => {
                         truth.2 = if n == 0 { String::new() } else { format!("1-{n}") };
                         let (ranges, new) = (truth.2.clone(), new && !expired);
-                        let sent = [SentWrite { conversation_id: "g".into(), ranges, new }];
+                        let sent = [SentWrite { conversation_id: "g".into(), ranges, new, replies: Vec::new() }];
                         rt.block_on(p.write_sent(&sent)).unwrap();
                     }
                     ReceiptsStep::Checkpoint => checkpoint = truth.clone(),
@@ -414,7 +425,8 @@ fn a_refill_of_expired_receipts_is_exact_under_any_interleaving() {
                     ReceiptsStep::RefillWrite => {
                         if let Some((members, senders, sent)) = pending.take() {
                             let members = members.into_iter().map(|(u, (j, c))| (u, j, c)).collect();
-                            let refill = ReceiptsRefill { sent, members, senders: senders.into_iter().collect() };
+                            let senders = senders.into_iter().collect();
+                            let refill = ReceiptsRefill { sent, members, senders, ..Default::default() };
                             rt.block_on(p.refill_receipts("g", &refill)).unwrap();
                         }
                     }

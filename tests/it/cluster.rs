@@ -43,17 +43,18 @@ fn v2_dev_set_with_read_diffusion_on_a_redis_cluster_is_exact_pushed_verified_an
     lose_redis_then_rebuild(&ns, &expected, &sample);
 }
 
-/// Contract v3 on the cluster: counts at an instant (`e:` fields in users' hashes, and the expiry buckets of
-/// read-diffused conversations' indexes, from 20 members), marks, and every receipt, whose keys (hash-tagged per
+/// Contracts v3 and v4 on the cluster (the v4 dev set is the v3 set with threads, reactions and teams): counts at
+/// an instant (`e:`, `d:` and `t:` fields in users' hashes, and the expiry buckets of read-diffused conversations'
+/// indexes, from 20 members), marks, and every receipt, replies' by thread cursor, whose keys (hash-tagged per
 /// conversation) spread over the masters; lost, answered from the checkpoint, rebuilt, exact again.
 #[test]
-fn v3_dev_set_on_a_redis_cluster_is_exact_with_its_receipts_and_rebuilt() {
-    let Some(stack) = stack("v3_dev_set_on_a_redis_cluster_is_exact_with_its_receipts_and_rebuilt") else { return };
+fn v4_dev_set_on_a_redis_cluster_is_exact_with_its_receipts_and_rebuilt() {
+    let Some(stack) = stack("v4_dev_set_on_a_redis_cluster_is_exact_with_its_receipts_and_rebuilt") else { return };
     let cluster = PrivateRedisCluster::start();
-    let ns = Ns::with(&stack, "clu3", &cluster.url(), &stack.database_url);
-    let (expected, receipts) = (v3_dev_expected(), crate::v3::v3_dev_receipts());
+    let ns = Ns::with(&stack, "clu4", &cluster.url(), &stack.database_url);
+    let (expected, receipts) = (v4_dev_expected(), crate::v3::v4_dev_receipts());
     let svc = ns.start(&["--read-diffusion-threshold", "20"]);
-    ns.ok(&["produce", &v3_dev_events()]);
+    ns.ok(&["produce", &v4_dev_events()]);
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches_at(svc.port, &expected, V3_DEV_NOW);
     crate::v3::assert_receipts(svc.port, &receipts, 1);

@@ -20,6 +20,10 @@ fn v4_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_then_thread_
     ns.ok(&["produce", &v4_dev_events()]);
     ns.ok(&["lag", "--wait", "2m"]);
     assert_matches_at(svc.port, &expected, V3_DEV_NOW);
+    // Receipts of replies count thread cursors; every other message's the conversation's.
+    let receipts = crate::v3::v4_dev_receipts();
+    crate::v3::assert_receipts(svc.port, &receipts, 1);
+    assert_reply_readers_listed(svc.port, &receipts);
     assert!(ns.ok(&["verify"]).contains("differing: 0"));
     // The conversation route answers the conversation's first unread and reactions as the user's read does.
     let reacted = expected.iter().find(|v| v.total_reactions > 0).expect("a user with reactions");
@@ -35,6 +39,9 @@ fn v4_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_then_thread_
     svc.stop();
     let sample: Vec<&UserView> = expected.iter().step_by(97).collect();
     lose_redis_then_rebuild_at(&ns, &expected, &sample, V3_DEV_NOW);
+    let api = ns.start(&["--roles", "api"]);
+    crate::v3::assert_receipts(api.port, &receipts, 5);
+    api.stop();
     // The gateway: unfollowing a thread takes it out of the user's threads and totals; marking a conversation's
     // reactions seen zeroes its reactions.
     let svc = ns.start(&[]);
@@ -62,6 +69,36 @@ fn v4_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_then_thread_
     let (code, _) = http_post_as(svc.port, &bad_root, Some(&token("t", true)), &max).unwrap();
     assert_eq!(code, 400, "a thread root is 1 to 2^53");
     svc.stop();
+}
+
+/// `?list=true` on messages sent with a `thread_root` (replies, but for a root never sent) names as many readers as
+/// `read` counts.
+fn assert_reply_readers_listed(port: u16, receipts: &[serde_json::Value]) {
+    let events = std::fs::read_to_string(v4_dev_events()).unwrap();
+    let replies: std::collections::HashSet<(String, u64)> = events
+        .lines()
+        .filter(|l| l.contains("thread_root"))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["type"] == "message.sent")
+        .map(|e| (e["conversation_id"].as_str().unwrap().to_owned(), e["seq"].as_u64().unwrap()))
+        .collect();
+    let is_reply = |r: &&serde_json::Value| {
+        replies.contains(&(r["conversation_id"].as_str().unwrap().to_owned(), r["seq"].as_u64().unwrap()))
+    };
+    let read: Vec<&serde_json::Value> = (receipts.iter().filter(is_reply))
+        .filter(|r| r["read"].as_u64() > Some(0) && r["recipients"].as_u64() < Some(200))
+        .collect();
+    let mut checked = 0;
+    for r in read.iter().step_by(53) {
+        let (cid, seq) = (r["conversation_id"].as_str().unwrap(), r["seq"].as_u64().unwrap());
+        let path = format!("/v1/conversations/{}/messages/{seq}/receipts?list=true", encode(cid));
+        let (code, body) = http_get(port, &path).unwrap();
+        let got: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let named = got["readers"].as_array().map(Vec::len);
+        assert_eq!((code, named), (200, r["read"].as_u64().map(|n| n as usize)), "{cid} {seq}: {body}");
+        checked += 1;
+    }
+    assert!(checked > 10, "{checked} receipts listed");
 }
 
 /// The user's view at the set's instant, once `done` holds (at most 60 s).

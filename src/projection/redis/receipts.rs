@@ -23,25 +23,42 @@ use redis::{Cmd, FromRedisValue, RedisError, Value};
 use super::{redis_err, ProjectionResult, RedisProjection, UserWrite};
 use crate::core::fold::{ConvState, OwnChange, UserState};
 use crate::core::seqset::SeqSet;
-use crate::projection::{receipt_key, receipt_keys, ReceiptKeys};
+use crate::projection::{padded, receipt_key, receipt_keys, ReceiptKeys};
 
-/// Lua helper of the receipts scripts: `expire(ttl)` sets the expiry of all six keys (absent ones stay absent).
-/// Time is frozen while a script runs, so they get one deadline.
-macro_rules! expire_all {
+/// Lua helpers of the receipts scripts: `expire(ttl)` sets the expiry of every key given (absent ones stay
+/// absent; time is frozen while a script runs, so they get one deadline); `floor(root, f, user, note)` raises
+/// `user`'s floor in the thread of `root` to `f` (both [`crate::projection::padded`]) in the `floors` hash and its
+/// entry in the `threads` sorted set (a floor never goes down), calling `note(item)` when it writes.
+macro_rules! helpers {
     () => {
-        "local function expire(ttl)\n  for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end\nend\n"
+        r#"local function expire(ttl)
+  for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
+local function floor(root, f, user, note)
+  local field = root .. ':' .. user
+  local old = redis.call('HGET', KEYS[8], field)
+  if old and tonumber(old) >= tonumber(f) then return end
+  if old then redis.call('ZREM', KEYS[9], root .. ':' .. old .. ':' .. user) end
+  redis.call('ZADD', KEYS[9], 0, root .. ':' .. f .. ':' .. user)
+  redis.call('HSET', KEYS[8], field, f)
+  note('f:' .. field)
+end
+"#
     };
 }
 
-/// One member's or the fan-out's receipts write with `--projection-ttl`. KEYS: [`ReceiptKeys::all`]. ARGV: ttl
-/// (ms), user, op (`j`: joined with ARGV[4] join head and ARGV[5] cursor; `x`: not a member; `-`: membership
-/// unchanged; `s`: the fan-out's sent seqs ARGV[4], `""` for none, and ARGV[5] `1` when the conversation is new
-/// ([`SentWrite::new`])), then the count and the seqs the user no longer sent, then the count and the seqs it
-/// sent. While `complete` is missing each item written is noted in `written`; the sent seqs of a new conversation
-/// set `complete` instead. Returns 1.
+/// One member's or the fan-out's receipts write. KEYS: [`ReceiptKeys::all`]. ARGV: ttl (ms; `0`: the keys do not
+/// expire, nothing is noted), user, op (`j`: joined with ARGV[4] join head and ARGV[5] cursor; `x`: not a member;
+/// `-`: membership unchanged; `s`: the fan-out's sent seqs ARGV[4], `""` for none, and ARGV[5] `1` when the
+/// conversation is new ([`SentWrite::new`])), then the count and the seqs the user no longer sent, the count and
+/// the seqs it sent, the count and the (root, floor) pairs of its thread floors that rose (v4, padded), the count
+/// and the (reply, root) pairs of new replies (v4, the fan-out's). With a ttl, while `complete` is missing each
+/// item written is noted in `written` (a reply's root never changes: a refill writes them all again); the sent
+/// seqs of a new conversation set `complete` instead. Returns 1.
 pub const WRITE_TEMPLATE: &str = concat!(
-    expire_all!(),
-    r#"local complete = redis.call('EXISTS', KEYS[1]) == 1
+    helpers!(),
+    r#"local ttl = tonumber(ARGV[1])
+local complete = ttl == 0 or redis.call('EXISTS', KEYS[1]) == 1
 local function noted(item) if not complete then redis.call('HSET', KEYS[2], item, 1) end end
 local user, op = ARGV[2], ARGV[3]
 if op == 'j' then
@@ -74,7 +91,13 @@ for j = i + 1, i + n do
   redis.call('HSET', KEYS[6], ARGV[j], user)
   noted('s:' .. ARGV[j])
 end
-expire(tonumber(ARGV[1]))
+i = i + n + 1
+n = tonumber(ARGV[i])
+for j = 1, n do floor(ARGV[i + 2 * j - 1], ARGV[i + 2 * j], user, noted) end
+i = i + 2 * n + 1
+n = tonumber(ARGV[i])
+for j = 1, n do redis.call('HSET', KEYS[7], ARGV[i + 2 * j - 1], ARGV[i + 2 * j]) end
+if ttl > 0 then expire(ttl) end
 return 1
 "#
 );
@@ -82,26 +105,44 @@ return 1
 /// A receipts read with `--projection-ttl`. KEYS: [`ReceiptKeys::all`]. ARGV: ttl (ms), requester (`""`: none),
 /// `"({seq}"`, seq. Returns nil when `complete` is missing (the keys expired), else sets the expiry again and
 /// returns what [`RedisProjection::read_receipts`] reads without a ttl: the requester's join head, the sent seqs,
-/// the members who joined before the seq, those whose cursor is below it, its sender, the member count.
+/// the members who joined before the seq, those whose cursor is below it, its sender, the member count, and its
+/// thread's root when it is a reply (v4).
 pub const READ_TEMPLATE: &str = concat!(
-    expire_all!(),
+    helpers!(),
     r#"if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 expire(tonumber(ARGV[1]))
 return {redis.call('ZSCORE', KEYS[4], ARGV[2]), redis.call('GET', KEYS[3]),
   redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[3]), redis.call('ZCOUNT', KEYS[5], '-inf', ARGV[3]),
-  redis.call('HGET', KEYS[6], ARGV[4]), redis.call('ZCARD', KEYS[4])}
+  redis.call('HGET', KEYS[6], ARGV[4]), redis.call('ZCARD', KEYS[4]), redis.call('HGET', KEYS[7], ARGV[4])}
 "#
 );
 
+/// v4: the readers of reply `seq` (`CONTRACT.md` § v4, "Threads": the recipients whose thread cursor reached it).
+/// KEYS: joins, threads ([`ReceiptKeys`]). ARGV: the root and seq, padded, and the reply's sender (`""`: none
+/// kept). Returns the users whose floor in the thread is at or above the seq (one range by lex), who are members
+/// that joined before it, other than the sender: O(log n + users with such a floor).
+pub const READERS_TEMPLATE: &str = r#"local seq = tonumber(ARGV[2])
+local readers = {}
+local entries = redis.call('ZRANGE', KEYS[2], '[' .. ARGV[1] .. ':' .. ARGV[2], '(' .. ARGV[1] .. ';', 'BYLEX')
+for _, entry in ipairs(entries) do
+  local user = string.sub(entry, 35)
+  local joined = redis.call('ZSCORE', KEYS[1], user)
+  if user ~= ARGV[3] and joined and tonumber(joined) < seq then table.insert(readers, user) end
+end
+return readers
+"#;
+
 /// A refill from the checkpoint ([`ReceiptsRefill`]). KEYS: [`ReceiptKeys::all`]. ARGV: ttl (ms), the sent
 /// seqs (`""`: none), the member count and (user, join head, cursor) of each, the sender count and (seq, user) of
-/// each. Does nothing and returns 0 when `complete` is present (another refill came first). Otherwise every item
-/// not noted in `written` becomes the checkpoint's (entries the checkpoint lacks are removed), `complete` is set,
-/// `written` deleted, the expiry set; returns 1.
+/// each, the floor count and (user, root, floor) of each (padded), the reply count and (reply, root) of each. Does
+/// nothing and returns 0 when `complete` is present (another refill came first). Otherwise every item not noted in
+/// `written` becomes the checkpoint's (entries the checkpoint lacks are removed; a floor only rises), `complete`
+/// is set, `written` deleted, the expiry set; returns 1.
 pub const REFILL_TEMPLATE: &str = concat!(
-    expire_all!(),
+    helpers!(),
     r#"if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local function fresh(item) return redis.call('HEXISTS', KEYS[2], item) == 0 end
+local function quiet() end
 if fresh('_sent') then
   if ARGV[2] == '' then redis.call('DEL', KEYS[3]) else redis.call('SET', KEYS[3], ARGV[2]) end
 end
@@ -131,6 +172,12 @@ end
 for _, seq in ipairs(redis.call('HKEYS', KEYS[6])) do
   if not senders[seq] and fresh('s:' .. seq) then redis.call('HDEL', KEYS[6], seq) end
 end
+i = i + 2 * n + 1
+n = tonumber(ARGV[i])
+for j = 0, n - 1 do floor(ARGV[i + 3 * j + 2], ARGV[i + 3 * j + 3], ARGV[i + 3 * j + 1], quiet) end
+i = i + 3 * n + 1
+n = tonumber(ARGV[i])
+for j = 1, n do redis.call('HSET', KEYS[7], ARGV[i + 2 * j - 1], ARGV[i + 2 * j]) end
 redis.call('SET', KEYS[1], '1')
 redis.call('DEL', KEYS[2])
 expire(tonumber(ARGV[1]))
@@ -147,6 +194,10 @@ pub struct ReceiptsRefill {
     pub members: Vec<(String, u64, u64)>,
     /// Each sent seq whose sender is still in the membership it sent it in: (seq, sender).
     pub senders: Vec<(u64, String)>,
+    /// v4: each member's thread floors: (user, root, floor).
+    pub floors: Vec<(String, u64, u64)>,
+    /// v4: every reply → its thread's root (the fan-out's).
+    pub replies: Vec<(u64, u64)>,
 }
 
 impl ReceiptsRefill {
@@ -157,6 +208,7 @@ impl ReceiptsRefill {
             self.members.push((user.to_owned(), joined, cursor));
         }
         self.senders.extend(c.own.iter().map(|seq| (seq, user.to_owned())));
+        self.floors.extend(c.threads.floors().map(|(root, floor)| (user.to_owned(), root, floor)));
     }
 }
 
@@ -175,6 +227,9 @@ pub struct ReceiptWrite {
     pub own_added: SeqSet,
     /// Seqs no longer the user's as a member (its membership ended, or a recall).
     pub own_removed: SeqSet,
+    /// v4: the user's floors in the conversation's threads that rose since the last write (or all of them, in a
+    /// whole write): (root, floor). Kept whether or not the user is a member.
+    pub floors: Vec<(u64, u64)>,
 }
 
 impl ReceiptWrite {
@@ -182,7 +237,8 @@ impl ReceiptWrite {
     /// `own_removed` as given.
     pub fn of(conversation_id: &str, c: Option<&ConvState>, own_added: SeqSet, own_removed: SeqSet) -> Self {
         let (conversation_id, member) = (conversation_id.to_owned(), c.and_then(ConvState::receipt_entry));
-        Self { conversation_id, member, member_changed: true, own_added, own_removed }
+        let floors = c.map(|c| c.threads.floors().collect()).unwrap_or_default();
+        Self { conversation_id, member, member_changed: true, own_added, own_removed, floors }
     }
 
     /// Every conversation of `state` whole: memberships and all own seqs.
@@ -199,9 +255,11 @@ impl ReceiptWrite {
         let change = |id: &str| state.and_then(|s| s.own_changes().get(id)).cloned().unwrap_or_default();
         let conv = |id: &str| state.and_then(|s| s.conversations().get(id)).map(|c| &**c);
         let write = |id: &String| {
-            let (OwnChange { added, removed, membership }, c) = (change(id), conv(id));
+            let (OwnChange { added, removed, membership, threads }, c) = (change(id), conv(id));
             let write = Self::of(id, c, added, removed);
-            Self { member_changed: membership || write.member.is_none(), ..write }
+            let floor = |root: &u64| c.map_or(0, |c| c.threads.floor(*root));
+            let floors = threads.iter().map(|root| (*root, floor(root))).filter(|(_, f)| *f > 0).collect();
+            Self { member_changed: membership || write.member.is_none(), floors, ..write }
         };
         changed.into_iter().map(write).collect()
     }
@@ -233,6 +291,12 @@ pub enum Receipts {
     },
 }
 
+/// The part of `r` that raises thread floors, nothing else.
+fn floors_only(r: &ReceiptWrite) -> ReceiptWrite {
+    let (own_added, own_removed) = (SeqSet::new(), SeqSet::new());
+    ReceiptWrite { conversation_id: r.conversation_id.clone(), member: None, own_added, own_removed, ..r.clone() }
+}
+
 /// A reply of a receipts read, typed.
 fn parsed<T: FromRedisValue>(v: &Value) -> ProjectionResult<T> {
     redis::from_redis_value_ref(v).map_err(|e| redis_err("reading receipts")(RedisError::from(e)))
@@ -256,12 +320,21 @@ pub struct SentWrite {
     /// The conversation is new to the fan-out since its last checkpoint (`--projection-ttl`): every receipts entry
     /// was written since it began, so this write marks its receipts keys complete.
     pub new: bool,
+    /// v4: replies → their thread's root, not written yet (all of them, in a whole write).
+    pub replies: Vec<(u64, u64)>,
 }
 
 impl SentWrite {
-    /// The write of conversation `id`'s sent seqs.
+    /// The write of conversation `id`'s sent seqs, with no reply (the caller adds those not written yet).
     pub fn of(id: &str, c: &crate::core::fanout::ConversationState) -> Self {
-        SentWrite { conversation_id: id.to_owned(), ranges: crate::projection::ranges_value(&c.sent), new: false }
+        let (conversation_id, ranges) = (id.to_owned(), crate::projection::ranges_value(&c.sent));
+        SentWrite { conversation_id, ranges, new: false, replies: Vec::new() }
+    }
+
+    /// The whole write of conversation `id`: its sent seqs and every reply.
+    pub fn whole(id: &str, c: &crate::core::fanout::ConversationState) -> Self {
+        let replies = c.roots.iter().map(|(seq, root)| (*seq, *root)).collect();
+        SentWrite { replies, ..Self::of(id, c) }
     }
 }
 
@@ -325,6 +398,10 @@ impl RedisProjection {
                 let seqs: Vec<u64> = r.own_removed.iter().collect();
                 cmds.push(redis::cmd("HDEL").arg(key("ro", r)).arg(seqs).clone());
             }
+            if !r.floors.is_empty() {
+                // Raising a floor reads the old entry first: one script call (no expiry, nothing noted).
+                cmds.extend(self.receipt_script(&w.user_id, &ReceiptWrite { member_changed: false, ..floors_only(r) }));
+            }
             if !r.own_added.is_empty() {
                 let mut hset = redis::cmd("HSET");
                 hset.arg(key("ro", r));
@@ -347,7 +424,7 @@ impl RedisProjection {
             (true, Some((joined, cursor))) => ("j", joined, cursor),
             (true, None) => ("x", 0, 0),
         };
-        if op == "-" && r.own_removed.is_empty() && r.own_added.is_empty() {
+        if op == "-" && r.own_removed.is_empty() && r.own_added.is_empty() && r.floors.is_empty() {
             return None;
         }
         let keys = receipt_keys(&self.prefix, &r.conversation_id);
@@ -356,6 +433,11 @@ impl RedisProjection {
         for seqs in [&r.own_removed, &r.own_added] {
             cmd.arg(seqs.len()).arg(seqs.iter().collect::<Vec<_>>());
         }
+        cmd.arg(r.floors.len());
+        for (root, floor) in &r.floors {
+            cmd.arg(padded(*root)).arg(padded(*floor));
+        }
+        cmd.arg(0);
         Some(cmd)
     }
 
@@ -364,20 +446,34 @@ impl RedisProjection {
     ///
     /// Errors: [`ProjectionError::Redis`].
     pub async fn write_sent(&self, writes: &[SentWrite]) -> ProjectionResult<()> {
-        let cmd = |w: &SentWrite| {
+        let cmds = |w: &SentWrite| {
             let keys = receipt_keys(&self.prefix, &w.conversation_id);
+            let mut cmds = Vec::with_capacity(2);
             match (self.expires(), w.ranges.is_empty()) {
                 (true, _) => {
                     let mut cmd = super::evalsha(super::RECEIPTS_WRITE, &keys.all());
-                    cmd.arg(self.ttl_ms).arg("").arg("s").arg(&w.ranges).arg(u8::from(w.new)).arg(0).arg(0);
-                    cmd
+                    cmd.arg(self.ttl_ms).arg("").arg("s").arg(&w.ranges).arg(u8::from(w.new)).arg(0).arg(0).arg(0);
+                    cmd.arg(w.replies.len());
+                    w.replies.iter().for_each(|(seq, root)| {
+                        cmd.arg(seq).arg(root);
+                    });
+                    return vec![cmd];
                 }
-                (false, true) => redis::cmd("DEL").arg(keys.sent).clone(),
-                (false, false) => redis::cmd("SET").arg(keys.sent).arg(&w.ranges).clone(),
+                (false, true) => cmds.push(redis::cmd("DEL").arg(&keys.sent).clone()),
+                (false, false) => cmds.push(redis::cmd("SET").arg(&keys.sent).arg(&w.ranges).clone()),
             }
+            if !w.replies.is_empty() {
+                let mut hset = redis::cmd("HSET");
+                hset.arg(&keys.roots);
+                w.replies.iter().for_each(|(seq, root)| {
+                    hset.arg(seq).arg(root);
+                });
+                cmds.push(hset);
+            }
+            cmds
         };
         if !writes.is_empty() {
-            self.run_scripts::<Value>(|| writes.iter().map(cmd).collect())
+            self.run_scripts::<Value>(|| writes.iter().flat_map(cmds).collect())
                 .await
                 .map_err(redis_err("writing sent seqs"))?;
         }
@@ -417,6 +513,7 @@ impl RedisProjection {
                 redis::cmd("ZCOUNT").arg(&keys.cursors).arg("-inf").arg(&below).clone(),
                 redis::cmd("HGET").arg(&keys.senders).arg(seq).clone(),
                 redis::cmd("ZCARD").arg(&keys.joins).clone(),
+                redis::cmd("HGET").arg(&keys.roots).arg(seq).clone(),
             ];
             self.conn.run_all(cmds).await.map_err(redis_err("reading receipts"))?
         };
@@ -447,13 +544,36 @@ impl RedisProjection {
         let sender: Option<String> = parsed(parse(4))?;
         let members: u64 = parsed(parse(5))?;
         let own = u64::from(sender.is_some());
+        let root: Option<u64> = parsed(parse(6))?;
         let (read, recipients) = (before.saturating_sub(unread + own), before.saturating_sub(own));
-        let readers = match list {
-            false => None,
-            true if members > MAX_LISTED => return Ok(Receipts::TooManyToList(members)),
-            true => Some(self.readers(keys, seq, sender.as_deref()).await?),
+        if list && members > MAX_LISTED {
+            return Ok(Receipts::TooManyToList(members));
+        }
+        let readers = match (root, list) {
+            (Some(root), _) => Some(self.thread_readers(keys, root, seq, sender.as_deref()).await?),
+            (None, false) => None,
+            (None, true) => Some(self.readers(keys, seq, sender.as_deref()).await?),
         };
-        Ok(Receipts::Found { read, recipients, readers })
+        // A reply's readers are counted by thread cursor (§ v4), the main timeline's by the conversation's.
+        let read = if root.is_some() { readers.as_ref().map_or(0, |r| r.len() as u64) } else { read };
+        Ok(Receipts::Found { read, recipients, readers: readers.filter(|_| list) })
+    }
+
+    /// v4: the readers of reply `seq` in the thread of `root` ([`READERS_TEMPLATE`]), sorted.
+    async fn thread_readers(
+        &self,
+        keys: &ReceiptKeys,
+        root: u64,
+        seq: u64,
+        sender: Option<&str>,
+    ) -> ProjectionResult<Vec<String>> {
+        let mut cmd = super::evalsha(super::RECEIPTS_READERS, &[&keys.joins, &keys.threads]);
+        cmd.arg(padded(root)).arg(padded(seq)).arg(sender.unwrap_or_default());
+        let reply =
+            self.run_scripts::<Vec<String>>(|| vec![cmd.clone()]).await.map_err(redis_err("reading receipts"))?;
+        let mut readers = reply.into_iter().next().unwrap_or_default();
+        readers.sort_unstable();
+        Ok(readers)
     }
 
     /// The members who read `seq`: joined before it, cursor at or above it, not its sender; sorted.
@@ -485,6 +605,14 @@ impl RedisProjection {
         cmd.arg(refill.senders.len());
         for (seq, user) in &refill.senders {
             cmd.arg(seq).arg(user);
+        }
+        cmd.arg(refill.floors.len());
+        for (user, root, floor) in &refill.floors {
+            cmd.arg(user).arg(padded(*root)).arg(padded(*floor));
+        }
+        cmd.arg(refill.replies.len());
+        for (seq, root) in &refill.replies {
+            cmd.arg(seq).arg(root);
         }
         let done: Vec<i64> = self.run_scripts(|| vec![cmd.clone()]).await.map_err(redis_err("refilling receipts"))?;
         Ok(done.first() == Some(&1))
