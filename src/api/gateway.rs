@@ -25,7 +25,8 @@ use super::{authorized, check_id, ApiError, ApiState};
 use crate::auth::Access;
 use crate::core::broadcast::ListId;
 use crate::core::contract::{
-    BroadcastRead, ConversationMarkedUnread, ConversationMuted, NotificationMark, NotificationsMark, ReadAck, UserEvent,
+    BroadcastRead, ConversationMarkedUnread, ConversationMuted, NotificationMark, NotificationsMark, ReadAck,
+    ThreadRead, UserEvent,
 };
 use crate::projection::idempotency::IdempotencyKeys;
 
@@ -281,8 +282,9 @@ pub async fn mark_unread(
 }
 
 /// Marks every conversation read: a `read.ack` of each unmuted, non-feed conversation with unread messages (or
-/// marked unread), at the newest message the user has (`newest_unread`, like the read route's default). The feed
-/// stays apart (`/feed/read`).
+/// marked unread), at the newest message the user has (`newest_unread`, like the read route's default), and (v4)
+/// a `thread.read` of each followed thread with unread in those conversations, at the conversation's newest seq
+/// ([`crate::read::Reader::thread_heads`]). The feed stays apart (`/feed/read`).
 #[utoipa::path(post, path = "/v1/users/{user_id}/read-all", tag = "writes", security(("bearer" = [])),
     params(("user_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
     responses((status = 202, description = "One event id per conversation acked (none when nothing was unread)",
@@ -293,7 +295,26 @@ pub async fn read_all(
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    ack_newest(&s, &access, path, &headers, |_, feed, muted| !feed && !muted).await
+    let pick = |_: &str, feed: bool, muted: bool| !feed && !muted;
+    let Path(user_id) = path?;
+    authorized(&access, &[("user_id", &user_id)])?;
+    let at = s.reader.at();
+    let newest = s.reader.newest_unread(&at, &user_id, false, pick).await?;
+    let mut events: Vec<UserEvent> = newest.into_iter().map(|(id, seq)| read_ack(&user_id, id, seq)).collect();
+    let (view, _) = s.reader.user(&at, &user_id, crate::clock::today()).await?;
+    for (conversation_id, thread_root, read_seq) in s.reader.thread_heads(&at, &view, pick).await? {
+        let (event_id, occurred_at) = unstamped();
+        let user_id = user_id.clone();
+        events.push(UserEvent::ThreadRead(ThreadRead {
+            event_id,
+            occurred_at,
+            user_id,
+            conversation_id,
+            thread_root,
+            read_seq,
+        }));
+    }
+    publish(&s, &user_id, &headers, events).await
 }
 
 /// A `read.ack` of each conversation `pick` selects that has unread messages (or a mark, in the checkpoint or in

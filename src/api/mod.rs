@@ -202,6 +202,7 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(gateway::notifications_read))
         .routes(routes!(gateway::read_broadcast))
         .routes(routes!(gateway::read_feed))
+        .routes(routes!(threads::list_threads))
         .routes(routes!(threads::read_thread))
         .routes(routes!(threads::follow_thread))
         .routes(routes!(threads::read_reactions))

@@ -1,21 +1,76 @@
-//! The write gateway's routes of contract v4 (`CONTRACT.md` § v4): read a thread, follow or unfollow it, mark a
-//! conversation's reactions seen. Each publishes one user event as the other writes do ([`super::gateway`]:
-//! checked by the decoder, keyed by `user_id`, deduplicated by `Idempotency-Key`, answered 202 with its id).
+//! The routes of contract v4's threads and reactions (`CONTRACT.md` § v4): the list of a user's followed threads
+//! with unread, and the write gateway's routes to read a thread, follow or unfollow it, mark a conversation's
+//! reactions seen. Each write publishes one user event as the other writes do ([`super::gateway`]: checked by the
+//! decoder, keyed by `user_id`, deduplicated by `Idempotency-Key`, answered 202 with its id).
 
 use std::sync::Arc;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
 
+use super::caps::ReadQuery;
 use super::gateway::{publish, seq, unstamped, Accepted, Ids2};
 use super::openapi::ReadErrors;
-use super::{authorized, ApiError, ApiState};
+use super::{authorized, ApiError, ApiState, NAMESPACE_HEADER, SOURCE_HEADER};
 use crate::auth::Access;
-use crate::core::contract::{ReactionsRead, ThreadFollowed, ThreadRead, UserEvent, MAX_SEQ};
+use crate::core::contract::{
+    thread_page, After, ReactionsRead, ThreadFollowed, ThreadPage, ThreadRead, UserEvent, MAX_SEQ, THREAD_PAGE,
+};
+use crate::read::Source;
+
+/// The query of a threads list.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ThreadsQuery {
+    /// Threads per page, 1 to 1,000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+    /// The `next` of the previous page (absent: the first page).
+    pub after: Option<String>,
+    /// The instant to count at (RFC 3339); default: the server's clock.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub now: Option<String>,
+}
+
+/// A user's followed threads with unread replies (`CONTRACT.md` § v4, "Threads"), paged: conversations by id, in
+/// each the newest thread (highest root) first. Muted conversations' threads are listed, flagged `muted`.
+#[utoipa::path(get, path = "/v1/users/{user_id}/threads", tag = "reads", security(("bearer" = [])),
+    params(("user_id" = String, Path, description = "The user, percent-encoded (CONTRACT.md id rule)"), ThreadsQuery),
+    responses(
+        (status = 200, description = "One page; `next` is the `after` of the following page, null on the last",
+            body = ThreadPage, headers(
+            ("x-unread-source" = String, description = "`redis` or `checkpoint`"),
+            ("x-unread-namespace" = String, description = "The live namespace answered from"))),
+        ReadErrors))]
+pub async fn list_threads(
+    State(s): State<Arc<ApiState>>,
+    Extension(access): Extension<Access>,
+    query: Result<Query<ThreadsQuery>, QueryRejection>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (Path(user_id), Query(query)) = (path?, query?);
+    authorized(&access, &[("user_id", &user_id)])?;
+    let invalid = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", message);
+    let limit = query.limit.unwrap_or(THREAD_PAGE.0);
+    if !(1..=THREAD_PAGE.1).contains(&limit) {
+        return Err(invalid(format!("limit must be 1 to {}, not {limit}", THREAD_PAGE.1)));
+    }
+    let after = match query.after.as_deref().map(|a| After::parse(a).ok_or(a)) {
+        Some(Err(text)) => return Err(invalid(format!("after must be a page's next, not {text:?}"))),
+        Some(Ok(after)) => Some(after),
+        None => None,
+    };
+    let today = ReadQuery { cap: None, now: query.now }.today()?;
+    let at = s.reader.at();
+    let (view, source) = s.reader.user(&at, &user_id, today).await?;
+    let page = thread_page(&view, after.as_ref(), limit);
+    let from = if source == Source::Redis { "redis" } else { "checkpoint" };
+    Ok(([(NAMESPACE_HEADER, at.namespace), (SOURCE_HEADER, from.to_owned())], Json(page)).into_response())
+}
 
 /// The body of a thread read: `{"read_seq": N}`, the highest reply read (0 to 2^53).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]

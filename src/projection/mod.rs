@@ -324,6 +324,11 @@ pub fn ranges_value(set: &crate::core::seqset::SeqSet) -> String {
     ranges.join(" ")
 }
 
+/// The highest seq of a `sent` string (its last range's end); `None` when empty or malformed.
+pub fn ranges_max(value: &str) -> Option<u64> {
+    value.rsplit(' ').find(|r| !r.is_empty())?.split_once('-')?.1.parse().ok()
+}
+
 /// Whether `seq` is in a `sent` string; `None` when the string is malformed.
 pub fn ranges_contain(value: &str, seq: u64) -> Option<bool> {
     for range in value.split(' ').filter(|r| !r.is_empty()) {

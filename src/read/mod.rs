@@ -5,11 +5,11 @@
 
 pub mod fallback;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::core::broadcast::ListId;
-use crate::core::contract::{ConversationView, UserView};
+use crate::core::contract::{ConversationView, ThreadView, UserView};
 use crate::core::fold::Conversations;
 use crate::metrics::Metrics;
 use crate::namespace::LiveProjection;
@@ -193,6 +193,45 @@ impl Reader {
         fb.refill_receipts(&at.namespace, conversation_id, &at.projection).await.map_err(unavailable)?;
         self.metrics.read(Source::Refilled.name());
         Ok(at.projection.read_receipts(conversation_id, seq, requester, list).await?)
+    }
+
+    /// v4: each followed thread with unread (`view.threads`) in a conversation `pick` selects (by id, feed: never,
+    /// muted), with the `read_seq` that reads it whole: the conversation's newest sent seq in Redis (a thread's
+    /// replies are all at or below it), else the newest unread reply the checkpoint holds. What read-all
+    /// publishes as `thread.read`s: (conversation, root, read_seq).
+    ///
+    /// Errors: [`ReadError::Projection`] when Redis fails; [`ReadError::Unavailable`] when PostgreSQL does.
+    pub async fn thread_heads(
+        &self,
+        at: &At,
+        view: &UserView,
+        pick: impl Fn(&str, bool, bool) -> bool,
+    ) -> Result<Vec<(String, u64, u64)>, ReadError> {
+        let muted = |cid: &str| view.conversations.get(cid).is_some_and(|c| c.muted);
+        let picked: Vec<(&String, &BTreeMap<u64, ThreadView>)> =
+            view.threads.iter().filter(|(cid, _)| pick(cid, false, muted(cid))).collect();
+        if picked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = picked.iter().map(|(cid, _)| cid.as_str()).collect();
+        let heads = at.projection.sent_heads(&ids).await?;
+        let state = match (&self.fallback, heads.iter().any(Option::is_none)) {
+            (Some(fb), true) => fb.state(&at.namespace, &view.user_id).await.map_err(unavailable)?,
+            _ => None,
+        };
+        let checkpointed = |cid: &str, root: u64| {
+            let thread = state.as_ref()?.conversations().get(cid)?.threads.by_root.get(&root)?;
+            thread.unread.iter().last()
+        };
+        let mut reads = Vec::new();
+        for ((cid, threads), head) in picked.into_iter().zip(heads) {
+            for root in threads.keys() {
+                if let Some(read_seq) = head.or_else(|| checkpointed(cid, *root)) {
+                    reads.push((cid.clone(), *root, read_seq));
+                }
+            }
+        }
+        Ok(reads)
     }
 
     /// Refills `users`, who have no hash, from the checkpoint (counted); returns those with checkpointed state,

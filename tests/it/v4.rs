@@ -68,7 +68,75 @@ fn v4_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_then_thread_
     let bad_root = format!("/v1/users/{}/conversations/{}/threads/0/read", encode(&follower.user_id), encode(cid));
     let (code, _) = http_post_as(svc.port, &bad_root, Some(&token("t", true)), &max).unwrap();
     assert_eq!(code, 400, "a thread root is 1 to 2^53");
+    read_all_reads_the_threads(svc.port, &expected);
     svc.stop();
+}
+
+/// Pages through a user's threads (`GET …/threads`), `limit` at a time: every thread of the view at the instant,
+/// each once, conversations by id and in each the newest root first.
+fn all_thread_pages(port: u16, user_id: &str, limit: usize, now: &str) -> Vec<(String, u64, u64, u64)> {
+    let (mut after, mut seen) = (String::new(), Vec::new());
+    loop {
+        let path = format!("/v1/users/{}/threads?limit={limit}{after}{now}", encode(user_id));
+        let (code, body) = http_get(port, &path).unwrap();
+        assert_eq!(code, 200, "{path}: {body}");
+        let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let threads = page["threads"].as_array().unwrap();
+        assert!(threads.len() <= limit, "{body}");
+        for t in threads {
+            let (cid, root) = (t["conversation_id"].as_str().unwrap().to_owned(), t["root"].as_u64().unwrap());
+            seen.push((cid, root, t["unread"].as_u64().unwrap(), t["mentions"].as_u64().unwrap()));
+        }
+        match page["next"].as_str() {
+            Some(next) => after = format!("&after={}", encode(next)),
+            None => return seen,
+        }
+    }
+}
+
+/// `GET …/threads` lists the expected threads of the users with the most, paged; bad queries are 400. Then
+/// read-all (`POST …/read-all`) reads a user's threads too: `unread_threads` and `thread_mentions` go to 0.
+fn read_all_reads_the_threads(port: u16, expected: &[UserView]) {
+    let mut busiest: Vec<&UserView> =
+        expected.iter().filter(|v| v.threads.values().map(|t| t.len()).sum::<usize>() > 2).collect();
+    busiest.sort_by_key(|v| std::cmp::Reverse(v.threads.values().map(|t| t.len()).sum::<usize>()));
+    assert!(busiest.len() >= 3, "users with several threads: {}", busiest.len());
+    for v in busiest.iter().take(3) {
+        let mut want: Vec<(String, u64, u64, u64)> = Vec::new();
+        for (cid, threads) in &v.threads {
+            want.extend(threads.iter().rev().map(|(root, t)| (cid.clone(), *root, t.unread, t.mentions)));
+        }
+        let now = V3_DEV_NOW.replacen('?', "&", 1);
+        assert_eq!(all_thread_pages(port, &v.user_id, 2, &now), want, "{}", v.user_id);
+        assert_eq!(all_thread_pages(port, &v.user_id, 1000, &now), want, "{}", v.user_id);
+    }
+    let base = format!("/v1/users/{}/threads", encode(&busiest[0].user_id));
+    for bad in ["?limit=0", "?limit=1001", "?after=x"] {
+        let (code, body) = http_get(port, &format!("{base}{bad}")).unwrap();
+        assert_eq!(code, 400, "{bad}: {body}");
+    }
+    // Read-all at the server's clock: a user with followed threads unread now.
+    let now_view = |user_id: &str| {
+        let (_, body) = http_get(port, &format!("/v1/users/{}/unread", encode(user_id))).unwrap();
+        serde_json::from_str::<UserView>(&body).unwrap()
+    };
+    let reader = busiest.iter().map(|v| now_view(&v.user_id)).find(|v| v.unread_threads > 0);
+    let reader = reader.or_else(|| expected.iter().map(|v| now_view(&v.user_id)).find(|v| v.unread_threads > 0));
+    let reader = reader.expect("a user with followed threads unread at the server's clock");
+    let path = format!("/v1/users/{}/read-all", encode(&reader.user_id));
+    let (code, body) = http_post_as(port, &path, Some(&token("t", true)), &serde_json::json!({})).unwrap();
+    assert_eq!(code, 202, "{body}");
+    let until = Instant::now() + Duration::from_secs(60);
+    while now_view(&reader.user_id).unread_threads > 0 {
+        assert!(Instant::now() < until, "read-all left threads unread: {:?}", now_view(&reader.user_id).threads);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = now_view(&reader.user_id);
+    let muted_mentions: u64 = (after.threads.iter())
+        .filter(|(cid, _)| after.conversations.get(*cid).is_some_and(|c| c.muted))
+        .flat_map(|(_, t)| t.values().map(|t| t.mentions))
+        .sum();
+    assert_eq!((after.total_unread, after.thread_mentions), (0, muted_mentions), "{:?}", after.threads);
 }
 
 /// `?list=true` on messages sent with a `thread_root` (replies, but for a root never sent) names as many readers as

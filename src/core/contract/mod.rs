@@ -9,10 +9,12 @@
 
 mod decode;
 mod ids;
+mod thread_page;
 mod view;
 
 pub use decode::{decode, DecodeError};
 pub use ids::{validate_id, IdError};
+pub use thread_page::{thread_page, After, ThreadItem, ThreadPage, THREAD_PAGE};
 pub use view::{BroadcastView, ConversationView, NotificationView, ReceiptView, TeamView, ThreadView, UserView};
 
 use serde::{Deserialize, Serialize};

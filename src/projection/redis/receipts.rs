@@ -590,6 +590,17 @@ impl RedisProjection {
         Ok(readers)
     }
 
+    /// v4: each conversation's newest sent, not recalled seq, from its sent seqs (`rl:`), in one pipelined round
+    /// trip; `None` where Redis holds none (none sent, or expired under `--projection-ttl`).
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn sent_heads(&self, conversation_ids: &[&str]) -> ProjectionResult<Vec<Option<u64>>> {
+        let key = |id: &&str| receipt_key(&self.prefix, "rl", id);
+        let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(key(id)).clone()).collect();
+        let values: Vec<Option<String>> = self.conn.run_all(cmds).await.map_err(redis_err("reading sent seqs"))?;
+        Ok(values.iter().map(|v| v.as_deref().and_then(crate::projection::ranges_max)).collect())
+    }
+
     /// Refills `conversation_id`'s expired receipts with `refill` (what the checkpoint holds), keeping what was
     /// written since they expired ([`REFILL_TEMPLATE`]). Returns false when another refill came first (nothing
     /// written).
