@@ -13,7 +13,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 
 use super::caps::ReadQuery;
-use super::gateway::{publish, seq, unstamped, Accepted, Ids2};
+use super::gateway::{optional_json, publish, seq, unstamped, Accepted, Ids2};
 use super::openapi::ReadErrors;
 use super::{authorized, ApiError, ApiState, NAMESPACE_HEADER, SOURCE_HEADER};
 use crate::auth::Access;
@@ -72,10 +72,11 @@ pub async fn list_threads(
     Ok(([(NAMESPACE_HEADER, at.namespace), (SOURCE_HEADER, from.to_owned())], Json(page)).into_response())
 }
 
-/// The body of a thread read: `{"read_seq": N}`, the highest reply read (0 to 2^53).
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+/// The body of a thread read: `{"read_seq": N}`, the highest reply read (0 to 2^53), or `{}`: the whole thread.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct ThreadReadBody {
-    /// The user has read every reply of the thread up to and including this seq.
+    /// The user has read every reply of the thread up to and including this seq. Absent: every reply sent so far
+    /// (the conversation's newest seq, [`crate::read::Reader::thread_head`]).
     #[serde(deserialize_with = "seq")]
     #[schema(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_992_u64)]
     pub read_seq: Option<u64>,
@@ -118,24 +119,30 @@ fn required(read_seq: Option<u64>) -> Result<u64, ApiError> {
     read_seq.ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", "read_seq is required"))
 }
 
-/// Marks a thread read up to `read_seq`: publishes a `thread.read` (`CONTRACT.md` § v4, "Threads").
+/// Marks a thread read up to `read_seq`, by default whole: publishes a `thread.read` (`CONTRACT.md` § v4,
+/// "Threads"); nothing when nothing was ever sent in the conversation.
 #[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/threads/{thread_root}/read",
     tag = "writes", security(("bearer" = [])),
     params(("user_id" = String, Path), ("conversation_id" = String, Path),
         ("thread_root" = u64, Path, minimum = 1, maximum = 9_007_199_254_740_992_u64, description = "The thread's root seq"),
         ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
-    request_body = ThreadReadBody,
+    request_body(content = Option<ThreadReadBody>, description = "Optional `{\"read_seq\"}`; absent: the whole thread"),
     responses((status = 202, description = "Published: the id of the event sent (the counts change once the fold has it)", body = Accepted), ReadErrors))]
 pub async fn read_thread(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
     path: Ids3,
     headers: HeaderMap,
-    body: Result<Json<ThreadReadBody>, JsonRejection>,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let (user_id, conversation_id, thread_root) = thread_path(&access, path)?;
-    let Json(ThreadReadBody { read_seq }) = body?;
-    let (read_seq, (event_id, occurred_at)) = (required(read_seq)?, unstamped());
+    let ThreadReadBody { read_seq } = optional_json(&body)?;
+    let read_seq = match read_seq {
+        Some(read_seq) => Some(read_seq),
+        None => s.reader.thread_head(&s.reader.at(), &user_id, &conversation_id, thread_root).await?,
+    };
+    let Some(read_seq) = read_seq else { return publish(&s, &user_id, &headers, Vec::new()).await };
+    let (event_id, occurred_at) = unstamped();
     let event = ThreadRead { event_id, occurred_at, user_id: user_id.clone(), conversation_id, thread_root, read_seq };
     publish(&s, &user_id, &headers, vec![UserEvent::ThreadRead(event)]).await
 }

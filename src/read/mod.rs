@@ -213,25 +213,47 @@ impl Reader {
         if picked.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<&str> = picked.iter().map(|(cid, _)| cid.as_str()).collect();
-        let heads = at.projection.sent_heads(&ids).await?;
-        let state = match (&self.fallback, heads.iter().any(Option::is_none)) {
-            (Some(fb), true) => fb.state(&at.namespace, &view.user_id).await.map_err(unavailable)?,
+        let threads = picked.iter().flat_map(|(cid, threads)| threads.keys().map(|root| (cid.as_str(), *root)));
+        self.read_seqs(at, &view.user_id, &threads.collect::<Vec<_>>()).await
+    }
+
+    /// v4: the `read_seq` that reads `user_id`'s thread of `root` in `conversation_id` whole (as
+    /// [`Reader::thread_heads`] finds it), `None` when nothing is known sent there. The thread read route's default.
+    ///
+    /// Errors: as [`Reader::thread_heads`].
+    pub async fn thread_head(
+        &self,
+        at: &At,
+        user_id: &str,
+        conversation_id: &str,
+        root: u64,
+    ) -> Result<Option<u64>, ReadError> {
+        let reads = self.read_seqs(at, user_id, &[(conversation_id, root)]).await?;
+        Ok(reads.first().map(|(_, _, read_seq)| *read_seq))
+    }
+
+    /// Each thread's whole-reading `read_seq` ([`Reader::thread_heads`]); threads with none are left out.
+    async fn read_seqs(
+        &self,
+        at: &At,
+        user_id: &str,
+        threads: &[(&str, u64)],
+    ) -> Result<Vec<(String, u64, u64)>, ReadError> {
+        let mut ids: Vec<&str> = threads.iter().map(|(cid, _)| *cid).collect();
+        ids.dedup();
+        let heads: HashMap<&str, Option<u64>> =
+            ids.iter().copied().zip(at.projection.sent_heads(&ids).await?).collect();
+        let state = match (&self.fallback, heads.values().any(Option::is_none)) {
+            (Some(fb), true) => fb.state(&at.namespace, user_id).await.map_err(unavailable)?,
             _ => None,
         };
         let checkpointed = |cid: &str, root: u64| {
             let thread = state.as_ref()?.conversations().get(cid)?.threads.by_root.get(&root)?;
             thread.unread.iter().last()
         };
-        let mut reads = Vec::new();
-        for ((cid, threads), head) in picked.into_iter().zip(heads) {
-            for root in threads.keys() {
-                if let Some(read_seq) = head.or_else(|| checkpointed(cid, *root)) {
-                    reads.push((cid.clone(), *root, read_seq));
-                }
-            }
-        }
-        Ok(reads)
+        let head = |cid: &str, root: u64| heads.get(cid).copied().flatten().or_else(|| checkpointed(cid, root));
+        let reads = threads.iter().filter_map(|(cid, root)| Some((cid.to_string(), *root, head(cid, *root)?)));
+        Ok(reads.collect())
     }
 
     /// Refills `users`, who have no hash, from the checkpoint (counted); returns those with checkpointed state,

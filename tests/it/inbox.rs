@@ -106,12 +106,47 @@ async fn use_the_inbox(c: &Client, ns: &Ns<'_>, port: u16) -> Result<(), String>
         click(c, clear).await?;
         wait_attr(c, conversation, "data-marked", "false").await?;
     }
+    v4_in_the_inbox(c, ns).await?;
     // A refused token: a clear message, and no retry loop (still the same message 3 s later).
     let bad = format!("http://127.0.0.1:{port}/?refused#user=aadi&token=not-a-jwt");
     c.goto(&bad).await.map_err(|e| e.to_string())?;
     wait_status(c, "The token was refused").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     wait_status(c, "The token was refused").await
+}
+
+/// Contract v4 as a person sees it: a conversation of team acme where aadi's message got a reply (a thread aadi
+/// follows) and a reaction, and another message names aadi. The threads list, its badge, the reaction, the "from
+/// #2" first-unread marker and the team appear live; clicking the thread reads it whole.
+async fn v4_in_the_inbox(c: &Client, ns: &Ns<'_>) -> Result<(), String> {
+    let events = [
+        r#"{"type":"conversation.created","event_id":"acme#0","occurred_at":"2026-11-22T00:00:00Z","conversation_id":"acme-room","kind":"group","members":["aadi","bob"],"team":"acme"}"#,
+        r#"{"type":"message.sent","event_id":"acme#1","occurred_at":"2026-11-22T00:00:01Z","conversation_id":"acme-room","seq":1,"sender_id":"aadi","mentions":[]}"#,
+        r#"{"type":"message.sent","event_id":"acme#2","occurred_at":"2026-11-22T00:00:02Z","conversation_id":"acme-room","seq":2,"sender_id":"bob","mentions":["aadi"]}"#,
+        r#"{"type":"message.sent","event_id":"acme#3","occurred_at":"2026-11-22T00:00:03Z","conversation_id":"acme-room","seq":3,"sender_id":"bob","mentions":[],"thread_root":1}"#,
+        r#"{"type":"reaction.added","event_id":"acme#4","occurred_at":"2026-11-22T00:00:04Z","conversation_id":"acme-room","reaction_seq":1,"seq":1,"user_id":"bob","reaction":"👍"}"#,
+    ];
+    produce_lines(ns, "acme", events.join("\n") + "\n");
+    let thread = r#"button[data-thread="acme-room › #1"]"#;
+    wait_attr(c, thread, "aria-label", "acme-room › #1: 1 unread replies, 0 mentions").await?;
+    wait_attr(c, "#threads-badge", "data-count", "1").await?;
+    wait_attr(c, "#reactions-total", "data-count", "1").await?;
+    let room = r#"button[data-conversation="acme-room"]"#;
+    let label = "acme-room: 1 unread, 1 mentions, 1 reacted, first unread 2";
+    wait_attr(c, room, "aria-label", label).await?;
+    wait_attr(c, &format!("{room} [data-first-unread]"), "data-first-unread", "2").await?;
+    let team = "acme: 1 unread in 1 conversations, 1 mentions";
+    wait_attr(c, r#"li[data-team="acme"]"#, "aria-label", team).await?;
+    // For a person to look at: target/inbox-v4.png.
+    if let Ok(png) = c.screenshot().await {
+        std::fs::write(repo_path("target/inbox-v4.png"), png).ok();
+    }
+    click(c, thread).await?;
+    wait_attr(c, "#threads-badge", "data-count", "0").await?;
+    match c.find(Locator::Css(thread)).await {
+        Ok(_) => Err("the thread read is still listed".into()),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Waits (10 s at most) until the status line contains `want`.

@@ -64,7 +64,7 @@ function apply(m) {
     view = m.state; version = m.version;
   } else if (m.type === "changes" && m.version > version && view) {
     if (m.totals) Object.assign(view, m.totals);
-    for (const part of ["conversations", "broadcasts", "notifications"]) {
+    for (const part of ["conversations", "broadcasts", "notifications", "threads", "teams"]) {
       for (const [id, v] of Object.entries(m[part] || {})) {
         if (v === null) delete view[part][id]; else view[part][id] = v;
       }
@@ -128,6 +128,21 @@ function renderConversations() {
       m.textContent = "@" + shown(c.mentions) + " ";
       right.append(m);
     }
+    if (c.reactions) {
+      const r = document.createElement("span");
+      r.className = "reactions";
+      r.dataset.reactions = String(c.reactions);
+      r.textContent = "♥" + shown(c.reactions) + " ";
+      right.append(r);
+    }
+    if (c.first_unread != null) {
+      // "Jump to the first unread": where the "new messages" divider goes.
+      const f = document.createElement("span");
+      f.className = "first";
+      f.dataset.firstUnread = String(c.first_unread);
+      f.textContent = "from #" + c.first_unread + " ";
+      right.append(f);
+    }
     if (c.marked_unread) {
       const dot = document.createElement("span");
       dot.className = "dot";
@@ -137,9 +152,62 @@ function renderConversations() {
     right.append(badge(c.unread, c.unread + " unread"));
     const b = row(list, "conversation", id, right, () => post("/conversations/" + encodeURIComponent(id) + "/read"),
       id + ": " + c.unread + " unread, " + c.mentions + " mentions" + (c.muted ? ", muted" : "") +
-        (c.marked_unread ? ", marked unread" : ""), markButton(id, c));
+        (c.marked_unread ? ", marked unread" : "") + (c.reactions ? ", " + c.reactions + " reacted" : "") +
+        (c.first_unread != null ? ", first unread " + c.first_unread : ""), markButton(id, c));
     b.dataset.marked = String(!!c.marked_unread);
     if (c.muted) b.classList.add("muted");
+  }
+}
+
+// Contract v4: the followed threads with unread, newest root first in each conversation; a click reads the thread.
+function renderThreads() {
+  const list = $("threads");
+  list.replaceChildren();
+  for (const cid of Object.keys(view.threads).sort()) {
+    const roots = Object.keys(view.threads[cid]).map(Number).sort((a, b) => b - a);
+    for (const root of roots) {
+      const t = view.threads[cid][root];
+      const right = document.createElement("span");
+      if (t.mentions) {
+        const m = document.createElement("span");
+        m.className = "mention";
+        m.textContent = "@" + shown(t.mentions) + " ";
+        right.append(m);
+      }
+      right.append(badge(t.unread, t.unread + " unread replies"));
+      const label = cid + " › #" + root;
+      const b = row(list, "thread", label, right,
+        () => post("/conversations/" + encodeURIComponent(cid) + "/threads/" + root + "/read"),
+        label + ": " + t.unread + " unread replies, " + t.mentions + " mentions");
+      if (view.conversations[cid] && view.conversations[cid].muted) b.classList.add("muted");
+    }
+  }
+  const tb = $("threads-badge");
+  tb.dataset.count = String(view.unread_threads);
+  tb.textContent = shown(view.unread_threads);
+  tb.setAttribute("aria-label", "threads with unread replies: " + view.unread_threads);
+  const rt = $("reactions-total");
+  rt.dataset.count = String(view.total_reactions);
+  rt.textContent = view.total_reactions ? "♥" + shown(view.total_reactions) + " new reactions" : "";
+}
+
+function renderTeams() {
+  const list = $("teams");
+  list.replaceChildren();
+  for (const [id, t] of Object.entries(view.teams || {})) {
+    const right = document.createElement("span");
+    right.textContent = t.mentions ? "@" + shown(t.mentions) + " " : "";
+    right.append(badge(t.unread, t.unread + " unread"));
+    // A summary, not an action: a plain row.
+    const li = document.createElement("li");
+    li.className = "summary";
+    li.dataset.team = id;
+    li.setAttribute("aria-label", id + ": " + t.unread + " unread in " + t.unread_conversations + " conversations, " +
+      t.mentions + " mentions");
+    const name = document.createElement("span");
+    name.textContent = id;
+    li.append(name, right);
+    list.append(li);
   }
 }
 
@@ -181,6 +249,8 @@ function render() {
   const feed = $("feed");
   feed.dataset.count = String(view.feed_unread);
   feed.textContent = shown(view.feed_unread) + " new posts";
+  renderThreads();
+  renderTeams();
   renderNotifications();
   renderBroadcasts();
   $("inbox").hidden = false;
