@@ -52,7 +52,10 @@ pub struct StreamQuery {
 
 /// A user's counts, pushed: the state, then what changes (docs/api.md § Stream).
 #[utoipa::path(get, path = "/v1/users/{user_id}/stream", tag = "stream", security(("bearer" = [])),
-    params(("user_id" = String, Path, description = "The user, percent-encoded"), StreamQuery),
+    params(("user_id" = String, Path, description = "The user, percent-encoded"), StreamQuery,
+        ("Accept" = String, Header, pattern = "^text/event-stream$",
+            description = "`text/event-stream` for Server-Sent Events; a WebSocket client sends an upgrade instead \
+            (`Connection: Upgrade`, `Upgrade: websocket`), which OpenAPI cannot describe. Neither: 406")),
     responses(
         (status = 101, description = "WebSocket (`Upgrade: websocket`): one JSON message per text frame; at the \
             token's `exp` plus the leeway a last `{\"type\":\"closing\",\"reason\":\"token_expired\"}` and close \

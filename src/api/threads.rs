@@ -29,7 +29,8 @@ pub struct ThreadsQuery {
     /// Threads per page, 1 to 1,000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
-    /// The `next` of the previous page (absent: the first page).
+    /// The `next` of the previous page (absent: the first page): `{root}:{conversation_id}`.
+    #[param(pattern = r"^[0-9]{1,16}:[^\u0000-\u001f\u007f]{1,256}$")]
     pub after: Option<String>,
     /// The instant to count at (RFC 3339); default: the server's clock.
     #[param(value_type = Option<String>, format = DateTime)]
@@ -77,8 +78,8 @@ pub async fn list_threads(
 pub struct ThreadReadBody {
     /// The user has read every reply of the thread up to and including this seq. Absent: every reply sent so far
     /// (the conversation's newest seq, [`crate::read::Reader::thread_head`]).
-    #[serde(deserialize_with = "seq")]
-    #[schema(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_992_u64)]
+    #[serde(default, deserialize_with = "seq")]
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_992_u64)]
     pub read_seq: Option<u64>,
 }
 

@@ -22,6 +22,7 @@ mod service;
 mod soak;
 mod support;
 mod tls;
+mod typescript;
 mod v2;
 mod v3;
 mod v4;

@@ -97,7 +97,7 @@ impl<'s> Ns<'s> {
     /// readiness within 60 s, panics with the end of the service's log.
     pub fn start_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Service {
         for _ in 0..3 {
-            match self.try_start(extra, env) {
+            match self.try_start(None, extra, env) {
                 Ok(svc) => return svc,
                 Err(log) if log.contains("Address already in use") => eprintln!("port taken, starting again: {log}"),
                 Err(log) => panic!("service not ready: {log}"),
@@ -106,9 +106,15 @@ impl<'s> Ns<'s> {
         panic!("service not ready: its port was taken three times")
     }
 
+    /// [`Ns::start`] with its read API on `port` (a restart where clients wait for it). Panics when the service
+    /// does not get ready.
+    pub fn start_at(&self, port: u16, extra: &[&str]) -> Service {
+        self.try_start(Some(port), extra, &[]).unwrap_or_else(|log| panic!("service not ready on {port}: {log}"))
+    }
+
     /// One try of [`Ns::start_with_env`]: the ready service, or why not (with the end of its log).
-    fn try_start(&self, extra: &[&str], env: &[(&str, &str)]) -> Result<Service, String> {
-        let (port, admin) = (free_port(), free_port());
+    fn try_start(&self, port: Option<u16>, extra: &[&str], env: &[(&str, &str)]) -> Result<Service, String> {
+        let (port, admin) = (port.unwrap_or_else(free_port), free_port());
         let (listen, admin_listen) = (format!("127.0.0.1:{port}"), format!("127.0.0.1:{admin}"));
         let mut args = vec!["run", "--listen", &listen, "--admin-listen", &admin_listen];
         if !extra.iter().any(|a| a.starts_with("--flush-interval")) {

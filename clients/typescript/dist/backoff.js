@@ -1,0 +1,10 @@
+/** The defaults of {@link Backoff}: 1 s doubling to 10 s. */
+export const DEFAULT_BACKOFF = { minDelayMs: 1000, maxDelayMs: 10_000 };
+/**
+ * The delay before reconnection attempt `attempt` (0 for the first), in ms: `min(max, min × 2^attempt)` scaled by a
+ * random factor in [0.5, 1), so that many clients dropped at once do not come back at once.
+ */
+export function backoffDelay(attempt, { minDelayMs, maxDelayMs }, random = Math.random) {
+    const base = Math.min(maxDelayMs, minDelayMs * 2 ** Math.min(attempt, 30));
+    return Math.max(minDelayMs / 2, Math.round(base * (0.5 + random() / 2)));
+}
