@@ -213,6 +213,7 @@ pub fn router(state: ApiState) -> Router {
         .routes(routes!(stream_schema))
         .routes(routes!(inbox::page))
         .routes(routes!(inbox::script))
+        .routes(routes!(inbox::client))
         .split_for_parts();
     let doc = Arc::new(openapi::constrain_parameters(doc.to_json().expect("the OpenAPI document serializes")));
     let limits = state.limits.clone();

@@ -81,14 +81,22 @@ fn message_for_aadi(ns: &Ns) -> String {
 
 /// The steps a person takes (the badge live, a click clears it, the feed, marking unread and clearing the mark two
 /// ways); `Err` says what they did not see.
-async fn use_the_inbox(c: &Client, ns: &Ns<'_>, port: u16) -> Result<(), String> {
+async fn use_the_inbox(c: &Client, ns: &Ns<'_>, svc: &Service) -> Result<(), String> {
+    let port = svc.port;
     let url = format!("http://127.0.0.1:{port}/#user=aadi&token={}", token("aadi", false));
     c.goto(&url).await.map_err(|e| e.to_string())?;
     let conversation = r#"button[data-conversation="ubuntu.2009-10-01_17"]"#;
     wait_attr(c, "#badge", "data-count", "276").await?;
     wait_attr(c, "#feed", "data-count", "4").await?;
+    // The keyboard focus on the conversation survives the live update the message brings.
+    let focused = "return document.activeElement && document.activeElement.dataset.conversation || null";
+    c.execute(&format!("document.querySelector('{conversation}').focus()"), vec![]).await.map_err(|e| e.to_string())?;
     ns.ok(&["produce", &message_for_aadi(ns)]);
     wait_attr(c, "#badge", "data-count", "277").await?;
+    let still = c.execute(focused, vec![]).await.map_err(|e| e.to_string())?;
+    if still != serde_json::json!("ubuntu.2009-10-01_17") {
+        return Err(format!("the focus moved to {still} at a live update"));
+    }
     let label = c.find(Locator::Css(conversation)).await.map_err(|e| e.to_string())?;
     let text = label.attr("aria-label").await.map_err(|e| e.to_string())?.unwrap_or_default();
     if !text.contains("277 unread, 1 mentions") {
@@ -107,6 +115,7 @@ async fn use_the_inbox(c: &Client, ns: &Ns<'_>, port: u16) -> Result<(), String>
         wait_attr(c, conversation, "data-marked", "false").await?;
     }
     v4_in_the_inbox(c, ns).await?;
+    switch_users_keeps_one_socket(c, svc).await?;
     // A refused token: a clear message, and no retry loop (still the same message 3 s later).
     let bad = format!("http://127.0.0.1:{port}/?refused#user=aadi&token=not-a-jwt");
     c.goto(&bad).await.map_err(|e| e.to_string())?;
@@ -149,6 +158,36 @@ async fn v4_in_the_inbox(c: &Client, ns: &Ns<'_>) -> Result<(), String> {
     }
 }
 
+/// Switching users in the form (twice) leaves exactly one stream open on the server.
+async fn switch_users_keeps_one_socket(c: &Client, svc: &Service) -> Result<(), String> {
+    for who in ["mandrix", "aadi"] {
+        let user = c.find(Locator::Css("#user")).await.map_err(|e| e.to_string())?;
+        user.clear().await.map_err(|e| e.to_string())?;
+        user.send_keys(who).await.map_err(|e| e.to_string())?;
+        let field = c.find(Locator::Css("#token")).await.map_err(|e| e.to_string())?;
+        field.clear().await.map_err(|e| e.to_string())?;
+        field.send_keys(&token(who, false)).await.map_err(|e| e.to_string())?;
+        click(c, r#"#pick button[type="submit"]"#).await?;
+        wait_status(c, &format!("Live: {who}")).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = metric_sum(svc.admin, "unread_push_sockets");
+        if open == 1.0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{open} sockets open after switching users, not 1"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    match metric_sum(svc.admin, "unread_push_sockets") {
+        1.0 => Ok(()),
+        open => Err(format!("{open} sockets open 2 s after switching users, not 1")),
+    }
+}
+
 /// Waits (10 s at most) until the status line contains `want`.
 async fn wait_status(c: &Client, want: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -180,7 +219,7 @@ fn the_inbox_shows_the_badge_live_and_clears_it_on_click_in_a_real_browser() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let result = rt.block_on(async {
         let c = browser(&driver).await;
-        let result = use_the_inbox(&c, &ns, svc.port).await;
+        let result = use_the_inbox(&c, &ns, &svc).await;
         if result.is_err() {
             let shot = repo_path("target/inbox-failure.png");
             if let Ok(png) = c.screenshot().await {

@@ -1,108 +1,52 @@
-// The unread web inbox: one user's counts, live from GET /v1/users/{id}/stream (a WebSocket), marked read
-// through the write gateway. Messages carry values and a version: a state replaces, newer changes apply,
-// older or repeated ones are dropped (docs/api.md, Stream).
-"use strict";
-const $ = (id) => document.getElementById(id);
-let user = "", token = "", view = null, version = 0, socket = null;
+// The unread web inbox, built on the TypeScript client (@unread/client, served as ES modules at /client/): one
+// user's counts, live from GET /v1/users/{id}/stream (watch: resume, backoff, version order, no retry on a refused
+// token), marked read through the write gateway (Gateway: an Idempotency-Key per call). Lists are updated in place,
+// keyed by id, so that a live update never takes the keyboard focus away.
+import { Gateway, tokenExpiry, watch } from "/client/index.js";
 
-const path = (rest) => "/v1/users/" + encodeURIComponent(user) + rest;
+const $ = (id) => document.getElementById(id);
+let user = "", current = null, gateway = null;
 const shown = (n) => (n > 99 ? "99+" : String(n));
 const status = (text) => { $("status").textContent = text; };
+const plural = (n, one, many) => shown(n) + " " + (n === 1 ? one : many);
 
-async function post(rest, body) {
-  const headers = { "content-type": "application/json" };
-  if (token) headers.authorization = "Bearer " + token;
-  const r = await fetch(path(rest), { method: "POST", headers, body: body ? JSON.stringify(body) : "" });
-  if (!r.ok) status("could not mark: " + r.status + " " + (await r.text()));
-}
-
-// One socket at a time: a socket that is no longer the current one (the user was switched) never reconnects. A
-// socket that closes before it opened may carry a refused token: the read route says, and a 401 or 403 stops
-// (no retry loop). Otherwise it reconnects with exponential backoff and jitter, 1 s doubling to 10 s.
-let retries = 0;
-function connect() {
-  const q = [];
-  if (token) q.push("access_token=" + encodeURIComponent(token));
-  if (version) q.push("since=" + version);
-  const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-  const s = new WebSocket(scheme + location.host + path("/stream") + (q.length ? "?" + q.join("&") : ""));
-  let opened = false;
-  socket = s;
-  s.onopen = () => { opened = true; retries = 0; status("Live: " + user); };
-  s.onmessage = (e) => apply(JSON.parse(e.data));
-  s.onclose = () => { if (socket === s) (opened ? reconnect(s) : refusedOrReconnect(s)); };
-}
-
-async function refusedOrReconnect(s) {
-  const headers = token ? { authorization: "Bearer " + token } : {};
-  const r = await fetch(path("/unread"), { headers }).catch(() => null);
-  if (socket !== s) return;
-  if (r && (r.status === 401 || r.status === 403)) ended("token_refused");
-  else reconnect(s);
-}
-
-function reconnect(s) {
-  const delay = Math.min(10000, 1000 * 2 ** retries) * (0.5 + Math.random() / 2);
-  retries += 1;
-  status("Reconnecting…");
-  setTimeout(() => { if (socket === s) connect(); }, delay);
-}
-
-// The server ended the stream for its token, or refused the token: say so, and stop (a fresh token reconnects).
-function ended(reason) {
-  socket = null;
-  const why = { token_expired: "Your token expired", token_refused: "The token was refused" }[reason];
-  status(why ? why + ": enter a valid one to go on." : "Stopped: " + reason + ".");
-}
-
-function apply(m) {
-  if (m.type === "closing") {
-    ended(m.reason);
-    return;
+async function post(call) {
+  try {
+    await call(gateway);
+  } catch (e) {
+    status("could not mark: " + (e.status ? e.status + " " : "") + e.message);
   }
-  if (m.type === "state") {
-    view = m.state; version = m.version;
-  } else if (m.type === "changes" && m.version > version && view) {
-    if (m.totals) Object.assign(view, m.totals);
-    for (const part of ["conversations", "broadcasts", "notifications", "threads", "teams"]) {
-      for (const [id, v] of Object.entries(m[part] || {})) {
-        if (v === null) delete view[part][id]; else view[part][id] = v;
-      }
+}
+
+/** Puts `items` ({key, make, update}) in `list` in order, reusing the element of each key already there. */
+function sync(list, items) {
+  const existing = new Map([...list.children].map((li) => [li.dataset.key, li]));
+  const keys = new Set(items.map((i) => i.key));
+  for (const [key, li] of existing) if (!keys.has(key)) li.remove();
+  items.forEach((item, i) => {
+    let li = existing.get(item.key);
+    if (!li) {
+      li = item.make();
+      li.dataset.key = item.key;
     }
-    version = m.version;
-  } else {
-    return;
-  }
-  render();
+    item.update(li);
+    if (list.children[i] !== li) list.insertBefore(li, list.children[i] ?? null);
+  });
 }
 
-function row(list, key, label, right, onClick, extra, more) {
+/** A row: a main button (`data-{kind}` = label) that runs `onClick`, and an optional small button. */
+function buttonRow(kind, label, onClick, extra) {
   const li = document.createElement("li");
   const b = document.createElement("button");
   b.type = "button";
-  b.dataset[key] = label;
-  b.setAttribute("aria-label", extra);
+  b.dataset[kind] = label;
   const name = document.createElement("span");
   name.textContent = label;
-  b.append(name, right);
+  b.append(name, document.createElement("span"));
   b.addEventListener("click", onClick);
   li.append(b);
-  if (more) li.append(more);
-  list.append(li);
-  return b;
-}
-
-// The small button beside a conversation: marks it unread (contract v3), or takes the mark away.
-function markButton(id, c) {
-  const m = document.createElement("button");
-  m.type = "button";
-  m.className = "mark";
-  m.dataset.markUnread = id;
-  m.textContent = c.marked_unread ? "Unmark" : "Mark unread";
-  m.setAttribute("aria-label", (c.marked_unread ? "unmark " : "mark unread ") + id);
-  m.addEventListener("click", () =>
-    post("/conversations/" + encodeURIComponent(id) + "/mark-unread", c.marked_unread ? { marked: false } : {}));
-  return m;
+  if (extra) li.append(extra);
+  return li;
 }
 
 function badge(n, label) {
@@ -114,165 +58,183 @@ function badge(n, label) {
   return s;
 }
 
-function renderConversations() {
-  const list = $("conversations");
-  list.replaceChildren();
-  const ids = Object.keys(view.conversations).sort((a, b) =>
-    view.conversations[b].unread - view.conversations[a].unread || a.localeCompare(b));
-  for (const id of ids) {
-    const c = view.conversations[id];
-    const right = document.createElement("span");
-    if (c.mentions) {
-      const m = document.createElement("span");
-      m.className = "mention";
-      m.textContent = "@" + shown(c.mentions) + " ";
-      right.append(m);
-    }
-    if (c.reactions) {
-      const r = document.createElement("span");
-      r.className = "reactions";
-      r.dataset.reactions = String(c.reactions);
-      r.textContent = "♥" + shown(c.reactions) + " ";
-      right.append(r);
-    }
-    if (c.first_unread != null) {
+function span(className, text, data) {
+  const s = document.createElement("span");
+  s.className = className;
+  s.textContent = text;
+  Object.assign(s.dataset, data || {});
+  return s;
+}
+
+/** Sets a row's main button: its right-hand side, its label for screen readers, its classes. */
+function fill(li, right, label, muted) {
+  const b = li.firstElementChild;
+  b.lastElementChild.replaceChildren(...right);
+  b.setAttribute("aria-label", label);
+  b.classList.toggle("muted", !!muted);
+  return b;
+}
+
+function renderConversations(view) {
+  const ids = Object.keys(view.conversations).sort();
+  sync($("conversations"), ids.map((id) => ({
+    key: id,
+    make: () => {
+      const mark = document.createElement("button");
+      mark.type = "button";
+      mark.className = "mark";
+      mark.dataset.markUnread = id;
+      mark.addEventListener("click", () => {
+        const c = current && current.counts && current.counts.conversations[id];
+        post((g) => g.markUnread(user, id, c && c.marked_unread ? { marked: false } : {}));
+      });
+      return buttonRow("conversation", id, () => post((g) => g.read(user, id)), mark);
+    },
+    update: (li) => {
+      const c = view.conversations[id];
+      const right = [];
+      if (c.mentions) right.push(span("mention", "@" + shown(c.mentions) + " "));
+      if (c.reactions) right.push(span("reactions", "♥" + shown(c.reactions) + " ", { reactions: String(c.reactions) }));
       // "Jump to the first unread": where the "new messages" divider goes.
-      const f = document.createElement("span");
-      f.className = "first";
-      f.dataset.firstUnread = String(c.first_unread);
-      f.textContent = "from #" + c.first_unread + " ";
-      right.append(f);
-    }
-    if (c.marked_unread) {
-      const dot = document.createElement("span");
-      dot.className = "dot";
-      dot.dataset.on = "true";
-      right.append(dot, " ");
-    }
-    right.append(badge(c.unread, c.unread + " unread"));
-    const b = row(list, "conversation", id, right, () => post("/conversations/" + encodeURIComponent(id) + "/read"),
-      id + ": " + c.unread + " unread, " + c.mentions + " mentions" + (c.muted ? ", muted" : "") +
+      if (c.first_unread != null) right.push(span("first", "from #" + c.first_unread + " ", { firstUnread: String(c.first_unread) }));
+      if (c.marked_unread) right.push(span("dot", "", { on: "true" }), " ");
+      right.push(badge(c.unread, c.unread + " unread"));
+      const label = id + ": " + c.unread + " unread, " + c.mentions + " mentions" + (c.muted ? ", muted" : "") +
         (c.marked_unread ? ", marked unread" : "") + (c.reactions ? ", " + c.reactions + " reacted" : "") +
-        (c.first_unread != null ? ", first unread " + c.first_unread : ""), markButton(id, c));
-    b.dataset.marked = String(!!c.marked_unread);
-    if (c.muted) b.classList.add("muted");
-  }
+        (c.first_unread != null ? ", first unread " + c.first_unread : "");
+      fill(li, right, label, c.muted).dataset.marked = String(!!c.marked_unread);
+      const mark = li.lastElementChild;
+      mark.textContent = c.marked_unread ? "Unmark" : "Mark unread";
+      mark.setAttribute("aria-label", (c.marked_unread ? "unmark " : "mark unread ") + id);
+    },
+  })));
 }
 
 // Contract v4: the followed threads with unread, newest root first in each conversation; a click reads the thread.
-function renderThreads() {
-  const list = $("threads");
-  list.replaceChildren();
-  for (const cid of Object.keys(view.threads).sort()) {
-    const roots = Object.keys(view.threads[cid]).map(Number).sort((a, b) => b - a);
-    for (const root of roots) {
-      const t = view.threads[cid][root];
-      const right = document.createElement("span");
-      if (t.mentions) {
-        const m = document.createElement("span");
-        m.className = "mention";
-        m.textContent = "@" + shown(t.mentions) + " ";
-        right.append(m);
-      }
-      right.append(badge(t.unread, t.unread + " unread replies"));
+function renderThreads(view) {
+  const items = [];
+  for (const cid of Object.keys(view.threads || {}).sort()) {
+    for (const root of Object.keys(view.threads[cid]).map(Number).sort((a, b) => b - a)) {
       const label = cid + " › #" + root;
-      const b = row(list, "thread", label, right,
-        () => post("/conversations/" + encodeURIComponent(cid) + "/threads/" + root + "/read"),
-        label + ": " + t.unread + " unread replies, " + t.mentions + " mentions");
-      if (view.conversations[cid] && view.conversations[cid].muted) b.classList.add("muted");
+      items.push({
+        key: label,
+        make: () => buttonRow("thread", label, () => post((g) => g.readThread(user, cid, root))),
+        update: (li) => {
+          const t = view.threads[cid][root];
+          const right = t.mentions ? [span("mention", "@" + shown(t.mentions) + " ")] : [];
+          right.push(badge(t.unread, t.unread + " unread replies"));
+          const muted = view.conversations[cid] && view.conversations[cid].muted;
+          fill(li, right, label + ": " + t.unread + " unread replies, " + t.mentions + " mentions", muted);
+        },
+      });
     }
   }
-  const tb = $("threads-badge");
-  tb.dataset.count = String(view.unread_threads);
-  tb.textContent = shown(view.unread_threads);
-  tb.setAttribute("aria-label", "threads with unread replies: " + view.unread_threads);
+  sync($("threads"), items);
+  setBadge($("threads-badge"), view.unread_threads, "threads with unread replies: " + view.unread_threads);
   const rt = $("reactions-total");
   rt.dataset.count = String(view.total_reactions);
-  rt.textContent = view.total_reactions ? "♥" + shown(view.total_reactions) + " new reactions" : "";
+  rt.textContent = view.total_reactions ? "♥" + plural(view.total_reactions, "new reaction", "new reactions") : "";
 }
 
-function renderTeams() {
-  const list = $("teams");
-  list.replaceChildren();
-  for (const [id, t] of Object.entries(view.teams || {})) {
-    const right = document.createElement("span");
-    right.textContent = t.mentions ? "@" + shown(t.mentions) + " " : "";
-    right.append(badge(t.unread, t.unread + " unread"));
+function renderTeams(view) {
+  sync($("teams"), Object.keys(view.teams || {}).sort().map((id) => ({
+    key: id,
     // A summary, not an action: a plain row.
-    const li = document.createElement("li");
-    li.className = "summary";
-    li.dataset.team = id;
-    li.setAttribute("aria-label", id + ": " + t.unread + " unread in " + t.unread_conversations + " conversations, " +
-      t.mentions + " mentions");
-    const name = document.createElement("span");
-    name.textContent = id;
-    li.append(name, right);
-    list.append(li);
-  }
+    make: () => {
+      const li = document.createElement("li");
+      li.className = "summary";
+      li.dataset.team = id;
+      li.append(span("", id), document.createElement("span"));
+      return li;
+    },
+    update: (li) => {
+      const t = view.teams[id];
+      li.lastElementChild.replaceChildren(t.mentions ? "@" + shown(t.mentions) + " " : "", badge(t.unread, t.unread + " unread"));
+      li.setAttribute("aria-label", id + ": " + t.unread + " unread in " + t.unread_conversations + " conversations, " +
+        t.mentions + " mentions");
+    },
+  })));
 }
 
-function renderNotifications() {
-  const list = $("notifications");
-  list.replaceChildren();
-  for (const [cat, n] of Object.entries(view.notifications)) {
-    const right = document.createElement("span");
-    right.textContent = n.unseen ? n.unseen + " new · " : "";
-    right.append(badge(n.unread, n.unread + " unread"));
-    row(list, "category", cat, right, () => post("/notifications/read", { category: cat }),
-      cat + ": " + n.unread + " unread, " + n.unseen + " unseen");
-  }
-  const nb = $("notifications-badge");
-  nb.dataset.count = String(view.total_notifications_unread);
-  nb.textContent = shown(view.total_notifications_unread);
+function renderNotifications(view) {
+  sync($("notifications"), Object.keys(view.notifications).sort().map((cat) => ({
+    key: cat,
+    make: () => buttonRow("category", cat, () => post((g) => g.notificationsRead(user, cat))),
+    update: (li) => {
+      const n = view.notifications[cat];
+      fill(li, [n.unseen ? n.unseen + " new · " : "", badge(n.unread, n.unread + " unread")],
+        cat + ": " + n.unread + " unread, " + n.unseen + " unseen");
+    },
+  })));
+  setBadge($("notifications-badge"), view.total_notifications_unread);
 }
 
-function renderBroadcasts() {
-  const list = $("broadcasts");
-  list.replaceChildren();
-  for (const [id, b] of Object.entries(view.broadcasts)) {
-    const dot = document.createElement("span");
-    dot.className = "dot";
-    dot.dataset.on = String(b.dot);
-    row(list, "broadcast", id, dot, () => post("/broadcasts/" + encodeURIComponent(id) + "/read"),
-      id + (b.dot ? ": new" : ": nothing new"));
-  }
+function renderBroadcasts(view) {
+  sync($("broadcasts"), Object.keys(view.broadcasts).sort().map((id) => ({
+    key: id,
+    make: () => buttonRow("broadcast", id, () => post((g) => g.readBroadcast(user, id))),
+    update: (li) => {
+      const b = view.broadcasts[id];
+      fill(li, [span("dot", "", { on: String(b.dot) })], id + (b.dot ? ": new" : ": nothing new"));
+    },
+  })));
 }
 
-function render() {
+function setBadge(b, n, label) {
+  b.dataset.count = String(n);
+  b.textContent = shown(n);
+  if (label) b.setAttribute("aria-label", label);
+}
+
+function render(view) {
   const total = view.total_unread;
-  const b = $("badge");
-  b.dataset.count = String(total);
-  b.textContent = shown(total);
-  b.setAttribute("aria-label", "unread messages: " + total);
+  setBadge($("badge"), total, "unread messages: " + total);
   document.title = (total ? "(" + shown(total) + ") " : "") + "unread inbox";
-  renderConversations();
+  renderConversations(view);
+  renderThreads(view);
+  renderTeams(view);
   const feed = $("feed");
   feed.dataset.count = String(view.feed_unread);
-  feed.textContent = shown(view.feed_unread) + " new posts";
-  renderThreads();
-  renderTeams();
-  renderNotifications();
-  renderBroadcasts();
+  feed.textContent = plural(view.feed_unread, "new post", "new posts");
+  renderNotifications(view);
+  renderBroadcasts(view);
   $("inbox").hidden = false;
 }
 
+function showStatus(w, token, s, reason) {
+  if (w !== current) return;
+  if (s === "connecting") status("Connecting…");
+  else if (s === "live") status("Live: " + user);
+  else if (s === "reconnecting") status("Reconnecting…");
+  else if (s === "unauthorized") {
+    const expired = (tokenExpiry(token) ?? Infinity) < Date.now();
+    status((expired ? "Your token expired" : reason === "forbidden" ? "This token may not read " + user
+      : "The token was refused") + ": enter a valid one to go on.");
+  }
+}
+
+// One watch at a time: switching users closes the old one for good before the new one opens.
 function open(u, t) {
-  const old = socket;
-  socket = null;
-  if (old) old.close();
-  user = u; token = t; view = null; version = 0; retries = 0;
+  if (current) current.close();
+  user = u;
+  const token = t || undefined;
+  gateway = new Gateway({ token });
+  for (const id of ["conversations", "threads", "teams", "notifications", "broadcasts"]) $(id).replaceChildren();
   history.replaceState(null, "", "#" + new URLSearchParams(t ? { user: u, token: t } : { user: u }));
+  const w = watch(u, { token });
+  current = w;
+  w.on("status", (s, reason) => showStatus(w, token, s, reason));
+  w.on("counts", (view) => { if (w === current) render(view); });
   status("Connecting…");
-  connect();
 }
 
 $("pick").addEventListener("submit", (e) => {
   e.preventDefault();
   open($("user").value.trim(), $("token").value.trim());
 });
-$("feed").addEventListener("click", () => post("/feed/read"));
-$("read-all").addEventListener("click", () => post("/read-all"));
-$("seen-all").addEventListener("click", () => post("/notifications/seen"));
+$("feed").addEventListener("click", () => post((g) => g.readFeed(user)));
+$("read-all").addEventListener("click", () => post((g) => g.readAll(user)));
+$("seen-all").addEventListener("click", () => post((g) => g.notificationsSeen(user)));
 const start = new URLSearchParams(location.hash.slice(1));
 if (start.get("user")) {
   $("user").value = start.get("user");
