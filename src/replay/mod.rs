@@ -192,7 +192,7 @@ pub async fn replay(
         report.in_flight_deltas = seed(source, opts, &mut r, &c, &marks).await?;
     }
     let end = marks.map(|m| m.iter().map(|(_, high)| *high).collect());
-    let positions = Positions { next: r.next.clone(), end };
+    let positions = Positions { next: r.next(), end };
     fold_input(&source.brokers, &mut r, positions, opts, &mut report, shutdown).await?;
     finish(source, &mut r, &mut report).await?;
     report.seconds = started.elapsed().as_secs_f64();
@@ -276,10 +276,11 @@ fn seek_to_time(r: &mut Replay, c: &StreamConsumer, ms: i64, marks: &PerStream<V
     for e in found.elements() {
         let stream = if e.topic() == r.topics.user_events { Stream::User } else { Stream::Conversation };
         let p = e.partition() as usize;
-        r.next[stream][p] = match e.offset() {
+        let next = match e.offset() {
             Offset::Offset(o) => o,
             _ => marks[stream][p].1, // no record at or after the time
         };
+        r.set_next(stream, p, next);
     }
     Ok(())
 }
@@ -290,7 +291,8 @@ fn check_retained(r: &Replay, marks: &PerStream<Vec<(i64, i64)>>) -> Result<(), 
     for (stream, topic) in
         [(Stream::Conversation, &r.topics.conversation_events), (Stream::User, &r.topics.user_events)]
     {
-        let deleted = r.next[stream].iter().zip(&marks[stream]).enumerate().find(|(_, (n, (low, _)))| *n < low);
+        let next = r.next();
+        let deleted = next[stream].iter().zip(&marks[stream]).enumerate().find(|(_, (n, (low, _)))| *n < low);
         if let Some((p, (from, (low, _)))) = deleted {
             return Err(Refused::LogTruncated {
                 topic: topic.clone(),
@@ -355,7 +357,7 @@ async fn fold_input(
             _ = &mut stop => { report.interrupted = true; break; }
         };
         for (stream, p, next) in batch.next {
-            r.next[stream][p] = next;
+            r.set_next(stream, p, next);
         }
         let t = Instant::now();
         r.process(batch.conv, batch.user);
@@ -394,8 +396,7 @@ async fn finish(source: &Settings, r: &mut Replay, report: &mut ReplayReport) ->
         crate::topology::create_one(&source.brokers, crate::topology::USER_DELTAS, topic, n).await?;
     }
     report.checkpoints = r.checkpoints;
-    report.users = r.fold.users().count();
-    report.conversations = r.fanout.conversations().count();
+    (report.users, report.conversations) = r.sizes();
     Ok(())
 }
 

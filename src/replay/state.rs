@@ -1,7 +1,7 @@
-//! The replay's state between checkpoints: the pure fan-out and fold, which users and conversations changed, the
-//! next offsets, and the leases under which it checkpoints like the service does.
+//! The replay's state between checkpoints: one partition state per input partition of each stage
+//! ([`crate::state::partition`], the types the service's tasks own), routed by the input producers' partitioner,
+//! and the leases under which it checkpoints like the service does.
 
-use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,20 +12,19 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::read::PerStream;
 use crate::checkpoint::store::{CheckpointStore, Snapshot};
 use crate::checkpoint::Stage;
-use crate::core::broadcast::{ListId, ListState};
 use crate::core::contract::{ConversationEvent, Stream, UserEvent};
-use crate::core::delta::Fence;
+use crate::core::delta::{Delta, Fence};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
-use crate::core::hybrid::{ConvIndex, Diffusion};
+use crate::core::hybrid::Diffusion;
 use crate::kafka::{self, Partitioner};
 use crate::metrics::Metrics;
-use crate::projection::redis::{ListWrite, RedisProjection, UserWrite};
+use crate::projection::redis::RedisProjection;
 use crate::records;
-use crate::state::commit::{
-    all_members, commit, fanout_changes, fold_changes, sent_write, Commit, FanOutKey, Home, RedisWrites,
-};
-use crate::state::{load, FoldNext, Input, Offsets};
+use crate::state::commit::{commit, Home, RedisWrites};
+use crate::state::load::{self, RestoredFanOut};
+use crate::state::partition::{FanOutPartition, FoldPartition, Write};
+use crate::state::{FoldNext, Input, Offsets};
 use crate::topology::Topics;
 
 /// The replay's state between checkpoints.
@@ -36,22 +35,14 @@ pub struct Replay {
     pub store: CheckpointStore,
     /// The target namespace's projection.
     pub projection: RedisProjection,
-    /// The fan-out over every conversation.
-    pub fanout: FanOut,
-    /// The fold over every user.
-    pub fold: Fold,
+    /// One fan-out partition's state per partition of `unread.conversation-events`, as the service's tasks own.
+    fanouts: Vec<FanOutPartition>,
+    /// One fold partition's state per partition of `unread.user-events`.
+    folds: Vec<FoldPartition>,
     /// Partition counts of the input topics.
     pub partitions: PerStream<i32>,
-    /// The input producers' partitioner: which partition's checkpoint holds a conversation or a user, as in the
-    /// service.
+    /// The input producers' partitioner: which partition's state holds a conversation or a user, as in the service.
     partitioner: Partitioner,
-    /// Lease generations per partition: of the fan-out (conversation partitions) and the fold (user partitions).
-    pub generations: PerStream<Vec<i64>>,
-    /// Next offsets per input partition.
-    pub next: PerStream<Vec<i64>>,
-    dirty_users: HashSet<String>,
-    /// The conversations and lists changed since the last checkpoint.
-    dirty_convs: HashSet<FanOutKey>,
     /// Checkpoints written.
     pub checkpoints: u64,
     diffusion: Diffusion,
@@ -71,122 +62,91 @@ impl Replay {
         owner: &str,
         diffusion: Diffusion,
     ) -> anyhow::Result<Self> {
-        let mut generations = PerStream::<Vec<i64>>::default();
-        for (stream, stage) in [(Stream::Conversation, Stage::FanOut), (Stream::User, Stage::Fold)] {
-            for p in 0..partitions[stream] {
-                generations[stream].push(store.acquire(stage, p, owner).await?);
+        let mut fanouts = Vec::new();
+        for p in 0..partitions.conversation {
+            let generation = store.acquire(Stage::FanOut, p, owner).await?;
+            fanouts.push(FanOutPartition::new(p, generation, 0, FanOut::with_diffusion(diffusion), Vec::new()));
+        }
+        let mut folds = Vec::new();
+        for p in 0..partitions.user {
+            let generation = store.acquire(Stage::Fold, p, owner).await?;
+            folds.push(FoldPartition::new(p, generation, FoldNext::default(), Fold::new(), Fence::default()));
+        }
+        let (partitioner, checkpoints, metrics) = (Partitioner::configured(), 0, Metrics::default());
+        Ok(Self { topics, store, projection, fanouts, folds, partitions, partitioner, checkpoints, diffusion, metrics })
+    }
+
+    /// The next offset of every input partition.
+    pub fn next(&self) -> PerStream<Vec<i64>> {
+        PerStream {
+            conversation: self.fanouts.iter().map(|f| f.next).collect(),
+            user: self.folds.iter().map(|f| f.next.user_events).collect(),
+        }
+    }
+
+    /// Sets the next offset of input partition `p` of `stream`.
+    pub fn set_next(&mut self, stream: Stream, p: usize, next: i64) {
+        match stream {
+            Stream::Conversation => self.fanouts[p].next = next,
+            Stream::User => self.folds[p].next.user_events = next,
+        }
+    }
+
+    /// How many users and conversations the replay holds.
+    pub fn sizes(&self) -> (usize, usize) {
+        let users = self.folds.iter().map(|f| f.fold.users().count()).sum();
+        let conversations = self.fanouts.iter().map(|f| f.fanout().conversations().count()).sum();
+        (users, conversations)
+    }
+
+    /// Folds one batch of records (both topics, each partition's order preserved): each conversation event by the
+    /// fan-out partition its key is in, each delta and user event by the fold partition its user is in.
+    pub fn process(&mut self, conv: Vec<ConversationEvent>, user: Vec<UserEvent>) {
+        let (conversations, users) = (self.placement(Stream::Conversation), self.placement(Stream::User));
+        let mut by_partition: Vec<Vec<ConversationEvent>> = (0..self.fanouts.len()).map(|_| Vec::new()).collect();
+        for e in conv {
+            by_partition[conversations.of(e.key().as_bytes()) as usize].push(e);
+        }
+        let mut deltas: Vec<Vec<Delta>> = (0..self.folds.len()).map(|_| Vec::new()).collect();
+        for (fanout, events) in self.fanouts.iter_mut().zip(by_partition).filter(|(_, e)| !e.is_empty()) {
+            for d in fanout.apply(&events).0 {
+                deltas[users.of(d.user_id.as_bytes()) as usize].push(d);
             }
         }
-        let next = partitions.clone().map(|n| vec![0; n as usize]);
-        let (fanout, fold, checkpoints) = (FanOut::with_diffusion(diffusion), Fold::new(), 0);
-        let (dirty_users, dirty_convs) = (HashSet::new(), HashSet::new());
-        Ok(Self {
-            topics,
-            store,
-            projection,
-            fanout,
-            fold,
-            partitions,
-            partitioner: Partitioner::configured(),
-            generations,
-            next,
-            dirty_users,
-            dirty_convs,
-            checkpoints,
-            diffusion,
-            metrics: Metrics::default(),
-        })
-    }
-
-    /// Folds one batch of records (both topics, each partition's order preserved).
-    pub fn process(&mut self, conv: Vec<ConversationEvent>, user: Vec<UserEvent>) {
-        let (deltas, _) = self.fanout.process_batch(&conv);
-        self.dirty_convs.extend(conv.iter().flat_map(FanOutKey::of_event));
-        for d in &deltas {
-            self.dirty_users.insert(d.user_id.clone());
-            self.fold.apply_delta(d);
+        for (fold, deltas) in self.folds.iter_mut().zip(deltas) {
+            fold.apply_deltas(&deltas);
         }
         for e in &user {
-            self.dirty_users.insert(e.user_id().to_owned());
-            self.fold.apply_user_event(e);
+            self.folds[users.of(e.user_id().as_bytes()) as usize].apply_event(e);
         }
     }
 
-    /// Where the input producers put the keys of `stream`: which partition's checkpoint holds a conversation or a
+    /// Where the input producers put the keys of `stream`: which partition's state holds a conversation or a
     /// user, as in the service.
     fn placement(&self, stream: Stream) -> kafka::Placement {
         kafka::Placement { partitioner: self.partitioner, partitions: self.partitions[stream] }
     }
 
-    /// Where the replay commits: the target namespace.
-    fn home(&self) -> Home<'_> {
-        Home { topics: &self.topics, store: &self.store, projection: &self.projection, metrics: &self.metrics }
-    }
-
     /// Checkpoints every partition of both stages through the service's commit protocol
-    /// ([`crate::state::commit`]): each fold partition (its changed users to Redis, its marker, then its
-    /// transaction with its offsets), then each fan-out partition likewise with its lists and indexes.
+    /// ([`crate::state::commit`]), each changed entity whole ([`Write::ChangedWhole`]): each fold partition (its
+    /// changed users to Redis, its marker, then its transaction with its offsets), then each fan-out partition
+    /// likewise with its lists and indexes.
     ///
     /// Errors: Redis or PostgreSQL failing (after retries), or another replay or service took a lease (fenced).
     pub async fn checkpoint(&mut self) -> anyhow::Result<()> {
-        self.checkpoint_users().await?;
-        // The replay writes changed lists and indexes whole (an index emptied when its conversation switched back).
-        let touched: HashSet<ListId> = self.fanout.take_list_ops().into_iter().map(|(list, _)| list).collect();
-        let mut by_partition: HashMap<i32, Vec<FanOutKey>> = HashMap::new();
-        let conversations = self.placement(Stream::Conversation);
-        for key in self.dirty_convs.drain() {
-            let p = conversations.of(key.id().as_bytes());
-            by_partition.entry(p).or_default().push(key);
+        let Replay { topics, store, projection, metrics, folds, fanouts, .. } = self;
+        let home = Home { topics, store, projection, metrics };
+        for fold in folds.iter_mut() {
+            let redis = RedisWrites::Users(fold.writes(Write::ChangedWhole));
+            commit(home, &fold.take_commit(redis, true)).await?;
+            fold.committed(Vec::new());
         }
-        for p in 0..self.partitions.conversation {
-            let (generation, keys) = (self.generations.conversation[p as usize], by_partition.remove(&p));
-            let keys = keys.unwrap_or_default();
-            let lists = keys.iter().filter_map(|key| self.whole_list(key, &touched, generation)).collect();
-            let offsets = vec![(Input::ConversationEvents, self.next.conversation[p as usize])];
-            let changes = fanout_changes(&self.fanout, &keys);
-            let sent = keys.iter().filter_map(|key| sent_write(&self.fanout, key, &HashSet::new())).collect();
-            let (redis, mark, stage) = (RedisWrites::Lists(lists, sent), true, Stage::FanOut);
-            commit(self.home(), &Commit { stage, partition: p, generation, redis, mark, changes, offsets }).await?;
+        for fanout in fanouts.iter_mut() {
+            let redis = fanout.redis_writes(Write::ChangedWhole);
+            commit(home, &fanout.take_commit(redis, true)).await?;
+            fanout.committed();
         }
         self.checkpoints += 1;
-        Ok(())
-    }
-
-    /// The whole write of a changed broadcast list, or of a changed conversation's index; `None` for a
-    /// conversation whose index did not change.
-    fn whole_list(&self, key: &FanOutKey, touched: &HashSet<ListId>, generation: i64) -> Option<ListWrite> {
-        let (list, ops) = match key {
-            FanOutKey::List(id) => (ListId::Broadcast(id.clone()), self.fanout.list(id).map(ListState::whole_ops)?),
-            FanOutKey::Conversation(id) if touched.contains(&ListId::Index(id.clone())) => {
-                let index = self.fanout.conversation(id).and_then(|c| c.index.as_ref());
-                (ListId::Index(id.clone()), index.map(ConvIndex::whole_ops).unwrap_or_default())
-            }
-            FanOutKey::Conversation(_) | FanOutKey::Member(..) => return None,
-        };
-        Some(ListWrite { list, generation, ops, replace: true })
-    }
-
-    /// The fold's half of a checkpoint: each fold partition's changed users, marker and transaction.
-    async fn checkpoint_users(&mut self) -> anyhow::Result<()> {
-        let mut by_partition: HashMap<i32, Vec<String>> = HashMap::new();
-        let users = self.placement(Stream::User);
-        for user in self.dirty_users.drain() {
-            let p = users.of(user.as_bytes());
-            by_partition.entry(p).or_default().push(user);
-        }
-        for p in 0..self.partitions.user {
-            let (generation, users) = (self.generations.user[p as usize], by_partition.remove(&p).unwrap_or_default());
-            let next = FoldNext { user_events: self.next.user[p as usize], user_deltas: 0 };
-            let version = next.version(generation);
-            let writes = users.iter().map(|u| UserWrite::of_state(u, self.fold.user(u), version)).collect();
-            for u in &users {
-                // The writes are whole, own seqs included.
-                self.fold.user_mut_existing(u).map(|s| s.take_own_changes());
-            }
-            let changes = fold_changes(&mut self.fold, &users);
-            let (redis, mark, stage, offsets) = (RedisWrites::Users(writes), true, Stage::Fold, next.pairs().to_vec());
-            commit(self.home(), &Commit { stage, partition: p, generation, redis, mark, changes, offsets }).await?;
-        }
         Ok(())
     }
 
@@ -194,21 +154,33 @@ impl Replay {
     ///
     /// Errors: PostgreSQL failing or a corrupt row.
     pub async fn restore_own(&mut self) -> anyhow::Result<()> {
-        let restored = load::whole_fanout(&self.store, self.diffusion).await?;
-        (self.fanout, self.dirty_convs) = (restored.fanout, restored.rewrite.into_iter().collect());
-        self.fold = load::whole_fold(&self.store).await?;
+        let conversations = self.placement(Stream::Conversation);
+        let restored = load::whole_fanout(&self.store, self.diffusion, conversations).await?;
+        let folds = load::whole_fold(&self.store, self.placement(Stream::User)).await?;
+        self.restore(restored, folds);
         let offsets = load::all_offsets(&self.store, &self.topics).await?;
         self.seek_to(&offsets);
         Ok(())
     }
 
-    /// Sets the next offsets from checkpointed ones (a partition never checkpointed stays at 0).
-    fn seek_to(&mut self, offsets: &Offsets) {
-        for (p, next) in self.next.conversation.iter_mut().enumerate() {
-            *next = offsets.get(Input::ConversationEvents, p as i32).unwrap_or(*next);
+    /// Puts restored states, one per partition, into the partitions (at their current offsets).
+    fn restore(&mut self, fanouts: Vec<RestoredFanOut>, folds: Vec<Fold>) {
+        for (part, restored) in self.fanouts.iter_mut().zip(fanouts) {
+            let (p, generation, next) = (part.partition, part.generation, part.next);
+            *part = FanOutPartition::new(p, generation, next, restored.fanout, restored.rewrite);
         }
-        for (p, next) in self.next.user.iter_mut().enumerate() {
-            *next = offsets.get(Input::UserEvents, p as i32).unwrap_or(*next);
+        for (part, fold) in self.folds.iter_mut().zip(folds) {
+            part.fold = fold;
+        }
+    }
+
+    /// Sets the next offsets from checkpointed ones (a partition never checkpointed keeps its own).
+    fn seek_to(&mut self, offsets: &Offsets) {
+        for part in &mut self.fanouts {
+            part.next = offsets.get(Input::ConversationEvents, part.partition).unwrap_or(part.next);
+        }
+        for part in &mut self.folds {
+            part.next.user_events = offsets.get(Input::UserEvents, part.partition).unwrap_or(part.next.user_events);
         }
     }
 
@@ -226,19 +198,13 @@ impl Replay {
         source: &Topics,
         c: &StreamConsumer<crate::kafka::EofContext>,
     ) -> anyhow::Result<u64> {
+        let (conversations, users) = (self.placement(Stream::Conversation), self.placement(Stream::User));
+        let (rows, members, lists, d) = (snap.conversations, snap.members, snap.lists, self.diffusion);
+        let fanouts = load::fanouts_from_rows(rows, members, lists, d, conversations)?;
+        self.restore(fanouts, load::folds_from_rows(snap.users, snap.notes, users)?);
         // Every entity of the snapshot is written by the first checkpoint.
-        self.dirty_convs.extend(snap.conversations.iter().map(|r| FanOutKey::Conversation(r.id.clone())));
-        self.dirty_convs.extend(snap.lists.iter().map(|r| FanOutKey::List(r.id.clone())));
-        let users: Vec<String> = snap.users.iter().map(|r| r.id.clone()).collect();
-        self.fanout = load::fanout_from_rows(snap.conversations, snap.members, snap.lists, self.diffusion)?.fanout;
-        self.dirty_convs.extend(all_members(&self.fanout));
-        self.fold = load::fold_from_rows(snap.users, snap.notes)?;
-        for user in users {
-            if let Some(state) = self.fold.user_mut_existing(&user) {
-                state.notes_mut().mark_all_dirty();
-            }
-            self.dirty_users.insert(user);
-        }
+        self.fanouts.iter_mut().for_each(FanOutPartition::mark_all_changed);
+        self.folds.iter_mut().for_each(FoldPartition::mark_all_changed);
         // A partition never checkpointed starts at 0, which check_retained requires to be retained.
         let mut rows = snap.fanout_offsets;
         rows.extend(snap.fold_offsets);
@@ -294,8 +260,7 @@ impl Replay {
             let users = self.placement(Stream::User);
             let admitted = records::admitted_deltas(&msg, |user| users.of(user.as_bytes()), &mut fence[p]);
             for d in admitted.map(|(deltas, _)| deltas).unwrap_or_default() {
-                self.dirty_users.insert(d.user_id.clone());
-                self.fold.apply_delta(&d);
+                self.folds[users.of(d.user_id.as_bytes()) as usize].apply_deltas(std::slice::from_ref(&d));
                 applied += 1;
             }
         }

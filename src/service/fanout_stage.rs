@@ -14,7 +14,6 @@
 //! idempotently (docs/semantics.md). The fold reads `read_committed`: a zombie's late batch is
 //! refused or aborted by the broker and never reaches it (docs/operations.md § Fencing).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,32 +31,23 @@ use super::task::{self, StageTask};
 use super::tx::producer::{connected_producer, discard};
 use super::tx::{fence, Open, TxProducer};
 use crate::checkpoint::Stage;
-use crate::core::broadcast::{ListId, ListOp};
 use crate::core::contract::ConversationEvent;
 use crate::core::delta::DeltaSource;
-use crate::core::fanout::FanOut;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::{ListWrite, SentWrite};
-use crate::state::commit::{fanout_changes, publish, sent_of, Commit, FanOutKey, RedisWrites};
+use crate::state::commit::{publish, Commit, RedisWrites};
 use crate::state::load;
+use crate::state::partition::{FanOutPartition, Write};
 use crate::state::retry::retry;
-use crate::state::Input;
 
-/// One fan-out partition task's state.
+/// One fan-out partition task: its input, the shared context, its transactional producer and its partition's
+/// state.
 struct FanOutTask {
     shared: Arc<Shared>,
     input: PartitionInput,
     /// Its transactional producer and transaction, its own or the instance's shared one.
     tx: TxProducer,
-    generation: i64,
-    fanout: FanOut,
-    next: i64,
-    /// The conversations, members and lists changed since the last commit.
-    dirty: HashSet<FanOutKey>,
-    /// The conversations first seen since the last commit (not in the checkpointed state): their sent-seqs write
-    /// marks their receipts keys complete ([`SentWrite::new`]).
-    created: HashSet<String>,
+    state: FanOutPartition,
     in_flight: Vec<DeliveryFuture>,
     /// When each batch of the open transaction was taken, and its records: for the live path's
     /// [`Step::FanOutReadToCommitted`].
@@ -76,16 +66,14 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
             Some(started) => (started, true),
             None => (start(&shared, p).await?, false),
         };
-    let (generation, next, fanout) = (loaded.generation, loaded.next, loaded.fanout);
+    let (generation, next) = (loaded.generation, loaded.next);
     info!(
         partition = p,
         generation, next, lease_ms, connect_ms, load_ms, producer_ms, prepared, "fan-out task started"
     );
-    // Conversations whose rows still hold their members are rewritten by the first commit that runs.
-    let dirty: HashSet<FanOutKey> = loaded.rewrite.into_iter().collect();
     input.rewind(&shared.topics.conversation_events, next).await;
-    let (in_flight, read, created) = (Vec::new(), Vec::new(), HashSet::new());
-    let mut task = FanOutTask { shared, input, tx, generation, fanout, next, dirty, created, in_flight, read };
+    let (in_flight, read) = (Vec::new(), Vec::new());
+    let mut task = FanOutTask { shared, input, tx, state: loaded, in_flight, read };
     let result = task::run(&mut task).await;
     task.tx.finish(result)
 }
@@ -230,7 +218,7 @@ impl FanOutTask {
         let (mut pending, mut ages) = (0, Vec::with_capacity(batch.len()));
         let (read_at, now) = (Instant::now(), std::time::SystemTime::now());
         for record in batch {
-            match self.input.accept(record, self.next) {
+            match self.input.accept(record, self.state.next) {
                 Verdict::Skip | Verdict::Gap => continue,
                 Verdict::Process => ages.extend(records::age(record, now)),
             }
@@ -243,7 +231,7 @@ impl FanOutTask {
                     records::dead_letter(self.tx.producer(), &sh.topics.dead_letter, record, &e).await?;
                 }
             }
-            self.next = record.offset() + 1;
+            self.state.next = record.offset() + 1;
             pending += 1;
         }
         self.shared.metrics.processed(&self.shared.topics.conversation_events, events.len());
@@ -257,23 +245,14 @@ impl FanOutTask {
                 self.begin().await?; // the task's own transaction begins before its lease check
             }
             // A task whose partition moved must not add deltas to the stream of its successor.
-            retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, self.generation)).await?;
+            let generation = self.state.generation;
+            retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::FanOut, p, generation)).await?;
             if let Some(delay) = sh.fanout.produce_delay {
                 tokio::time::sleep(delay).await; // fault injection: widens the window a zombie produces in
             }
-            let keys: Vec<FanOutKey> = events.iter().flat_map(FanOutKey::of_event).collect();
-            for key in &keys {
-                match key {
-                    FanOutKey::Conversation(id) if self.fanout.conversation(id).is_none() => {
-                        self.created.insert(id.clone());
-                    }
-                    _ => {}
-                }
-            }
-            let (mut deltas, stats) = self.fanout.process_batch(&events);
+            let (mut deltas, stats) = self.state.apply(&events);
             sh.metrics.fanout_batch(&stats);
-            self.dirty.extend(keys);
-            let source = DeltaSource { partition: p, generation: self.generation };
+            let source = DeltaSource { partition: p, generation };
             let _open = self.begin().await?;
             let (topic, records) = (&sh.topics.user_deltas, sh.deltas);
             produce(self.tx.producer(), topic, &mut deltas, source, records, &mut self.in_flight).await?;
@@ -286,33 +265,14 @@ impl FanOutTask {
     /// conversations' sent seqs (receipts), or every list, index and conversation of the partition whole when Redis
     /// lost them (no marker); and whether they are whole.
     async fn list_writes(&mut self) -> Result<(RedisWrites, bool), TaskError> {
-        let (sh, p, generation) = (&*self.shared, self.input.partition, self.generation);
-        if self.dirty.is_empty() && !self.fanout.has_shared() && !self.fanout.has_list_ops() {
+        let (sh, p) = (&*self.shared, self.input.partition);
+        if !self.state.has_redis_writes() {
             // Nothing changed and nothing shared: no round trip. (One whose last index was just dropped still
             // writes the drop.)
             return Ok((RedisWrites::Nothing, false));
         }
         let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?;
-        let ops = self.fanout.take_list_ops();
-        let writes = if full { whole_lists(&self.fanout, generation) } else { list_writes(ops, generation) };
-        // v4: a whole write writes every reply; otherwise those sent since the last write.
-        let mut replies = self.fanout.take_new_replies();
-        let sent: Vec<SentWrite> = match full {
-            true => self.fanout.conversations().map(|(id, c)| sent_of(id, c, &self.created, true)).collect(),
-            false => {
-                let convs = self.dirty.iter().filter_map(|k| match k {
-                    FanOutKey::Conversation(id) => self.fanout.conversation(id).map(|c| (id, c)),
-                    _ => None,
-                });
-                let with_new = |(id, c): (&String, &crate::core::fanout::ConversationState)| SentWrite {
-                    replies: replies.remove(id).unwrap_or_default(),
-                    ..sent_of(id, c, &self.created, false)
-                };
-                convs.map(with_new).collect()
-            }
-        };
-        let nothing = writes.is_empty() && sent.is_empty() && !full;
-        Ok((if nothing { RedisWrites::Nothing } else { RedisWrites::Lists(writes, sent) }, full))
+        Ok((self.state.redis_writes(if full { Write::All } else { Write::Changes }), full))
     }
 
     /// Writes the list and index changes since the last write to Redis once the transaction of their batch is
@@ -324,12 +284,12 @@ impl FanOutTask {
     /// Errors: Redis still failing after retries.
     async fn publish_lists(&mut self) -> Result<(), TaskError> {
         let (sh, p) = (self.shared.clone(), self.input.partition);
-        if !self.fanout.has_list_ops()
+        if !self.state.has_list_ops()
             || !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::FanOut, p)).await?
         {
             return Ok(());
         }
-        let writes = RedisWrites::Lists(list_writes(self.fanout.take_list_ops(), self.generation), Vec::new());
+        let writes = RedisWrites::Lists(self.state.take_list_writes(), Vec::new());
         publish(sh.home(), Stage::FanOut, p, &writes, false).await?;
         Ok(())
     }
@@ -345,7 +305,7 @@ impl StageTask for &mut FanOutTask {
     }
 
     fn generation(&self) -> i64 {
-        self.generation
+        self.state.generation
     }
 
     async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
@@ -380,43 +340,15 @@ impl StageTask for &mut FanOutTask {
         if idle && !mark {
             return Ok(None); // idle, and Redis holds the partition's lists: nothing to rewrite
         }
-        let changes = fanout_changes(&self.fanout, self.dirty.iter());
-        let (stage, partition, generation) = (Stage::FanOut, self.input.partition, self.generation);
-        let offsets = vec![(Input::ConversationEvents, self.next)];
-        debug!(
-            partition,
-            next = self.next,
-            conversations = changes.states.len(),
-            lists = changes.lists.len(),
-            "fan-out commit"
-        );
-        Ok(Some(Commit { stage, partition, generation, redis, mark, changes, offsets }))
+        let commit = self.state.take_commit(redis, mark);
+        let (conversations, lists) = (commit.changes.states.len(), commit.changes.lists.len());
+        debug!(partition = commit.partition, next = self.state.next, conversations, lists, "fan-out commit");
+        Ok(Some(commit))
     }
 
     fn committed(&mut self, _whole: Vec<String>) {
-        self.dirty.clear();
-        self.created.clear();
+        self.state.committed();
     }
-}
-
-/// The list and index ops grouped per list, each list's in order.
-fn list_writes(ops: Vec<(ListId, ListOp)>, generation: i64) -> Vec<ListWrite> {
-    let mut by_list: Vec<ListWrite> = Vec::new();
-    let mut index: HashMap<ListId, usize> = HashMap::new();
-    for (list, op) in ops {
-        let i = *index.entry(list.clone()).or_insert_with(|| {
-            by_list.push(ListWrite { list, generation, ops: Vec::new(), replace: false });
-            by_list.len() - 1
-        });
-        by_list[i].ops.push(op);
-    }
-    by_list
-}
-
-/// Every list and index of the fan-out, whole.
-fn whole_lists(fanout: &FanOut, generation: i64) -> Vec<ListWrite> {
-    let whole = |(list, ops)| ListWrite { list, generation, ops, replace: true };
-    fanout.whole_shared().into_iter().map(whole).collect()
 }
 
 /// Enqueues deltas, each carrying its `source` ([`crate::core::delta::Delta::source`], for the fold's fence against

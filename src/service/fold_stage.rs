@@ -7,12 +7,11 @@
 //! flush interval it commits through [`super::task`]: the users changed since the last commit, with both offsets,
 //! to PostgreSQL in one transaction ([`crate::state::commit`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::message::{Message, OwnedMessage};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::context::Shared;
 use super::error::TaskError;
@@ -20,34 +19,22 @@ use super::group::{PartitionInput, Verdict};
 use super::records;
 use super::task::{self, StageTask};
 use crate::checkpoint::Stage;
-use crate::core::delta::Fence;
-use crate::core::fold::Fold;
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
-use crate::projection::redis::{ReceiptWrite, UserWrite};
-use crate::state::commit::{fold_changes, publish, Commit, RedisWrites};
-use crate::state::load::{self, FoldPartition};
+use crate::state::commit::{publish, Commit, RedisWrites};
+use crate::state::load;
+use crate::state::partition::{FoldPartition, Write};
 use crate::state::retry::retry;
-use crate::state::FoldNext;
 
-/// One fold partition task's state.
+/// One fold partition task: its input, the shared context, its partition's state, and when the batches not yet
+/// published were read.
 struct FoldTask {
     shared: Arc<Shared>,
     input: PartitionInput,
-    generation: i64,
-    fold: Fold,
-    next: FoldNext,
-    /// user → conversations changed since the last publish
-    unpublished: HashMap<String, BTreeSet<String>>,
-    /// Users of `unpublished` whose last patch found no hash to patch (expired or refilled): written whole next.
-    whole: HashSet<String>,
-    /// Users changed since the last commit.
-    uncommitted: HashSet<String>,
+    state: FoldPartition,
     /// When each batch not yet published was taken, and its records: for [`Step::FoldReadToRedis`]. The first one
     /// starts the publish interval.
     read: Vec<(Instant, usize)>,
-    /// The fence against zombie deltas, checkpointed with the offsets.
-    fence: Fence,
 }
 
 /// Runs the task of one partition number until its input closes (then it commits and returns).
@@ -68,9 +55,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     info!(partition = p, generation, user_events, user_deltas, ms, prepared, "fold task started");
     input.rewind(&shared.topics.user_events, next.user_events).await;
     input.rewind(&shared.topics.user_deltas, next.user_deltas).await;
-    let (fold, fence, unpublished, uncommitted) = (loaded.fold, loaded.fence, HashMap::new(), HashSet::new());
-    let (read, whole) = (Vec::new(), HashSet::new());
-    task::run(FoldTask { shared, input, generation, fold, next, unpublished, whole, uncommitted, read, fence }).await
+    task::run(FoldTask { shared, input, state: loaded, read: Vec::new() }).await
 }
 
 /// Partition `p`'s start made before the assignment by a static member ([`super::prepare`]): its state loaded under
@@ -94,17 +79,18 @@ impl StageTask for FoldTask {
     }
 
     fn generation(&self) -> i64 {
-        self.generation
+        self.state.generation
     }
 
     async fn apply(&mut self, batch: &[OwnedMessage]) -> Result<usize, TaskError> {
         let (mut n_events, mut n_deltas, mut pending) = (0, 0, 0);
-        let increments_before = self.fold.stats().increments;
+        let increments_before = self.state.fold.stats().increments;
         let (read_at, now) = (Instant::now(), SystemTime::now());
         let (mut ages, mut event_ages) = (Vec::with_capacity(batch.len()), Vec::new());
         for record in batch {
             let is_event = record.topic() == self.shared.topics.user_events;
-            let next = if is_event { &mut self.next.user_events } else { &mut self.next.user_deltas };
+            let next = &mut self.state.next;
+            let next = if is_event { &mut next.user_events } else { &mut next.user_deltas };
             match self.input.accept(record, *next) {
                 Verdict::Skip | Verdict::Gap => continue,
                 Verdict::Process => *next = record.offset() + 1,
@@ -120,7 +106,7 @@ impl StageTask for FoldTask {
             }
         }
         let metrics = &self.shared.metrics;
-        metrics.increments(self.fold.stats().increments - increments_before);
+        metrics.increments(self.state.fold.stats().increments - increments_before);
         metrics.processed(&self.shared.topics.user_events, n_events);
         metrics.processed(&self.shared.topics.user_deltas, n_deltas);
         metrics.live_path_each(Step::DeltaToFoldRead, ages);
@@ -134,10 +120,10 @@ impl StageTask for FoldTask {
     /// Due the publish interval after the first change since the last publish (at once by default); at once when
     /// users are to be written whole.
     fn publish_due_in(&self) -> Option<Duration> {
-        if !self.whole.is_empty() {
+        if self.state.has_whole() {
             return Some(Duration::ZERO);
         }
-        let first = self.read.first().filter(|_| !self.unpublished.is_empty())?.0;
+        let first = self.read.first().filter(|_| self.state.has_unpublished())?.0;
         Some((first + self.shared.flush.publish).saturating_duration_since(Instant::now()))
     }
 
@@ -153,7 +139,7 @@ impl StageTask for FoldTask {
     /// A task whose partition moved stops here rather than write Redis (the script would refuse most of it).
     async fn pre_commit(&mut self) -> Result<(), TaskError> {
         let (sh, p) = (&*self.shared, self.input.partition);
-        Ok(retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::Fold, p, self.generation)).await?)
+        Ok(retry(&sh.metrics, "postgres", || sh.store.check_lease(Stage::Fold, p, self.state.generation)).await?)
     }
 
     async fn prepare(&mut self, idle: bool) -> Result<Option<Commit>, TaskError> {
@@ -161,62 +147,44 @@ impl StageTask for FoldTask {
         if idle && !full {
             return Ok(None);
         }
-        let mut changes = fold_changes(&mut self.fold, self.uncommitted.iter());
-        changes.fences = self.fence.take_changed();
-        let (partition, generation, offsets) = (self.input.partition, self.generation, self.next.pairs().to_vec());
-        Ok(Some(Commit { stage: Stage::Fold, partition, generation, redis, mark: full, changes, offsets }))
+        Ok(Some(self.state.take_commit(redis, full)))
     }
 
     fn committed(&mut self, whole: Vec<String>) {
-        self.published(whole);
-        self.uncommitted.clear();
+        self.state.committed(whole);
+        self.count_published();
     }
 }
 
 impl FoldTask {
-    /// What was unpublished is in Redis: forget it (and the own seqs' changes the receipts were written from),
-    /// and count its latency; but keep the users in `whole`, whose patch found no hash, to write them whole.
+    /// What was unpublished is in Redis ([`FoldPartition::published`]): counts its latency.
     fn published(&mut self, whole: Vec<String>) {
-        self.whole = whole.into_iter().collect();
-        for user in self.unpublished.keys().filter(|u| !self.whole.contains(*u)) {
-            if let Some(state) = self.fold.user_mut_existing(user) {
-                state.take_own_changes();
-            }
-        }
-        self.unpublished.retain(|user, _| self.whole.contains(user));
+        self.state.published(whole);
+        self.count_published();
+    }
+
+    fn count_published(&mut self) {
         for (at, n) in self.read.drain(..) {
             self.shared.metrics.live_path(Step::FoldReadToRedis, at.elapsed(), n);
         }
     }
 
-    /// `user`'s `conversations` changed.
-    fn changed(&mut self, user: &str, conversations: impl IntoIterator<Item = String>) {
-        if !self.uncommitted.contains(user) {
-            self.uncommitted.insert(user.to_owned());
-        }
-        let unpublished = self.unpublished.entry(user.to_owned()).or_default();
-        unpublished.extend(conversations);
-    }
-
     fn apply_event(&mut self, record: &OwnedMessage) -> Result<(), records::RecordError> {
         let e = records::user_event(record, self.shared.deltas.users())?;
-        self.changed(e.user_id(), e.conversation_id().map(str::to_owned));
-        self.fold.apply_user_event(&e);
+        self.state.apply_event(&e);
         Ok(())
     }
 
     /// Applies a record's deltas in order, but those its fence drops ([`records::admitted_deltas`]); counts them.
     fn apply_deltas(&mut self, record: &OwnedMessage) -> Result<usize, records::RecordError> {
         let packing = self.shared.deltas;
-        let (deltas, dropped) = records::admitted_deltas(record, |user| packing.partition_of(user), &mut self.fence)?;
+        let fence = &mut self.state.fence;
+        let (deltas, dropped) = records::admitted_deltas(record, |user| packing.partition_of(user), fence)?;
         for _ in 0..dropped {
             self.shared.metrics.zombie_delta();
             debug!(partition = self.input.partition, offset = record.offset(), "dropped a zombie delta");
         }
-        for d in &deltas {
-            self.changed(&d.user_id, [d.conversation_id.clone()]);
-            self.fold.apply_delta(d);
-        }
+        self.state.apply_deltas(&deltas);
         Ok(deltas.len() + dropped)
     }
 
@@ -236,36 +204,7 @@ impl FoldTask {
     async fn user_writes(&self) -> Result<(RedisWrites, bool), TaskError> {
         let (sh, p) = (&*self.shared, self.input.partition);
         let full = !retry(&sh.metrics, "redis", || sh.projection.has_marker(Stage::Fold, p)).await?;
-        Ok((RedisWrites::Users(self.writes(full)), full))
-    }
-
-    /// Every user changed since the last publish, its changed conversations, or, when `full`, every user of the
-    /// partition whole.
-    fn writes(&self, full: bool) -> Vec<UserWrite> {
-        let version = self.next.version(self.generation);
-        let mut writes = Vec::with_capacity(self.unpublished.len());
-        if full {
-            let users = self.fold.users().count();
-            warn!(
-                partition = self.input.partition,
-                users, "Redis lacks this partition's projection: rewriting all its users"
-            );
-            writes.extend(self.fold.users().map(|(user, state)| UserWrite::of_state(user, Some(state), version)));
-        }
-        for (user, conversations) in &self.unpublished {
-            let state = self.fold.user(user);
-            if full && state.is_some() {
-                continue;
-            }
-            if self.whole.contains(user) {
-                // Whole, plus the receipts of the own seqs changed since the patch that was not applied.
-                let mut write = UserWrite::of_state(user, state, version);
-                write.receipts.extend(ReceiptWrite::changed(state, conversations));
-                writes.push(write);
-            } else {
-                writes.push(UserWrite::patch_of_state(user, state, version, conversations));
-            }
-        }
-        writes
+        let write = if full { Write::All } else { Write::Changes };
+        Ok((RedisWrites::Users(self.state.writes(write)), full))
     }
 }

@@ -43,7 +43,7 @@ pub const PREPARED_FOR: Duration = Duration::from_secs(30);
 /// itself, or before the assignment by a restarted static member.
 pub struct FanOutStart {
     /// The partition's state, under its lease.
-    pub loaded: crate::state::load::FanOutPartition,
+    pub loaded: crate::state::partition::FanOutPartition,
     /// Its transactional producer, initialized.
     pub producer: TxProducer,
     /// How long the lease, the connection, the load and the initialization took (ms).
@@ -55,7 +55,7 @@ pub struct Preparations {
     /// The fan-out's: state and producer.
     fanout: Prepared<FanOutStart>,
     /// The fold's: state.
-    fold: Prepared<crate::state::load::FoldPartition>,
+    fold: Prepared<crate::state::partition::FoldPartition>,
     /// The fan-out partitions' producers, connecting since PostgreSQL answered ([`Early`]).
     producers: Mutex<HashMap<i32, Connecting>>,
 }
@@ -89,7 +89,7 @@ impl Preparations {
     pub fn prepare_fold(
         &self,
         p: i32,
-        work: impl Future<Output = Result<Option<crate::state::load::FoldPartition>, TaskError>> + Send + 'static,
+        work: impl Future<Output = Result<Option<crate::state::partition::FoldPartition>, TaskError>> + Send + 'static,
     ) {
         self.fold.insert(p, work);
     }
@@ -121,7 +121,7 @@ impl Preparations {
     }
 
     /// What was prepared for fold partition `p` ([`Prepared::take`]).
-    pub async fn fold(&self, p: i32) -> Option<crate::state::load::FoldPartition> {
+    pub async fn fold(&self, p: i32) -> Option<crate::state::partition::FoldPartition> {
         self.fold.take(Stage::Fold, p).await
     }
 }

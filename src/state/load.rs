@@ -15,21 +15,11 @@ use crate::core::fanout::{ConversationState, FanOut};
 use crate::core::fold::Fold;
 use crate::core::hybrid::Diffusion;
 use crate::core::notifications::{Note, NoteBook};
+use crate::partitioner::Placement;
 use crate::state::codec;
 use crate::state::commit::FanOutKey;
+use crate::state::partition::{FanOutPartition, FoldPartition};
 use crate::topology::Topics;
-
-/// A fan-out partition's checkpointed state, loaded under the lease taken for it.
-pub struct FanOutPartition {
-    /// The lease generation taken.
-    pub generation: i64,
-    /// The next offset of its `unread.conversation-events` partition.
-    pub next: i64,
-    /// Its conversations and broadcast lists.
-    pub fanout: FanOut,
-    /// What its first checkpoint must rewrite ([`RestoredFanOut::rewrite`]).
-    pub rewrite: Vec<FanOutKey>,
-}
 
 /// A fan-out restored from checkpoint rows.
 pub struct RestoredFanOut {
@@ -39,18 +29,6 @@ pub struct RestoredFanOut {
     /// checkpoint that covers them writes the conversation's row without its members and the members' own rows,
     /// in one transaction. Until then a load takes the members from the old row (and from member rows, if any).
     pub rewrite: Vec<FanOutKey>,
-}
-
-/// A fold partition's checkpointed state, loaded under the lease taken for it.
-pub struct FoldPartition {
-    /// The lease generation taken.
-    pub generation: i64,
-    /// The next offsets of its two input partitions.
-    pub next: FoldNext,
-    /// Its users with their remembered notifications.
-    pub fold: Fold,
-    /// Its fence against zombie deltas.
-    pub fence: Fence,
 }
 
 /// A partition's lease, taken: what loading its state requires, so that the state is always read under it.
@@ -143,7 +121,7 @@ pub async fn fanout_partition(
         store.lists(Some(p)),
     )?;
     let RestoredFanOut { fanout, rewrite } = fanout_from_rows(rows, members, lists, diffusion)?;
-    Ok(FanOutPartition { generation: lease.generation, next: next.unwrap_or(0), fanout, rewrite })
+    Ok(FanOutPartition::new(p, lease.generation, next.unwrap_or(0), fanout, rewrite))
 }
 
 /// Loads fold partition `p`'s offsets, users and fence under `lease` (its queries at once).
@@ -162,22 +140,27 @@ pub async fn fold_partition(
         store.fences(p),
     )?;
     let (fold, fence) = (fold_from_rows(rows, notes)?, Fence::from_rows(fences));
-    Ok(FoldPartition { generation: lease.generation, next, fold, fence })
+    Ok(FoldPartition::new(p, lease.generation, next, fold, fence))
 }
 
-/// Every conversation and list of the namespace's fan-out (a resumed replay).
+/// Every conversation and list of the namespace's fan-out, one restored fan-out per partition of `placement` (a
+/// resumed replay).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn whole_fanout(store: &CheckpointStore, diffusion: Diffusion) -> StateResult<RestoredFanOut> {
+pub async fn whole_fanout(
+    store: &CheckpointStore,
+    diffusion: Diffusion,
+    placement: Placement,
+) -> StateResult<Vec<RestoredFanOut>> {
     let (rows, members) = (store.states(Stage::FanOut, None).await?, store.members(None).await?);
-    fanout_from_rows(rows, members, store.lists(None).await?, diffusion)
+    fanouts_from_rows(rows, members, store.lists(None).await?, diffusion, placement)
 }
 
-/// Every user of the namespace's fold (a resumed replay).
+/// Every user of the namespace's fold, one fold per partition of `placement` (a resumed replay).
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
-pub async fn whole_fold(store: &CheckpointStore) -> StateResult<Fold> {
-    fold_from_rows(store.states(Stage::Fold, None).await?, store.notes(None).await?)
+pub async fn whole_fold(store: &CheckpointStore, placement: Placement) -> StateResult<Vec<Fold>> {
+    folds_from_rows(store.states(Stage::Fold, None).await?, store.notes(None).await?, placement)
 }
 
 /// Both stages' checkpointed offsets of a namespace (a resumed replay).
@@ -265,6 +248,38 @@ pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>) -> StateResult<
         fold.restore(row.id, state);
     }
     Ok(fold)
+}
+
+/// [`fanout_from_rows`] split by partition: the rows of each conversation (with its members) and list go to the
+/// partition `placement` puts its id in. Returns one restored fan-out per partition (replay).
+///
+/// Errors: as [`fanout_from_rows`].
+pub fn fanouts_from_rows(
+    conversations: Vec<StateRow>,
+    members: Vec<MemberRow>,
+    lists: Vec<StateRow>,
+    diffusion: Diffusion,
+    placement: Placement,
+) -> StateResult<Vec<RestoredFanOut>> {
+    let n = placement.partitions as usize;
+    let (mut c, mut m, mut l) = (vec![Vec::new(); n], vec![Vec::new(); n], vec![Vec::new(); n]);
+    conversations.into_iter().for_each(|r| c[placement.of(r.id.as_bytes()) as usize].push(r));
+    members.into_iter().for_each(|r| m[placement.of(r.conversation_id.as_bytes()) as usize].push(r));
+    lists.into_iter().for_each(|r| l[placement.of(r.id.as_bytes()) as usize].push(r));
+    let parts = c.into_iter().zip(m).zip(l);
+    parts.map(|((c, m), l)| fanout_from_rows(c, m, l, diffusion)).collect()
+}
+
+/// [`fold_from_rows`] split by partition: each user's row and notes go to the partition `placement` puts the user
+/// in. Returns one fold per partition (replay).
+///
+/// Errors: a corrupt row.
+pub fn folds_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>, placement: Placement) -> StateResult<Vec<Fold>> {
+    let n = placement.partitions as usize;
+    let (mut u, mut t) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+    users.into_iter().for_each(|r| u[placement.of(r.id.as_bytes()) as usize].push(r));
+    notes.into_iter().for_each(|r| t[placement.of(r.user_id.as_bytes()) as usize].push(r));
+    u.into_iter().zip(t).map(|(u, t)| fold_from_rows(u, t)).collect()
 }
 
 /// Remembered notifications' rows decoded and grouped by user.

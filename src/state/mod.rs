@@ -7,6 +7,8 @@
 //!   loaders of a whole namespace's state from checkpoint rows (replay, `--from checkpoint`);
 //! - [`user`]: one reader of a user's checkpointed state with its version and its Redis write, for degraded reads,
 //!   `verify`, `projection rebuild` and `inspect`;
+//! - [`partition`]: one partition's state of each stage between commits (apply records, take a commit): a live
+//!   task owns one, a replay one per partition;
 //! - [`commit`]: the one commit protocol, Redis writes → the partition's marker → the PostgreSQL transaction
 //!   with the offsets, used by both stages and by replay;
 //! - [`verify`]: the Redis projection compared with the checkpoint, user by user.
@@ -18,6 +20,7 @@ pub mod codec;
 pub mod commit;
 pub mod load;
 pub mod offsets;
+pub mod partition;
 pub mod retry;
 pub mod user;
 pub mod verify;

@@ -443,3 +443,80 @@ fn v4_full_set_and_its_receipts_are_exact_when_present() {
     assert!(views == read_expected(expected.to_str().unwrap()).as_bytes(), "output differs from v4-expected.jsonl.gz");
     assert!(got_receipts == read_expected(receipts.to_str().unwrap()).as_bytes(), "receipts differ");
 }
+
+/// The partition states the service's tasks own and the replay owns N of (`unread::state::partition`): the v4 dev
+/// set routed by the Kafka default partitioner to 4 fan-out and 3 fold partitions, read diffusion from 20 members,
+/// gives every conversation the state and every user the view of one fan-out and one fold over everything, and each partition's
+/// commit carries exactly its own users.
+#[test]
+fn the_v4_dev_set_over_partition_states_equals_one_fold() {
+    use unread::core::contract::Event;
+    use unread::core::delta::Fence;
+    use unread::core::fanout::FanOut;
+    use unread::core::fold::Fold;
+    use unread::kafka::{Partitioner, Placement};
+    use unread::state::partition::{FanOutPartition, FoldPartition, Write};
+    use unread::state::FoldNext;
+
+    let diffusion = Diffusion::from_threshold(20);
+    let (conversations, users) = (
+        Placement { partitioner: Partitioner::Murmur2, partitions: 4 },
+        Placement { partitioner: Partitioner::Murmur2, partitions: 3 },
+    );
+    let mut fanouts: Vec<FanOutPartition> =
+        (0..4).map(|p| FanOutPartition::new(p, 1, 0, FanOut::with_diffusion(diffusion), Vec::new())).collect();
+    let mut folds: Vec<FoldPartition> =
+        (0..3).map(|p| FoldPartition::new(p, 1, FoldNext::default(), Fold::new(), Fence::default())).collect();
+    let mut whole = Pipeline::with_diffusion(diffusion);
+    let input = open_input(&crate::support::v4_dev_events()).unwrap();
+    for_each_batch(
+        input,
+        MAX_BATCH,
+        |bad| panic!("{bad}"),
+        |batch| {
+            whole.process_batch(batch);
+            let mut by_partition: Vec<Vec<_>> = vec![Vec::new(); 4];
+            for e in batch {
+                if let Event::Conversation(c) = e {
+                    by_partition[conversations.of(c.key().as_bytes()) as usize].push(c.clone());
+                }
+            }
+            for (fanout, events) in fanouts.iter_mut().zip(by_partition) {
+                for d in fanout.apply(&events).0 {
+                    folds[users.of(d.user_id.as_bytes()) as usize].apply_deltas(std::slice::from_ref(&d));
+                }
+            }
+            for e in batch {
+                if let Event::User(u) = e {
+                    folds[users.of(u.user_id().as_bytes()) as usize].apply_event(u);
+                }
+            }
+        },
+    )
+    .unwrap();
+    let mut seen = 0;
+    for (id, state) in whole.fold().users() {
+        // The states differ only in each conversation's `touched` clock, which follows the order of deltas.
+        let fold = &folds[users.of(id.as_bytes()) as usize].fold;
+        let view = |s: &unread::core::fold::UserState| s.view(id, whole.fanout());
+        assert_eq!(fold.user(id).map(view), Some(view(state)), "{id}");
+        seen += 1;
+    }
+    assert_eq!(seen, folds.iter().map(|f| f.fold.users().count()).sum::<usize>(), "no user elsewhere");
+    let mut read_diffused = 0;
+    for (id, conv) in whole.fanout().conversations() {
+        let part = fanouts[conversations.of(id.as_bytes()) as usize].fanout();
+        assert_eq!(part.conversation(id), Some(conv), "{id}");
+        read_diffused += usize::from(conv.index.is_some());
+    }
+    assert!(read_diffused > 0, "some conversations are read-diffused");
+    assert!(seen > 1000, "{seen} users");
+    for (p, fold) in folds.iter_mut().enumerate() {
+        let writes = fold.writes(Write::ChangedWhole);
+        assert!(!writes.is_empty() && writes.iter().all(|w| users.of(w.user_id.as_bytes()) == p as i32), "{p}");
+        let commit = fold.take_commit(unread::state::commit::RedisWrites::Nothing, true);
+        assert_eq!(commit.changes.states.len(), writes.len(), "partition {p}: every changed user's row");
+        fold.committed(Vec::new());
+        assert!(fold.writes(Write::Changes).is_empty(), "nothing changed since the commit");
+    }
+}

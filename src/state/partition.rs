@@ -1,0 +1,328 @@
+//! One partition's state of each stage between commits: [`FanOutPartition`] and [`FoldPartition`].
+//!
+//! A live task of [`crate::service`] owns one, loaded under its lease ([`super::load`]); a replay owns one per
+//! partition of each input and routes each record to the partition the input producers' partitioner put its key in
+//! ([`crate::kafka::Placement`]), as the broker did. Either applies records in partition order, says what changed,
+//! and takes its [`Commit`]; [`super::commit`] carries a commit to Redis and PostgreSQL. The owner keeps what is
+//! its own: Kafka (records, dead letters, transactions), the lease checks and when to commit.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use crate::checkpoint::Stage;
+use crate::core::broadcast::{ListId, ListOp};
+use crate::core::contract::{ConversationEvent, UserEvent};
+use crate::core::delta::{Delta, Fence};
+use crate::core::fanout::{BatchStats, FanOut};
+use crate::core::fold::Fold;
+use crate::projection::redis::{ListWrite, ReceiptWrite, SentWrite, UserWrite};
+use crate::state::commit::{fanout_changes, fold_changes, sent_of, Commit, FanOutKey, RedisWrites};
+use crate::state::{FoldNext, Input};
+
+/// What a commit or publish writes to Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// What changed since the last write, as patches and ops (a live task whose Redis holds its partition).
+    Changes,
+    /// Each changed user, conversation, list and index whole (replay, into a namespace it alone writes).
+    ChangedWhole,
+    /// Everything of the partition whole: Redis lost its projection (no marker).
+    All,
+}
+
+impl Write {
+    /// Whether the write is whole, so the partition's marker is set after it.
+    pub fn marks(self) -> bool {
+        self != Write::Changes
+    }
+}
+
+/// A fan-out partition's state: its conversations and broadcast lists, the next offset of its
+/// `unread.conversation-events` partition, and what changed since its last commit.
+pub struct FanOutPartition {
+    /// The partition number.
+    pub partition: i32,
+    /// The lease generation its owner holds.
+    pub generation: i64,
+    /// The next offset of its input partition: every record before it is applied (or dead-lettered).
+    pub next: i64,
+    fanout: FanOut,
+    /// The conversations, members and lists changed since the last commit.
+    dirty: HashSet<FanOutKey>,
+    /// The conversations first seen since the last commit (not in the checkpointed state): their sent-seqs write
+    /// marks their receipts keys complete ([`SentWrite::new`]).
+    created: HashSet<String>,
+}
+
+impl FanOutPartition {
+    /// Partition `partition`'s state under lease `generation`, from `next`; `rewrite`: what its first commit must
+    /// write even unchanged ([`super::load::RestoredFanOut::rewrite`]).
+    pub fn new(partition: i32, generation: i64, next: i64, fanout: FanOut, rewrite: Vec<FanOutKey>) -> Self {
+        let (dirty, created) = (rewrite.into_iter().collect(), HashSet::new());
+        Self { partition, generation, next, fanout, dirty, created }
+    }
+
+    /// Its conversations and lists.
+    pub fn fanout(&self) -> &FanOut {
+        &self.fanout
+    }
+
+    /// Marks everything it holds changed: its first commit writes all of it (a replay seeded from a snapshot).
+    pub fn mark_all_changed(&mut self) {
+        let conversations = self.fanout.conversations().map(|(id, _)| FanOutKey::Conversation(id.clone()));
+        let lists = self.fanout.lists().keys().map(|id| FanOutKey::List(id.clone()));
+        let mut all: Vec<FanOutKey> = conversations.chain(lists).collect();
+        all.extend(crate::state::commit::all_members(&self.fanout));
+        self.dirty.extend(all);
+    }
+
+    /// Fans out a batch of decoded events, in partition order: the per-recipient deltas
+    /// ([`FanOut::process_batch`]) and the batch's figures.
+    pub fn apply(&mut self, events: &[ConversationEvent]) -> (Vec<Delta>, BatchStats) {
+        for event in events {
+            for key in FanOutKey::of_event(event) {
+                if let FanOutKey::Conversation(id) = &key {
+                    if self.fanout.conversation(id).is_none() {
+                        self.created.insert(id.clone());
+                    }
+                }
+                self.dirty.insert(key);
+            }
+        }
+        self.fanout.process_batch(events)
+    }
+
+    /// Whether a commit has anything to write to Redis: something changed, or lists or indexes are kept (a Redis
+    /// that lost them gets them whole).
+    pub fn has_redis_writes(&self) -> bool {
+        !self.dirty.is_empty() || self.fanout.has_shared() || self.fanout.has_list_ops()
+    }
+
+    /// Whether list or index changes wait to be written.
+    pub fn has_list_ops(&self) -> bool {
+        self.fanout.has_list_ops()
+    }
+
+    /// The list and index changes since the last write, grouped per list: what a publish between commits writes,
+    /// so that a broadcast or a read-diffused conversation's message is visible before the next commit.
+    pub fn take_list_writes(&mut self) -> Vec<ListWrite> {
+        list_writes(self.fanout.take_list_ops(), self.generation)
+    }
+
+    /// The Redis writes of a commit ([`Write`]): lists and indexes (their ops, or whole) and the changed
+    /// conversations' sent seqs (receipts, v4: with the replies sent since the last write, or every reply).
+    pub fn redis_writes(&mut self, write: Write) -> RedisWrites {
+        let generation = self.generation;
+        let ops = self.fanout.take_list_ops();
+        let mut replies = self.fanout.take_new_replies();
+        let lists = match write {
+            Write::Changes => list_writes(ops, generation),
+            Write::ChangedWhole => {
+                let touched: HashSet<ListId> = ops.into_iter().map(|(list, _)| list).collect();
+                self.dirty.iter().filter_map(|key| self.whole_list(key, &touched)).collect()
+            }
+            Write::All => {
+                let whole = |(list, ops)| ListWrite { list, generation, ops, replace: true };
+                self.fanout.whole_shared().into_iter().map(whole).collect()
+            }
+        };
+        let sent: Vec<SentWrite> = match write {
+            Write::All => self.fanout.conversations().map(|(id, c)| sent_of(id, c, &self.created, true)).collect(),
+            Write::ChangedWhole | Write::Changes => self
+                .changed_conversations()
+                .map(|(id, c)| match write {
+                    Write::Changes => SentWrite {
+                        replies: replies.remove(id).unwrap_or_default(),
+                        ..sent_of(id, c, &self.created, false)
+                    },
+                    _ => sent_of(id, c, &HashSet::new(), true),
+                })
+                .collect(),
+        };
+        match lists.is_empty() && sent.is_empty() && !write.marks() {
+            true => RedisWrites::Nothing,
+            false => RedisWrites::Lists(lists, sent),
+        }
+    }
+
+    /// The commit of what changed since the last one: `redis` first, then the changed rows with the next offset.
+    pub fn take_commit(&mut self, redis: RedisWrites, mark: bool) -> Commit {
+        let changes = fanout_changes(&self.fanout, self.dirty.iter());
+        let offsets = vec![(Input::ConversationEvents, self.next)];
+        let (stage, partition, generation) = (Stage::FanOut, self.partition, self.generation);
+        Commit { stage, partition, generation, redis, mark, changes, offsets }
+    }
+
+    /// Its last commit is durable: nothing is changed any more.
+    pub fn committed(&mut self) {
+        self.dirty.clear();
+        self.created.clear();
+    }
+
+    fn changed_conversations(&self) -> impl Iterator<Item = (&String, &crate::core::fanout::ConversationState)> {
+        self.dirty.iter().filter_map(|k| match k {
+            FanOutKey::Conversation(id) => self.fanout.conversation(id).map(|c| (id, c)),
+            _ => None,
+        })
+    }
+
+    /// The whole write of a changed broadcast list, or of a changed conversation's index (an index emptied when
+    /// its conversation switched back); `None` for a conversation whose index did not change.
+    fn whole_list(&self, key: &FanOutKey, touched: &HashSet<ListId>) -> Option<ListWrite> {
+        let (list, ops) = match key {
+            FanOutKey::List(id) => (ListId::Broadcast(id.clone()), self.fanout.list(id)?.whole_ops()),
+            FanOutKey::Conversation(id) if touched.contains(&ListId::Index(id.clone())) => {
+                let index = self.fanout.conversation(id).and_then(|c| c.index.as_ref());
+                (ListId::Index(id.clone()), index.map(|i| i.whole_ops()).unwrap_or_default())
+            }
+            FanOutKey::Conversation(_) | FanOutKey::Member(..) => return None,
+        };
+        Some(ListWrite { list, generation: self.generation, ops, replace: true })
+    }
+}
+
+/// The list and index ops grouped per list, each list's in order.
+fn list_writes(ops: Vec<(ListId, ListOp)>, generation: i64) -> Vec<ListWrite> {
+    let mut by_list: Vec<ListWrite> = Vec::new();
+    let mut index: HashMap<ListId, usize> = HashMap::new();
+    for (list, op) in ops {
+        let i = *index.entry(list.clone()).or_insert_with(|| {
+            by_list.push(ListWrite { list, generation, ops: Vec::new(), replace: false });
+            by_list.len() - 1
+        });
+        by_list[i].ops.push(op);
+    }
+    by_list
+}
+
+/// A fold partition's state: its users, the next offsets of its two input partitions, its fence against zombie
+/// deltas, and which users changed since their last publish and since the last commit.
+pub struct FoldPartition {
+    /// The partition number.
+    pub partition: i32,
+    /// The lease generation its owner holds.
+    pub generation: i64,
+    /// The next offsets of `unread.user-events` and `unread.user-deltas`: the owner moves them past each record.
+    pub next: FoldNext,
+    /// Its users with their remembered notifications.
+    pub fold: Fold,
+    /// The fence against zombie deltas, checkpointed with the offsets.
+    pub fence: Fence,
+    /// user → conversations changed since the last publish.
+    unpublished: HashMap<String, BTreeSet<String>>,
+    /// Users of `unpublished` whose last patch found no hash to patch (expired or refilled): written whole next.
+    whole: HashSet<String>,
+    /// Users changed since the last commit.
+    uncommitted: HashSet<String>,
+}
+
+impl FoldPartition {
+    /// Partition `partition`'s state under lease `generation`.
+    pub fn new(partition: i32, generation: i64, next: FoldNext, fold: Fold, fence: Fence) -> Self {
+        let (unpublished, whole, uncommitted) = (HashMap::new(), HashSet::new(), HashSet::new());
+        Self { partition, generation, next, fold, fence, unpublished, whole, uncommitted }
+    }
+
+    /// Marks every user changed: the next write and commit carry all of them (a replay seeded from a snapshot).
+    pub fn mark_all_changed(&mut self) {
+        let users: Vec<String> = self.fold.users().map(|(u, _)| u.clone()).collect();
+        for user in users {
+            if let Some(state) = self.fold.user_mut_existing(&user) {
+                state.notes_mut().mark_all_dirty();
+            }
+            self.changed(&user, None);
+        }
+    }
+
+    /// Folds a user event.
+    pub fn apply_event(&mut self, e: &UserEvent) {
+        self.changed(e.user_id(), e.conversation_id().map(str::to_owned));
+        self.fold.apply_user_event(e);
+    }
+
+    /// Folds deltas, in order.
+    pub fn apply_deltas(&mut self, deltas: &[Delta]) {
+        for d in deltas {
+            self.changed(&d.user_id, Some(d.conversation_id.clone()));
+            self.fold.apply_delta(d);
+        }
+    }
+
+    /// Whether a user changed since the last publish.
+    pub fn has_unpublished(&self) -> bool {
+        !self.unpublished.is_empty()
+    }
+
+    /// Whether a user waits to be written whole (its patch found no hash).
+    pub fn has_whole(&self) -> bool {
+        !self.whole.is_empty()
+    }
+
+    /// The users' writes of a publish or commit ([`Write`]): each user changed since the last publish, as a patch of
+    /// its changed conversations (whole when its last patch found no hash), or whole.
+    pub fn writes(&self, write: Write) -> Vec<UserWrite> {
+        let version = self.next.version(self.generation);
+        let mut writes = Vec::with_capacity(self.unpublished.len());
+        if write == Write::All {
+            let users = self.fold.users().count();
+            tracing::warn!(
+                partition = self.partition,
+                users,
+                "Redis lacks this partition's projection: rewriting all its users"
+            );
+            writes.extend(self.fold.users().map(|(user, state)| UserWrite::of_state(user, Some(state), version)));
+        }
+        for (user, conversations) in &self.unpublished {
+            let state = self.fold.user(user);
+            if write == Write::All && state.is_some() {
+                continue;
+            }
+            if write == Write::ChangedWhole {
+                writes.push(UserWrite::of_state(user, state, version));
+            } else if self.whole.contains(user) {
+                // Whole, plus the receipts of the own seqs changed since the patch that was not applied.
+                let mut write = UserWrite::of_state(user, state, version);
+                write.receipts.extend(ReceiptWrite::changed(state, conversations));
+                writes.push(write);
+            } else {
+                writes.push(UserWrite::patch_of_state(user, state, version, conversations));
+            }
+        }
+        writes
+    }
+
+    /// What was unpublished is in Redis: forgets it (and the own seqs' changes the receipts were written from), but
+    /// keeps the users in `whole`, whose patch found no hash, to write them whole next.
+    pub fn published(&mut self, whole: Vec<String>) {
+        self.whole = whole.into_iter().collect();
+        for user in self.unpublished.keys().filter(|u| !self.whole.contains(*u)) {
+            if let Some(state) = self.fold.user_mut_existing(user) {
+                state.take_own_changes();
+            }
+        }
+        self.unpublished.retain(|user, _| self.whole.contains(user));
+    }
+
+    /// The commit of the users changed since the last one, with the fence's changes and both next offsets:
+    /// `redis` first ([`Self::writes`]).
+    pub fn take_commit(&mut self, redis: RedisWrites, mark: bool) -> Commit {
+        let mut changes = fold_changes(&mut self.fold, self.uncommitted.iter());
+        changes.fences = self.fence.take_changed();
+        let (partition, generation, offsets) = (self.partition, self.generation, self.next.pairs().to_vec());
+        Commit { stage: Stage::Fold, partition, generation, redis, mark, changes, offsets }
+    }
+
+    /// Its last commit is durable; `whole`: the users whose patch in it found no hash.
+    pub fn committed(&mut self, whole: Vec<String>) {
+        self.published(whole);
+        self.uncommitted.clear();
+    }
+
+    /// `user`'s `conversation` (or only the user) changed.
+    fn changed(&mut self, user: &str, conversation: Option<String>) {
+        if !self.uncommitted.contains(user) {
+            self.uncommitted.insert(user.to_owned());
+        }
+        let unpublished = self.unpublished.entry(user.to_owned()).or_default();
+        unpublished.extend(conversation);
+    }
+}
