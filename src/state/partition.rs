@@ -235,14 +235,14 @@ impl FoldPartition {
 
     /// Folds a user event.
     pub fn apply_event(&mut self, e: &UserEvent) {
-        self.changed(e.user_id(), e.conversation_id().map(str::to_owned));
+        self.changed(e.user_id(), e.conversation_id());
         self.fold.apply_user_event(e);
     }
 
     /// Folds deltas, in order.
     pub fn apply_deltas(&mut self, deltas: &[Delta]) {
         for d in deltas {
-            self.changed(&d.user_id, Some(d.conversation_id.clone()));
+            self.changed(&d.user_id, Some(&d.conversation_id));
             self.fold.apply_delta(d);
         }
     }
@@ -317,12 +317,18 @@ impl FoldPartition {
         self.uncommitted.clear();
     }
 
-    /// `user`'s `conversation` (or only the user) changed.
-    fn changed(&mut self, user: &str, conversation: Option<String>) {
+    /// `user`'s `conversation` (or only the user) changed. Allocates only for what is new (this runs once per
+    /// delta).
+    fn changed(&mut self, user: &str, conversation: Option<&str>) {
         if !self.uncommitted.contains(user) {
             self.uncommitted.insert(user.to_owned());
         }
-        let unpublished = self.unpublished.entry(user.to_owned()).or_default();
-        unpublished.extend(conversation);
+        let unpublished = match self.unpublished.get_mut(user) {
+            Some(set) => set,
+            None => self.unpublished.entry(user.to_owned()).or_default(),
+        };
+        if let Some(c) = conversation.filter(|c| !unpublished.contains(*c)) {
+            unpublished.insert(c.to_owned());
+        }
     }
 }
