@@ -90,12 +90,14 @@ pub struct FollowBody {
     pub followed: bool,
 }
 
-/// The body of a reactions read: `{"read_seq": N}`, the highest `reaction_seq` seen (0 to 2^53).
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+/// The body of a reactions read: `{"read_seq": N}`, the highest `reaction_seq` seen (0 to 2^53), or `{}`: every
+/// reaction so far.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct ReactionsReadBody {
-    /// The user has seen every reaction of the conversation up to this `reaction_seq`.
-    #[serde(deserialize_with = "seq")]
-    #[schema(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_992_u64)]
+    /// The user has seen every reaction of the conversation up to this `reaction_seq`. Absent: every reaction so
+    /// far (the conversation's highest `reaction_seq`, [`crate::read::Reader::reaction_head`]).
+    #[serde(default, deserialize_with = "seq")]
+    #[schema(minimum = 0, maximum = 9_007_199_254_740_992_u64)]
     pub read_seq: Option<u64>,
 }
 
@@ -111,13 +113,6 @@ fn thread_path(access: &Access, path: Ids3) -> Result<(String, String, u64), Api
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", "thread_root must be 1 to 2^53"));
     }
     Ok((user_id, conversation_id, thread_root))
-}
-
-/// The body's `read_seq`, required.
-///
-/// Errors: 400 `invalid_body` when absent.
-fn required(read_seq: Option<u64>) -> Result<u64, ApiError> {
-    read_seq.ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", "read_seq is required"))
 }
 
 /// Marks a thread read up to `read_seq`, by default whole: publishes a `thread.read` (`CONTRACT.md` § v4,
@@ -171,24 +166,29 @@ pub async fn follow_thread(
     publish(&s, &user_id, &headers, vec![UserEvent::ThreadFollowed(event)]).await
 }
 
-/// Marks a conversation's reactions seen up to `read_seq`: publishes a `reactions.read` (`CONTRACT.md` § v4,
-/// "Reactions").
+/// Marks a conversation's reactions seen up to `read_seq`, by default every reaction so far: publishes a
+/// `reactions.read` (`CONTRACT.md` § v4, "Reactions"); nothing when no reaction is known in the conversation.
 #[utoipa::path(post, path = "/v1/users/{user_id}/conversations/{conversation_id}/reactions/read", tag = "writes",
     security(("bearer" = [])), params(("user_id" = String, Path), ("conversation_id" = String, Path),
         ("Idempotency-Key" = Option<String>, Header, description = "Dedupes retries for 24 h")),
-    request_body = ReactionsReadBody,
+    request_body(content = Option<ReactionsReadBody>, description = "Optional `{\"read_seq\"}`; absent: every reaction so far"),
     responses((status = 202, description = "Published: the id of the event sent (the counts change once the fold has it)", body = Accepted), ReadErrors))]
 pub async fn read_reactions(
     State(s): State<Arc<ApiState>>,
     Extension(access): Extension<Access>,
     path: Ids2,
     headers: HeaderMap,
-    body: Result<Json<ReactionsReadBody>, JsonRejection>,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let Path((user_id, conversation_id)) = path?;
     authorized(&access, &[("user_id", &user_id), ("conversation_id", &conversation_id)])?;
-    let Json(ReactionsReadBody { read_seq }) = body?;
-    let (read_seq, (event_id, occurred_at)) = (required(read_seq)?, unstamped());
+    let ReactionsReadBody { read_seq } = optional_json(&body)?;
+    let read_seq = match read_seq {
+        Some(read_seq) => Some(read_seq),
+        None => s.reader.reaction_head(&s.reader.at(), &conversation_id).await?,
+    };
+    let Some(read_seq) = read_seq else { return publish(&s, &user_id, &headers, Vec::new()).await };
+    let (event_id, occurred_at) = unstamped();
     let event = ReactionsRead { event_id, occurred_at, user_id: user_id.clone(), conversation_id, read_seq };
     publish(&s, &user_id, &headers, vec![UserEvent::ReactionsRead(event)]).await
 }

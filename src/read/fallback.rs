@@ -160,6 +160,15 @@ impl Fallback {
         Ok(projection.refill_receipts(conversation_id, &refill).await?)
     }
 
+    /// v4: conversation `conversation_id`'s highest `reaction_seq` in the checkpoint of `namespace`, `None` when it
+    /// has no state or no reaction.
+    ///
+    /// Errors: PostgreSQL unreachable, or a corrupt row.
+    pub async fn reaction_head(&self, namespace: &str, conversation_id: &str) -> anyhow::Result<Option<u64>> {
+        let state = crate::state::load::conversation(&self.store(namespace).await?, conversation_id).await?;
+        Ok(state.map(|(_, c)| c.reaction_head).filter(|&head| head > 0))
+    }
+
     /// Refills `users` (who have no hash) from the checkpoint of `namespace`, as [`Fallback::read_and_refill`]
     /// does for one. Returns the users with checkpointed state (written back unless Redis held newer state).
     ///

@@ -232,6 +232,21 @@ impl Reader {
         Ok(reads.first().map(|(_, _, read_seq)| *read_seq))
     }
 
+    /// v4: the `read_seq` that marks every reaction of `conversation_id` so far seen: its highest `reaction_seq`
+    /// as the fan-out last wrote it to Redis, else as the checkpoint holds it; `None` when no reaction is known.
+    /// The reactions read route's default.
+    ///
+    /// Errors: [`ReadError::Projection`] when Redis fails; [`ReadError::Unavailable`] when PostgreSQL does.
+    pub async fn reaction_head(&self, at: &At, conversation_id: &str) -> Result<Option<u64>, ReadError> {
+        if let Some(head) = at.projection.reaction_heads(&[conversation_id]).await?.pop().flatten() {
+            return Ok(Some(head));
+        }
+        match &self.fallback {
+            Some(fb) => fb.reaction_head(&at.namespace, conversation_id).await.map_err(unavailable),
+            None => Ok(None),
+        }
+    }
+
     /// Each thread's whole-reading `read_seq` ([`Reader::thread_heads`]); threads with none are left out.
     async fn read_seqs(
         &self,

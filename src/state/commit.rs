@@ -152,17 +152,9 @@ pub fn all_members(fanout: &FanOut) -> Vec<FanOutKey> {
     each.map(|(id, u)| FanOutKey::Member(id.clone(), u.clone())).collect()
 }
 
-/// The sent-seqs write (read receipts) of a changed fan-out entity: of a conversation, marked new when it was
-/// first seen since the last commit (in `created`: the write marks its receipts keys complete); `None` for a list or
-/// a member. What the fan-out task and the replay both write. v4: with every reply of the conversation (the
-/// replay, which may start in a namespace that has none), or the caller adds those sent since its last write.
-pub fn sent_write(fanout: &FanOut, key: &FanOutKey, created: &std::collections::HashSet<String>) -> Option<SentWrite> {
-    let FanOutKey::Conversation(id) = key else { return None };
-    Some(sent_of(id, fanout.conversation(id)?, created, true))
-}
-
-/// The sent-seqs write of conversation `id`, marked new when it is in `created`, with every reply when `whole`
-/// ([`sent_write`]).
+/// The sent-seqs write (read receipts) of conversation `id`, marked new when it was first seen since the last commit
+/// (in `created`: the write marks its receipts keys complete), with every reply when `whole` (a write into a
+/// namespace that may have none), else none (the caller adds those sent since its last write).
 pub fn sent_of(
     id: &str,
     c: &crate::core::fanout::ConversationState,

@@ -245,7 +245,7 @@ fn a_refill_of_expired_receipts_keeps_what_was_written_since_they_expired() {
     // The keys expired; then, before any read: b read up to 3, d left, c sent 4 (the fan-out wrote 1-5, 5 a reply
     // in the thread of 3), c read that thread up to 5.
     let replies = vec![(5, 3)];
-    let sent = [SentWrite { conversation_id: "g".into(), ranges: "1-5".into(), new: false, replies }];
+    let sent = [SentWrite { conversation_id: "g".into(), ranges: "1-5".into(), new: false, replies, reaction_head: 0 }];
     rt.block_on(p.write_sent(&sent)).unwrap();
     let writes = [write("b", Some((0, 3)), &[], 1), write("d", None, &[], 1), write("c", Some((0, 4)), &[4], 1)];
     assert_eq!(rt.block_on(p.write(&writes)).unwrap().counts(), (3, 0));
@@ -411,7 +411,13 @@ fn a_refill_of_expired_receipts_is_exact_under_any_interleaving() {
                     ReceiptsStep::Sent(n, new) => {
                         truth.2 = if n == 0 { String::new() } else { format!("1-{n}") };
                         let (ranges, new) = (truth.2.clone(), new && !expired);
-                        let sent = [SentWrite { conversation_id: "g".into(), ranges, new, replies: Vec::new() }];
+                        let sent = [SentWrite {
+                            conversation_id: "g".into(),
+                            ranges,
+                            new,
+                            replies: Vec::new(),
+                            reaction_head: 0,
+                        }];
                         rt.block_on(p.write_sent(&sent)).unwrap();
                     }
                     ReceiptsStep::Checkpoint => checkpoint = truth.clone(),

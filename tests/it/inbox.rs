@@ -126,7 +126,8 @@ async fn use_the_inbox(c: &Client, ns: &Ns<'_>, svc: &Service) -> Result<(), Str
 
 /// Contract v4 as a person sees it: a conversation of team acme where aadi's message got a reply (a thread aadi
 /// follows) and a reaction, and another message names aadi. The threads list, its badge, the reaction, the "from
-/// #2" first-unread marker and the team appear live; clicking the thread reads it whole.
+/// #2" first-unread marker and the team appear live; clicking the thread reads it whole, clicking the conversation
+/// reads it and sees its reaction.
 async fn v4_in_the_inbox(c: &Client, ns: &Ns<'_>) -> Result<(), String> {
     let events = [
         r#"{"type":"conversation.created","event_id":"acme#0","occurred_at":"2026-11-22T00:00:00Z","conversation_id":"acme-room","kind":"group","members":["aadi","bob"],"team":"acme"}"#,
@@ -152,10 +153,13 @@ async fn v4_in_the_inbox(c: &Client, ns: &Ns<'_>) -> Result<(), String> {
     }
     click(c, thread).await?;
     wait_attr(c, "#threads-badge", "data-count", "0").await?;
-    match c.find(Locator::Css(thread)).await {
-        Ok(_) => Err("the thread read is still listed".into()),
-        Err(_) => Ok(()),
+    if c.find(Locator::Css(thread)).await.is_ok() {
+        return Err("the thread read is still listed".into());
     }
+    // Clicking the conversation reads it and sees its reaction.
+    click(c, room).await?;
+    wait_attr(c, room, "aria-label", "acme-room: 0 unread, 0 mentions").await?;
+    wait_attr(c, "#reactions-total", "data-count", "0").await
 }
 
 /// Switching users in the form (twice) leaves exactly one stream open on the server.

@@ -58,18 +58,46 @@ fn v4_dev_set_end_to_end_at_its_instant_then_redis_lost_and_rebuilt_then_thread_
     let reacted = expected.iter().find(|v| v.total_reactions > 0).expect("a user with reactions");
     let (rcid, _) = reacted.conversations.iter().find(|(_, c)| c.reactions > 0).unwrap();
     let path = format!("/v1/users/{}/conversations/{}/reactions/read", encode(&reacted.user_id), encode(rcid));
-    let max = serde_json::json!({"read_seq": 1u64 << 53});
-    let (code, body) = http_post_as(svc.port, &path, Some(&token("t", true)), &max).expect("the API answers");
+    // Without a read_seq: every reaction so far, at the conversation's highest reaction_seq (Redis's `rh:`).
+    let (code, body) = http_post_as(svc.port, &path, Some(&token("t", true)), &serde_json::json!({})).unwrap();
     assert_eq!(code, 202, "{body}");
     let v = wait_for_view(svc.port, &reacted.user_id, |v| v.conversations[rcid].reactions == 0);
     assert_eq!(v.total_reactions, reacted.total_reactions - reacted.conversations[rcid].reactions);
-    let (code, _) = http_post_as(svc.port, &path, Some(&token("t", true)), &serde_json::json!({})).unwrap();
-    assert_eq!(code, 400, "read_seq is required");
+    // It read up to the head, not beyond: a reaction after it counts again.
+    let head = reaction_head(&ns, rcid);
+    let seq = sent_by(&reacted.user_id, rcid);
+    let added = serde_json::json!({"type": "reaction.added", "event_id": "it-after-head", "conversation_id": rcid,
+        "occurred_at": "2026-01-01T00:00:00Z", "reaction_seq": head + 1, "seq": seq, "user_id": "it-reactor",
+        "reaction": "🎉"});
+    produce_lines(&ns, "reaction-after-head", format!("{added}\n"));
+    let v = wait_for_view(svc.port, &reacted.user_id, |v| v.conversations[rcid].reactions == 1);
+    assert_eq!(v.total_reactions, reacted.total_reactions - reacted.conversations[rcid].reactions + 1);
+    let max = serde_json::json!({"read_seq": 1u64 << 53});
     let bad_root = format!("/v1/users/{}/conversations/{}/threads/0/read", encode(&follower.user_id), encode(cid));
     let (code, _) = http_post_as(svc.port, &bad_root, Some(&token("t", true)), &max).unwrap();
     assert_eq!(code, 400, "a thread root is 1 to 2^53");
     read_all_reads_the_threads(svc.port, &expected);
     svc.stop();
+}
+
+/// Conversation `conversation_id`'s highest `reaction_seq` as the fan-out wrote it to Redis (`rh:{#id}`).
+fn reaction_head(ns: &Ns, conversation_id: &str) -> u64 {
+    let key = format!("{}:rh:{{#{conversation_id}}}", ns.name);
+    let mut conn = redis::Client::open(ns.redis_url.as_str()).unwrap().get_connection().unwrap();
+    let head: Option<u64> = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    head.unwrap_or_else(|| panic!("{key} holds the reaction head"))
+}
+
+/// A main-timeline message `user_id` sent in `conversation_id` in the v4 dev set.
+fn sent_by(user_id: &str, conversation_id: &str) -> u64 {
+    let events = std::fs::read_to_string(v4_dev_events()).unwrap();
+    let sent = events.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|e| {
+        e["type"] == "message.sent"
+            && e["sender_id"] == user_id
+            && e["conversation_id"] == conversation_id
+            && e.get("thread_root").is_none()
+    });
+    sent.and_then(|e| e["seq"].as_u64()).expect("a message of the user's there")
 }
 
 /// Pages through a user's threads (`GET …/threads`), `limit` at a time: every thread of the view at the instant,

@@ -56,7 +56,8 @@ export declare class Gateway {
     readThread(userId: string, conversationId: string, root: number, readSeq?: number): Promise<Accepted>;
     /** Follows or unfollows a thread (contract v4). */
     followThread(userId: string, conversationId: string, root: number, followed: boolean): Promise<Accepted>;
-    /** Marks a conversation's reactions seen up to `readSeq`, a `reaction_seq` (contract v4). */
-    readReactions(userId: string, conversationId: string, readSeq: number): Promise<Accepted>;
+    /** Marks a conversation's reactions seen up to `readSeq`, a `reaction_seq`, by default every reaction so far
+     * (contract v4). */
+    readReactions(userId: string, conversationId: string, readSeq?: number): Promise<Accepted>;
     private post;
 }

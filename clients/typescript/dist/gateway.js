@@ -69,9 +69,11 @@ export class Gateway {
         const path = `/v1/users/${seg(userId)}/conversations/${seg(conversationId)}/threads/${root}/follow`;
         return this.post(path, { followed });
     }
-    /** Marks a conversation's reactions seen up to `readSeq`, a `reaction_seq` (contract v4). */
+    /** Marks a conversation's reactions seen up to `readSeq`, a `reaction_seq`, by default every reaction so far
+     * (contract v4). */
     readReactions(userId, conversationId, readSeq) {
-        return this.post(`/v1/users/${seg(userId)}/conversations/${seg(conversationId)}/reactions/read`, { read_seq: readSeq });
+        const path = `/v1/users/${seg(userId)}/conversations/${seg(conversationId)}/reactions/read`;
+        return this.post(path, opt({ read_seq: readSeq }));
     }
     async post(path, body) {
         const { retries = 3, backoff = { minDelayMs: 200, maxDelayMs: 2000 } } = this.options;

@@ -98,9 +98,11 @@ export class Gateway {
     return this.post(path, { followed });
   }
 
-  /** Marks a conversation's reactions seen up to `readSeq`, a `reaction_seq` (contract v4). */
-  readReactions(userId: string, conversationId: string, readSeq: number): Promise<Accepted> {
-    return this.post(`/v1/users/${seg(userId)}/conversations/${seg(conversationId)}/reactions/read`, { read_seq: readSeq });
+  /** Marks a conversation's reactions seen up to `readSeq`, a `reaction_seq`, by default every reaction so far
+   * (contract v4). */
+  readReactions(userId: string, conversationId: string, readSeq?: number): Promise<Accepted> {
+    const path = `/v1/users/${seg(userId)}/conversations/${seg(conversationId)}/reactions/read`;
+    return this.post(path, opt({ read_seq: readSeq }));
   }
 
   private async post(path: string, body?: object): Promise<Accepted> {

@@ -88,7 +88,12 @@ function renderConversations(view) {
         const c = current && current.counts && current.counts.conversations[id];
         post((g) => g.markUnread(user, id, c && c.marked_unread ? { marked: false } : {}));
       });
-      return buttonRow("conversation", id, () => post((g) => g.read(user, id)), mark);
+      // A click reads the conversation and sees its new reactions (every reaction so far).
+      return buttonRow("conversation", id, () => {
+        const c = current && current.counts && current.counts.conversations[id];
+        post((g) => g.read(user, id));
+        if (c && c.reactions) post((g) => g.readReactions(user, id));
+      }, mark);
     },
     update: (li) => {
       const c = view.conversations[id];

@@ -322,13 +322,16 @@ pub struct SentWrite {
     pub new: bool,
     /// v4: replies → their thread's root, not written yet (all of them, in a whole write).
     pub replies: Vec<(u64, u64)>,
+    /// v4: the conversation's highest `reaction_seq` so far, 0 before any (written to `rh:` when above 0): what
+    /// marking its reactions seen reads up to by default ([`RedisProjection::reaction_heads`]).
+    pub reaction_head: u64,
 }
 
 impl SentWrite {
     /// The write of conversation `id`'s sent seqs, with no reply (the caller adds those not written yet).
     pub fn of(id: &str, c: &crate::core::fanout::ConversationState) -> Self {
         let (conversation_id, ranges) = (id.to_owned(), crate::projection::ranges_value(&c.sent));
-        SentWrite { conversation_id, ranges, new: false, replies: Vec::new() }
+        SentWrite { conversation_id, ranges, new: false, replies: Vec::new(), reaction_head: c.reaction_head }
     }
 
     /// The whole write of conversation `id`: its sent seqs and every reply.
@@ -448,7 +451,15 @@ impl RedisProjection {
     pub async fn write_sent(&self, writes: &[SentWrite]) -> ProjectionResult<()> {
         let cmds = |w: &SentWrite| {
             let keys = receipt_keys(&self.prefix, &w.conversation_id);
-            let mut cmds = Vec::with_capacity(2);
+            let mut cmds = Vec::with_capacity(3);
+            if w.reaction_head > 0 {
+                let mut set = redis::cmd("SET");
+                set.arg(receipt_key(&self.prefix, "rh", &w.conversation_id)).arg(w.reaction_head);
+                if self.expires() {
+                    set.arg("PX").arg(self.ttl_ms);
+                }
+                cmds.push(set);
+            }
             match (self.expires(), w.ranges.is_empty()) {
                 (true, _) => {
                     let mut cmd = super::evalsha(super::RECEIPTS_WRITE, &keys.all());
@@ -457,7 +468,8 @@ impl RedisProjection {
                     w.replies.iter().for_each(|(seq, root)| {
                         cmd.arg(seq).arg(root);
                     });
-                    return vec![cmd];
+                    cmds.push(cmd);
+                    return cmds;
                 }
                 (false, true) => cmds.push(redis::cmd("DEL").arg(&keys.sent).clone()),
                 (false, false) => cmds.push(redis::cmd("SET").arg(&keys.sent).arg(&w.ranges).clone()),
@@ -599,6 +611,17 @@ impl RedisProjection {
         let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(key(id)).clone()).collect();
         let values: Vec<Option<String>> = self.conn.run_all(cmds).await.map_err(redis_err("reading sent seqs"))?;
         Ok(values.iter().map(|v| v.as_deref().and_then(crate::projection::ranges_max)).collect())
+    }
+
+    /// v4: each conversation's highest `reaction_seq` as the fan-out last wrote it (`rh:{#id}`), `None` when
+    /// missing (no reaction yet, or expired under `--projection-ttl`: the checkpoint knows it).
+    ///
+    /// Errors: [`ProjectionError::Redis`].
+    pub async fn reaction_heads(&self, conversation_ids: &[&str]) -> ProjectionResult<Vec<Option<u64>>> {
+        let key = |id: &&str| receipt_key(&self.prefix, "rh", id);
+        let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(key(id)).clone()).collect();
+        let values: Vec<Option<u64>> = self.conn.run_all(cmds).await.map_err(redis_err("reading reaction heads"))?;
+        Ok(values)
     }
 
     /// Refills `conversation_id`'s expired receipts with `refill` (what the checkpoint holds), keeping what was

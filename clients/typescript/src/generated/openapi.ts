@@ -189,8 +189,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Marks a conversation's reactions seen up to `read_seq`: publishes a `reactions.read` (`CONTRACT.md` § v4,
-         *     "Reactions").
+         * Marks a conversation's reactions seen up to `read_seq`, by default every reaction so far: publishes a
+         *     `reactions.read` (`CONTRACT.md` § v4, "Reactions"); nothing when no reaction is known in the conversation.
          */
         post: operations["read_reactions"];
         delete?: never;
@@ -582,13 +582,17 @@ export interface components {
              */
             unseen: number;
         };
-        /** @description The body of a reactions read: `{"read_seq": N}`, the highest `reaction_seq` seen (0 to 2^53). */
+        /**
+         * @description The body of a reactions read: `{"read_seq": N}`, the highest `reaction_seq` seen (0 to 2^53), or `{}`: every
+         *     reaction so far.
+         */
         ReactionsReadBody: {
             /**
              * Format: int64
-             * @description The user has seen every reaction of the conversation up to this `reaction_seq`.
+             * @description The user has seen every reaction of the conversation up to this `reaction_seq`. Absent: every reaction so
+             *     far (the conversation's highest `reaction_seq`, [`crate::read::Reader::reaction_head`]).
              */
-            read_seq: number;
+            read_seq?: number | null;
         };
         /**
          * @description The optional body of a conversation read: `{"read_seq": N}`; absent: the newest message the user has
@@ -1504,9 +1508,10 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        /** @description Optional `{"read_seq"}`; absent: every reaction so far */
+        requestBody?: {
             content: {
-                "application/json": components["schemas"]["ReactionsReadBody"];
+                "application/json": components["schemas"]["ReactionsReadBody"] | null;
             };
         };
         responses: {
