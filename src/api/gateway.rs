@@ -299,44 +299,38 @@ pub async fn read_all(
     let Path(user_id) = path?;
     authorized(&access, &[("user_id", &user_id)])?;
     let at = s.reader.at();
-    let newest = s.reader.newest_unread(&at, &user_id, false, pick).await?;
-    let mut events: Vec<UserEvent> = newest.into_iter().map(|(id, seq)| read_ack(&user_id, id, seq)).collect();
+    let mut events = newest_acks(&s, &at, &user_id, pick).await?;
     let (view, _) = s.reader.user(&at, &user_id, crate::clock::today()).await?;
-    for (conversation_id, thread_root, read_seq) in s.reader.thread_heads(&at, &view, pick).await? {
-        let (event_id, occurred_at) = unstamped();
-        let user_id = user_id.clone();
-        events.push(UserEvent::ThreadRead(ThreadRead {
-            event_id,
-            occurred_at,
-            user_id,
-            conversation_id,
-            thread_root,
-            read_seq,
-        }));
-    }
+    let heads = s.reader.thread_heads(&at, &view, pick).await?;
+    events.extend(heads.into_iter().map(|(cid, root, read_seq)| thread_read(&user_id, cid, root, read_seq)));
     publish(&s, &user_id, &headers, events).await
 }
 
 /// A `read.ack` of each conversation `pick` selects that has unread messages (or a mark, in the checkpoint or in
 /// Redis), at the newest the user has: the body of `read-all` and `feed/read`.
-async fn ack_newest(
+///
+/// Errors: as [`crate::read::Reader::newest_unread`].
+async fn newest_acks(
     s: &ApiState,
-    access: &Access,
-    path: Result<Path<String>, PathRejection>,
-    headers: &HeaderMap,
+    at: &crate::read::At,
+    user_id: &str,
     pick: impl Fn(&str, bool, bool) -> bool,
-) -> Result<Response, ApiError> {
-    let Path(user_id) = path?;
-    authorized(access, &[("user_id", &user_id)])?;
-    let newest = s.reader.newest_unread(&s.reader.at(), &user_id, false, pick).await?;
-    let events = newest.into_iter().map(|(id, seq)| read_ack(&user_id, id, seq)).collect();
-    publish(s, &user_id, headers, events).await
+) -> Result<Vec<UserEvent>, ApiError> {
+    let newest = s.reader.newest_unread(at, user_id, false, pick).await?;
+    Ok(newest.into_iter().map(|(id, seq)| read_ack(user_id, id, seq)).collect())
 }
 
 /// A `read.ack` of `conversation_id` up to `read_seq`, not yet stamped.
 fn read_ack(user_id: &str, conversation_id: String, read_seq: u64) -> UserEvent {
     let (event_id, occurred_at) = unstamped();
     UserEvent::ReadAck(ReadAck { event_id, occurred_at, user_id: user_id.to_owned(), conversation_id, read_seq })
+}
+
+/// A `thread.read` of the thread of `thread_root` in `conversation_id` up to `read_seq`, not yet stamped.
+pub(super) fn thread_read(user_id: &str, conversation_id: String, thread_root: u64, read_seq: u64) -> UserEvent {
+    let (event_id, occurred_at) = unstamped();
+    let user_id = user_id.to_owned();
+    UserEvent::ThreadRead(ThreadRead { event_id, occurred_at, user_id, conversation_id, thread_root, read_seq })
 }
 
 /// Mutes or unmutes a conversation: publishes a `conversation.muted`.
@@ -465,5 +459,8 @@ pub async fn read_feed(
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    ack_newest(&s, &access, path, &headers, |_, feed, _| feed).await
+    let Path(user_id) = path?;
+    authorized(&access, &[("user_id", &user_id)])?;
+    let events = newest_acks(&s, &s.reader.at(), &user_id, |_, feed, _| feed).await?;
+    publish(&s, &user_id, &headers, events).await
 }

@@ -13,12 +13,12 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 
 use super::caps::ReadQuery;
-use super::gateway::{optional_json, publish, seq, unstamped, Accepted, Ids2};
+use super::gateway::{optional_json, publish, seq, thread_read, unstamped, Accepted, Ids2};
 use super::openapi::ReadErrors;
 use super::{authorized, ApiError, ApiState, NAMESPACE_HEADER, SOURCE_HEADER};
 use crate::auth::Access;
 use crate::core::contract::{
-    thread_page, After, ReactionsRead, ThreadFollowed, ThreadPage, ThreadRead, UserEvent, MAX_SEQ, THREAD_PAGE,
+    thread_page, After, ReactionsRead, ThreadFollowed, ThreadPage, UserEvent, MAX_SEQ, THREAD_PAGE,
 };
 use crate::read::Source;
 
@@ -137,10 +137,8 @@ pub async fn read_thread(
         Some(read_seq) => Some(read_seq),
         None => s.reader.thread_head(&s.reader.at(), &user_id, &conversation_id, thread_root).await?,
     };
-    let Some(read_seq) = read_seq else { return publish(&s, &user_id, &headers, Vec::new()).await };
-    let (event_id, occurred_at) = unstamped();
-    let event = ThreadRead { event_id, occurred_at, user_id: user_id.clone(), conversation_id, thread_root, read_seq };
-    publish(&s, &user_id, &headers, vec![UserEvent::ThreadRead(event)]).await
+    let events = read_seq.map(|read_seq| thread_read(&user_id, conversation_id, thread_root, read_seq));
+    publish(&s, &user_id, &headers, events.into_iter().collect()).await
 }
 
 /// Follows or unfollows a thread: publishes a `thread.followed` (`CONTRACT.md` § v4, "Threads").
