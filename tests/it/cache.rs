@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use redis::AsyncCommands;
 use unread::core::contract::UserView;
 use unread::core::expiry::NEVER;
 use unread::core::seqset::SeqSet;
@@ -21,17 +20,22 @@ use crate::support::*;
 const TTL: &str = "4s";
 const SHORT_TTL_OK: (&str, &str) = ("UNREAD_TEST_SHORT_PROJECTION_TTL", "1");
 
-/// How many keys of `kind` (`u` for user hashes, a glob: `r?` for every receipts key) the namespace holds.
+/// How many keys of `kind` (`u` for user hashes, a glob: `r?` for every receipts key) the namespace holds. `SCAN`
+/// walks the whole keyspace: 10,000 keys a call, so that a Redis holding other namespaces (benchmarks leave
+/// theirs) is walked in a few round trips, well within the test's ttl.
 fn keys_of(rt: &tokio::runtime::Runtime, ns: &Ns, kind: &str) -> usize {
     rt.block_on(async {
         let client = redis::Client::open(ns.redis_url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let mut keys: redis::AsyncIter<String> = conn.scan_match(format!("{}:{kind}:*", ns.name)).await.unwrap();
-        let mut n = 0;
-        while futures::StreamExt::next(&mut keys).await.is_some() {
-            n += 1;
+        let (pattern, mut cursor, mut n) = (format!("{}:{kind}:*", ns.name), 0u64, 0);
+        loop {
+            let scan = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(10_000).clone();
+            let (next, keys): (u64, Vec<String>) = scan.query_async(&mut conn).await.unwrap();
+            (cursor, n) = (next, n + keys.len());
+            if cursor == 0 {
+                return n;
+            }
         }
-        n
     })
 }
 
