@@ -332,3 +332,69 @@ impl FoldPartition {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::contract::{decode, Event};
+    use crate::core::hybrid::Diffusion;
+
+    fn events(lines: &[&str]) -> Vec<ConversationEvent> {
+        let decoded = lines.iter().map(|l| decode(l.as_bytes()).unwrap());
+        decoded.map(|e| if let Event::Conversation(c) = e { c } else { panic!("{e:?}") }).collect()
+    }
+
+    fn sent(redis: &RedisWrites) -> Vec<&SentWrite> {
+        let RedisWrites::Lists(_, sent) = redis else { panic!("{redis:?}") };
+        sent.iter().collect()
+    }
+
+    /// The three write modes of a fan-out partition: what changed (with the replies new since the last write),
+    /// each changed conversation whole, or every conversation whole; and a commit forgets what it covered.
+    #[test]
+    fn a_fan_out_partition_writes_what_changed_or_whole_and_forgets_it_once_committed() {
+        const T: &str = r#""occurred_at":"2026-11-22T00:00:00Z""#;
+        let created = |id: &str| {
+            format!(
+                r#"{{"type":"conversation.created","event_id":"{id}#0",{T},"conversation_id":"{id}","kind":"group","members":["a","b"]}}"#
+            )
+        };
+        let msg = |id: &str, seq: u64, root: &str| {
+            format!(
+                r#"{{"type":"message.sent","event_id":"{id}#{seq}",{T},"conversation_id":"{id}","seq":{seq},"sender_id":"a","mentions":[]{root}}}"#
+            )
+        };
+        let mut p = FanOutPartition::new(0, 3, 0, FanOut::with_diffusion(Diffusion::OFF), Vec::new());
+        let first = [created("x"), msg("x", 1, ""), msg("x", 2, r#","thread_root":1"#), created("y"), msg("y", 1, "")];
+        let (deltas, _) = p.apply(&events(&first.iter().map(String::as_str).collect::<Vec<_>>()));
+        assert!(deltas.iter().any(|d| d.user_id == "b" && d.conversation_id == "x"));
+        let redis = p.redis_writes(Write::Changes);
+        let mut writes = sent(&redis);
+        writes.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
+        assert_eq!(
+            writes.iter().map(|w| (w.conversation_id.as_str(), w.new)).collect::<Vec<_>>(),
+            [("x", true), ("y", true)]
+        );
+        assert_eq!(writes[0].replies, [(2, 1)], "the reply sent since the last write");
+        let commit = p.take_commit(redis, false);
+        assert_eq!(commit.changes.states.len(), 2);
+        assert_eq!(commit.offsets, [(Input::ConversationEvents, 0)]);
+        assert_eq!((commit.stage, commit.partition, commit.generation), (Stage::FanOut, 0, 3));
+        p.committed();
+        assert!(!p.has_redis_writes(), "nothing changed and nothing shared");
+
+        p.next = 6;
+        p.apply(&events(&[msg("x", 3, r#","thread_root":1"#).as_str()]));
+        let changes = p.redis_writes(Write::Changes);
+        let only_x: Vec<_> =
+            sent(&changes).iter().map(|w| (w.conversation_id.clone(), w.new, w.replies.clone())).collect();
+        assert_eq!(only_x, [("x".to_owned(), false, vec![(3, 1)])], "only x, not new, with its new reply");
+        p.apply(&events(&[msg("x", 4, "").as_str()]));
+        let whole = p.redis_writes(Write::ChangedWhole);
+        assert_eq!(sent(&whole).iter().map(|w| w.replies.clone()).collect::<Vec<_>>(), [vec![(2, 1), (3, 1)]]);
+        let all = p.redis_writes(Write::All);
+        assert_eq!(sent(&all).len(), 2, "every conversation");
+        assert!(Write::All.marks() && Write::ChangedWhole.marks() && !Write::Changes.marks());
+        assert_eq!(p.take_commit(all, true).offsets, [(Input::ConversationEvents, 6)]);
+    }
+}
