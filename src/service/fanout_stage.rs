@@ -6,7 +6,7 @@
 //! of any earlier owner: a zombie). A previous owner that did not release the lease and wrote with another id is
 //! fenced too, unless it is still a member of the group ([`super::tx::fence`]). A restarted static member does those steps
 //! before it rejoins ([`super::prepare`]). Then it repeats: take a batch of records, decode them (bad ones go to
-//! the dead-letter topic), run [`FanOut::process_batch`], produce the deltas to `unread.user-deltas`, packed per
+//! the dead-letter topic), run [`crate::core::fanout::FanOut::process_batch`], produce the deltas to `unread.user-deltas`, packed per
 //! partition of their users ([`crate::core::delta::pack`]), inside a Kafka transaction, commit the transaction
 //! every transaction interval, and every flush interval (or flush events) commit it, then checkpoint the changed
 //! conversations with the next offset in one PostgreSQL transaction. Deltas are committed before the checkpoint

@@ -353,7 +353,7 @@ impl RedisProjection {
     /// Applies the receipts part of accepted user writes ([`ReceiptWrite`]): plain commands, or with
     /// `--projection-ttl` one call of [`WRITE_TEMPLATE`] per conversation changed.
     ///
-    /// Errors: [`ProjectionError::Redis`].
+    /// Errors: [`crate::projection::ProjectionError::Redis`].
     pub(super) async fn write_receipts<'a>(
         &self,
         accepted: impl Iterator<Item = &'a UserWrite>,
@@ -447,7 +447,7 @@ impl RedisProjection {
     /// Writes conversations' sent seqs (receipts, v3): one `SET` each (a `DEL` when none); with
     /// `--projection-ttl` one call of [`WRITE_TEMPLATE`] each.
     ///
-    /// Errors: [`ProjectionError::Redis`].
+    /// Errors: [`crate::projection::ProjectionError::Redis`].
     pub async fn write_sent(&self, writes: &[SentWrite]) -> ProjectionResult<()> {
         let cmds = |w: &SentWrite| {
             let keys = receipt_keys(&self.prefix, &w.conversation_id);
@@ -497,7 +497,7 @@ impl RedisProjection {
     /// members). `requester`: a user who must be a current member (`None`: a service). With `--projection-ttl`
     /// the read sets the keys' expiry again, and answers [`Receipts::Cold`] when they expired.
     ///
-    /// Errors: [`ProjectionError::Redis`] when Redis fails; [`ProjectionError::MalformedSent`] when a sent-seqs
+    /// Errors: [`crate::projection::ProjectionError::Redis`] when Redis fails; [`crate::projection::ProjectionError::MalformedSent`] when a sent-seqs
     /// value is not ranges (a bug or a foreign writer, not an outage).
     pub async fn read_receipts(
         &self,
@@ -605,7 +605,7 @@ impl RedisProjection {
     /// v4: each conversation's newest sent, not recalled seq, from its sent seqs (`rl:`), in one pipelined round
     /// trip; `None` where Redis holds none (none sent, or expired under `--projection-ttl`).
     ///
-    /// Errors: [`ProjectionError::Redis`].
+    /// Errors: [`crate::projection::ProjectionError::Redis`].
     pub async fn sent_heads(&self, conversation_ids: &[&str]) -> ProjectionResult<Vec<Option<u64>>> {
         let key = |id: &&str| receipt_key(&self.prefix, "rl", id);
         let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(key(id)).clone()).collect();
@@ -616,7 +616,7 @@ impl RedisProjection {
     /// v4: each conversation's highest `reaction_seq` as the fan-out last wrote it (`rh:{#id}`), `None` when
     /// missing (no reaction yet, or expired under `--projection-ttl`: the checkpoint knows it).
     ///
-    /// Errors: [`ProjectionError::Redis`].
+    /// Errors: [`crate::projection::ProjectionError::Redis`].
     pub async fn reaction_heads(&self, conversation_ids: &[&str]) -> ProjectionResult<Vec<Option<u64>>> {
         let key = |id: &&str| receipt_key(&self.prefix, "rh", id);
         let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(key(id)).clone()).collect();
@@ -628,7 +628,7 @@ impl RedisProjection {
     /// written since they expired ([`REFILL_TEMPLATE`]). Returns false when another refill came first (nothing
     /// written).
     ///
-    /// Errors: [`ProjectionError::Redis`].
+    /// Errors: [`crate::projection::ProjectionError::Redis`].
     pub async fn refill_receipts(&self, conversation_id: &str, refill: &ReceiptsRefill) -> ProjectionResult<bool> {
         let keys = receipt_keys(&self.prefix, conversation_id);
         let mut cmd = super::evalsha(super::RECEIPTS_REFILL, &keys.all());
