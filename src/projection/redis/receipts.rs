@@ -607,9 +607,7 @@ impl RedisProjection {
     ///
     /// Errors: [`crate::projection::ProjectionError::Redis`].
     pub async fn sent_heads(&self, conversation_ids: &[&str]) -> ProjectionResult<Vec<Option<u64>>> {
-        let key = |id: &&str| receipt_key(&self.prefix, "rl", id);
-        let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(key(id)).clone()).collect();
-        let values: Vec<Option<String>> = self.conn.run_all(cmds).await.map_err(redis_err("reading sent seqs"))?;
+        let values: Vec<Option<String>> = self.get_each("rl", conversation_ids, "reading sent seqs").await?;
         Ok(values.iter().map(|v| v.as_deref().and_then(crate::projection::ranges_max)).collect())
     }
 
@@ -618,10 +616,19 @@ impl RedisProjection {
     ///
     /// Errors: [`crate::projection::ProjectionError::Redis`].
     pub async fn reaction_heads(&self, conversation_ids: &[&str]) -> ProjectionResult<Vec<Option<u64>>> {
-        let key = |id: &&str| receipt_key(&self.prefix, "rh", id);
-        let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(key(id)).clone()).collect();
-        let values: Vec<Option<u64>> = self.conn.run_all(cmds).await.map_err(redis_err("reading reaction heads"))?;
-        Ok(values)
+        self.get_each("rh", conversation_ids, "reading reaction heads").await
+    }
+
+    /// The string key `kind` of each conversation ([`receipt_key`]), `None` where missing, in one pipelined round
+    /// trip (one `GET` per key: their slots differ on Redis Cluster). `doing` names the read in an error.
+    async fn get_each<T: FromRedisValue + Send + 'static>(
+        &self,
+        kind: &str,
+        conversation_ids: &[&str],
+        doing: &'static str,
+    ) -> ProjectionResult<Vec<Option<T>>> {
+        let cmds = conversation_ids.iter().map(|id| redis::cmd("GET").arg(receipt_key(&self.prefix, kind, id)).clone());
+        self.conn.run_all(cmds.collect()).await.map_err(redis_err(doing))
     }
 
     /// Refills `conversation_id`'s expired receipts with `refill` (what the checkpoint holds), keeping what was
