@@ -30,9 +30,13 @@ use crate::core::hybrid::{IndexShare, ShareQuery};
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::reactions::Reactions;
 use crate::core::seqset::SeqSet;
-use crate::core::threads::Threads;
+use crate::core::threads::{Replies, Threads};
 pub use crate::core::totals::Sums;
 use crate::core::Map;
+
+/// Per conversation, the replies of threads that are not yet a user's, kept once for every user of a fold
+/// ([`Replies`]).
+pub type SharedReplies = Map<String, Replies>;
 
 /// Most conversations a user is not a member of whose floor and mute are kept (the retention bound).
 pub const MAX_DETACHED_PER_USER: usize = 1024;
@@ -125,6 +129,12 @@ impl ConvState {
     /// Whether the user is a member.
     pub fn is_member(&self) -> bool {
         self.joined_at.is_some()
+    }
+
+    /// Whether the user's threads here take replies from the conversation's [`Replies`]: a member of a
+    /// conversation that is no feed (a feed's replies count nowhere).
+    pub fn takes_replies(&self) -> bool {
+        self.is_member() && !self.feed
     }
 
     /// The read cursor: max(head at the latest join, floor); nothing at or below it is unread.
@@ -710,8 +720,8 @@ impl UserState {
     }
 
     /// Applies one op about `conversation_id`; returns how many seqs became unread. Notes what changed in the
-    /// user's own seqs there ([`UserState::take_own_changes`]).
-    pub fn apply_op(&mut self, user_id: &str, conversation_id: &str, op: &DeltaOp) -> u64 {
+    /// user's own seqs there ([`UserState::take_own_changes`]). `shared`: the fold's [`SharedReplies`].
+    pub fn apply_op(&mut self, user_id: &str, conversation_id: &str, op: &DeltaOp, shared: &mut SharedReplies) -> u64 {
         // Only a member's own messages add to its own seqs, and a non-member has none to lose (a join finds them
         // empty): most ops need no before-and-after copy.
         let has_own = || self.conversations.get(conversation_id).is_some_and(|c| !c.own.is_empty());
@@ -721,10 +731,10 @@ impl UserState {
             _ => false,
         };
         if !touches_own {
-            return self.apply_op_inner(user_id, conversation_id, op);
+            return self.apply_op_inner(user_id, conversation_id, op, shared);
         }
         let own_before = self.conversations.get(conversation_id).map(|c| c.own.clone()).unwrap_or_default();
-        let added = self.apply_op_inner(user_id, conversation_id, op);
+        let added = self.apply_op_inner(user_id, conversation_id, op, shared);
         let own_after = self.conversations.get(conversation_id).map(|c| &c.own);
         if own_after != Some(&own_before) && !(own_before.is_empty() && own_after.is_none()) {
             let after = own_after.cloned().unwrap_or_default();
@@ -740,7 +750,13 @@ impl UserState {
         added
     }
 
-    fn apply_op_inner(&mut self, user_id: &str, conversation_id: &str, op: &DeltaOp) -> u64 {
+    fn apply_op_inner(
+        &mut self,
+        user_id: &str,
+        conversation_id: &str,
+        op: &DeltaOp,
+        shared: &mut SharedReplies,
+    ) -> u64 {
         match op {
             DeltaOp::Joined { head, reactions } => self.update(conversation_id, true, |c| {
                 if c.joined_at.is_none() {
@@ -760,8 +776,10 @@ impl UserState {
                     c.floor = c.floor.max(*read_to);
                     c.authored.union_above(own, 0);
                     let membership = (c.joined_at, !c.feed);
+                    let mut share = (c.takes_replies() && !threads.is_empty())
+                        .then(|| shared.entry_ref(conversation_id).or_default());
                     for (root, run) in threads {
-                        c.threads.apply_run(*root, run, membership, &c.authored, expiry);
+                        c.threads.apply_run(*root, run, membership, &c.authored, expiry, share.as_deref_mut());
                     }
                     if !c.is_member() {
                         return 0;
@@ -776,17 +794,23 @@ impl UserState {
                     added
                 })
             }
-            DeltaOp::Recalled { seqs } => self.update(conversation_id, false, |c| {
-                let sets = [&mut c.unread, &mut c.mentions, &mut c.named, &mut c.read, &mut c.read_mentions];
-                for set in sets.into_iter().chain([&mut c.own]) {
-                    set.remove_all(seqs);
+            DeltaOp::Recalled { seqs } => {
+                if let Some(replies) = shared.get_mut(conversation_id) {
+                    replies.recalled(seqs);
                 }
-                c.prune_expiry();
-                c.threads.recalled(seqs);
-                0
-            }),
+                self.update(conversation_id, false, |c| {
+                    let sets = [&mut c.unread, &mut c.mentions, &mut c.named, &mut c.read, &mut c.read_mentions];
+                    for set in sets.into_iter().chain([&mut c.own]) {
+                        set.remove_all(seqs);
+                    }
+                    c.prune_expiry();
+                    c.threads.recalled(seqs);
+                    0
+                })
+            }
             DeltaOp::Named { seqs, threads } => self.update(conversation_id, true, |c| {
-                c.threads.named(seqs, threads, c.joined_at);
+                let share = shared.get(conversation_id).filter(|_| c.takes_replies());
+                c.threads.named(seqs, threads, c.joined_at, share);
                 0
             }),
             DeltaOp::Reactions { summaries } => self.update(conversation_id, false, |c| {
@@ -802,13 +826,18 @@ impl UserState {
                 }
                 0
             }),
-            DeltaOp::Expiry { expiry } => self.update(conversation_id, false, |c| {
-                if c.is_member() {
-                    c.add_expiry(expiry);
-                    c.threads.add_expiry(expiry);
+            DeltaOp::Expiry { expiry } => {
+                if let Some(replies) = shared.get_mut(conversation_id) {
+                    replies.add_expiry(expiry);
                 }
-                0
-            }),
+                self.update(conversation_id, false, |c| {
+                    if c.is_member() {
+                        c.add_expiry(expiry);
+                        c.threads.add_expiry(expiry);
+                    }
+                    0
+                })
+            }
             DeltaOp::WriteDiffusion { unread, mentions, expiry } => {
                 self.update(conversation_id, false, |c| c.back_to_write_diffusion(unread, mentions, expiry))
             }
@@ -837,7 +866,7 @@ impl UserState {
     }
 
     /// Applies one of the user's own events.
-    pub fn apply_event(&mut self, event: &UserEvent) {
+    pub fn apply_event(&mut self, event: &UserEvent, shared: &SharedReplies) {
         match event {
             UserEvent::BroadcastRead(e) => {
                 let cursor = self.broadcasts.entry(e.broadcast_id.clone()).or_default();
@@ -872,13 +901,15 @@ impl UserState {
             }
             UserEvent::ThreadRead(e) => {
                 self.update(&e.conversation_id, true, |c| {
-                    c.threads.read(e.thread_root, e.read_seq, c.joined_at);
+                    let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
+                    c.threads.read(e.thread_root, e.read_seq, c.joined_at, share);
                     0
                 });
             }
             UserEvent::ThreadFollowed(e) => {
                 self.update(&e.conversation_id, true, |c| {
-                    c.threads.follow(e.thread_root, e.followed, c.joined_at);
+                    let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
+                    c.threads.follow(e.thread_root, e.followed, c.joined_at, share);
                     0
                 });
             }
@@ -945,6 +976,8 @@ pub struct Fold {
     /// samples in that rehash, most of them the kernel zeroing the new table's pages (docs/performance.md, "A
     /// user's state, boxed in the table").
     users: Map<String, Box<UserState>>,
+    /// The replies of threads not yet a user's, once per conversation for all users ([`Replies`]).
+    shared: SharedReplies,
     stats: FoldStats,
     /// The users' own-seq changes are not noted ([`Fold::without_own_changes`]).
     skip_own_changes: bool,
@@ -966,13 +999,13 @@ impl Fold {
     pub fn apply_delta(&mut self, delta: &Delta) {
         self.stats.deltas += 1;
         let skip_own_changes = self.skip_own_changes;
-        let user = self.user_mut(&delta.user_id);
+        let user = &mut **self.users.entry_ref(delta.user_id.as_str()).or_default();
         let before = user.receipt_entry(&delta.conversation_id);
         let mut added = 0;
         for op in &delta.ops {
             added += match skip_own_changes {
-                true => user.apply_op_inner(&delta.user_id, &delta.conversation_id, op),
-                false => user.apply_op(&delta.user_id, &delta.conversation_id, op),
+                true => user.apply_op_inner(&delta.user_id, &delta.conversation_id, op, &mut self.shared),
+                false => user.apply_op(&delta.user_id, &delta.conversation_id, op, &mut self.shared),
             };
         }
         if delta.feed {
@@ -1001,10 +1034,10 @@ impl Fold {
     pub fn apply_user_event(&mut self, event: &UserEvent) {
         self.stats.user_events += 1;
         let skip_own_changes = self.skip_own_changes;
-        let user = self.user_mut(event.user_id());
+        let user = &mut **self.users.entry_ref(event.user_id()).or_default();
         let conversation_id = event.conversation_id().filter(|_| !skip_own_changes);
         let before = conversation_id.and_then(|id| user.receipt_entry(id));
-        user.apply_event(event);
+        user.apply_event(event, &self.shared);
         if let Some(id) = conversation_id {
             user.note_membership(id, before);
             if let UserEvent::ThreadRead(e) = event {
@@ -1021,9 +1054,22 @@ impl Fold {
         self.users.get(user_id).map(|state| &**state)
     }
 
-    /// Puts back a user's state, e.g. loaded from a checkpoint.
-    pub fn restore(&mut self, user_id: String, state: UserState) {
+    /// Puts back a user's state, e.g. loaded from a checkpoint. The pending replies its row carried go to the
+    /// fold's [`SharedReplies`].
+    pub fn restore(&mut self, user_id: String, mut state: UserState) {
+        for (id, c) in &mut state.conversations {
+            if !c.threads.pending.is_empty() {
+                let replies = self.shared.entry_ref(id.as_str()).or_default();
+                std::mem::take(&mut c.threads.pending).into_iter().for_each(|p| replies.insert(p));
+            }
+        }
         self.users.insert(user_id, Box::new(state));
+    }
+
+    /// The replies of threads not yet a user's, per conversation ([`Replies::pending_of`] gives one member's, for
+    /// its checkpoint row).
+    pub fn shared_replies(&self) -> &SharedReplies {
+        &self.shared
     }
 
     /// Every user with kept state, in no particular order.
@@ -1066,9 +1112,5 @@ impl Fold {
     /// What the fold has done so far.
     pub fn stats(&self) -> FoldStats {
         self.stats
-    }
-
-    fn user_mut(&mut self, user_id: &str) -> &mut UserState {
-        self.users.entry_ref(user_id).or_default()
     }
 }

@@ -12,7 +12,10 @@
 //! [`Threads::pending`], a flat sorted list of 24-byte entries (seq, root, expiry day, mention), until something
 //! makes the thread the user's (a `thread.followed` or `thread.read`, a reply of the user's, a reply naming the
 //! user), which moves them into the thread's [`ThreadState`]. Most members never touch most threads: on the v4 full
-//! set a state per (member, thread) took ten times the memory of everything else.
+//! set a state per (member, thread) took ten times the memory of everything else, and a list of pending replies per
+//! member still 235 MiB of 614. So the pending replies are kept once per conversation for every user of a fold, in
+//! [`Replies`]: a member was delivered every reply above the head at its latest join, so its pending replies are
+//! those of [`Replies`] above that head, of the threads not its own.
 
 use std::collections::BTreeMap;
 
@@ -91,8 +94,8 @@ impl ThreadState {
     }
 }
 
-/// A reply of a thread that is not the user's yet ([`Threads::pending`]): countable, of someone else, above the
-/// head at the user's join, not recalled.
+/// A reply of a thread that is not a user's yet ([`Replies`]): countable, not recalled. In a checkpoint row, one of
+/// a user's pending replies (of someone else, above the head at the user's join).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     /// The reply.
@@ -101,7 +104,7 @@ pub struct Pending {
     pub root: u64,
     /// The UTC day it expires on, [`NO_EXPIRY`] for never.
     pub day: i64,
-    /// It mentions the user (by name or `mention_all`).
+    /// It mentions the user (`mention_all`: a reply naming a user makes the thread the user's).
     pub mention: bool,
 }
 
@@ -115,7 +118,8 @@ pub struct Threads {
     /// be followed.
     #[serde(default)]
     pub by_root: BTreeMap<u64, ThreadState>,
-    /// The unread replies of the other threads, ascending by seq.
+    /// The unread replies of the other threads, ascending by seq, as a checkpoint row carries them: a [`Replies`]
+    /// takes them in when a fold restores the user (`crate::core::fold::Fold::restore`); empty in a fold.
     #[serde(default)]
     pub pending: Vec<Pending>,
     /// Every seq of the conversation that names the user (countable or not, recalled or not): a root among them
@@ -171,7 +175,8 @@ impl Threads {
 
     /// A run of replies of the thread of `root` (from a Messages op). `joined`: the head at the member's latest
     /// join, `None` for a non-member (only the cursor and involvement move). `count`: false in a feed, where
-    /// replies count nowhere.
+    /// replies count nowhere. `share`: the conversation's [`Replies`] while the user is a member and it is no feed
+    /// (a run of a thread not the user's goes there), else `None`.
     pub fn apply_run(
         &mut self,
         root: u64,
@@ -179,15 +184,16 @@ impl Threads {
         (joined, count): (Option<u64>, bool),
         authored: &SeqSet,
         expiry: &[(i64, SeqSet)],
+        share: Option<&mut Replies>,
     ) {
         let theirs = run.read_to > 0 || authored.contains(root) || self.named_in.contains(root);
         if !theirs && !self.by_root.contains_key(&root) {
-            if let (Some(joined), true) = (joined, count) {
-                self.add_pending(root, run, joined, expiry);
+            if let (Some(joined), true, Some(share)) = (joined, count, share) {
+                share.add(root, run, joined, expiry);
             }
             return;
         }
-        let thread = self.materialize(root, joined);
+        let thread = self.materialize(root, joined, share.as_deref());
         thread.floor = thread.floor.max(run.read_to);
         thread.involved |= run.read_to > 0;
         if let (Some(joined), true) = (joined, count) {
@@ -202,24 +208,25 @@ impl Threads {
         self.forget_if_empty(root);
     }
 
-    /// `thread.read` of `root` up to `read_seq`, whenever it arrives.
-    pub fn read(&mut self, root: u64, read_seq: u64, joined: Option<u64>) {
-        let thread = self.materialize(root, joined);
+    /// `thread.read` of `root` up to `read_seq`, whenever it arrives. `share`: as for [`Threads::apply_run`].
+    pub fn read(&mut self, root: u64, read_seq: u64, joined: Option<u64>, share: Option<&Replies>) {
+        let thread = self.materialize(root, joined, share);
         thread.floor = thread.floor.max(read_seq);
         thread.drop_read(joined.unwrap_or(0));
         self.forget_if_empty(root);
     }
 
-    /// `thread.followed` of `root`.
-    pub fn follow(&mut self, root: u64, followed: bool, joined: Option<u64>) {
-        self.materialize(root, joined).follow = Some(followed);
+    /// `thread.followed` of `root`. `share`: as for [`Threads::apply_run`].
+    pub fn follow(&mut self, root: u64, followed: bool, joined: Option<u64>, share: Option<&Replies>) {
+        self.materialize(root, joined, share).follow = Some(followed);
     }
 
-    /// Seqs that name the user, and the roots of the threads of the replies among them.
-    pub fn named(&mut self, seqs: &SeqSet, roots: &[u64], joined: Option<u64>) {
+    /// Seqs that name the user, and the roots of the threads of the replies among them. `share`: as for
+    /// [`Threads::apply_run`].
+    pub fn named(&mut self, seqs: &SeqSet, roots: &[u64], joined: Option<u64>, share: Option<&Replies>) {
         self.named_in.union_above(seqs, 0);
         for root in roots {
-            self.materialize(*root, joined).involved = true;
+            self.materialize(*root, joined, share).involved = true;
         }
     }
 
@@ -233,7 +240,7 @@ impl Threads {
         self.by_root.retain(|_, t| !t.is_empty());
     }
 
-    /// These seqs were recalled: they stop counting.
+    /// These seqs were recalled: they stop counting (the fold takes them out of the conversation's [`Replies`]).
     pub fn recalled(&mut self, seqs: &SeqSet) {
         self.pending.retain(|p| !seqs.contains(p.seq));
         for thread in self.by_root.values_mut() {
@@ -244,7 +251,8 @@ impl Threads {
         }
     }
 
-    /// Expiry buckets for seqs sent before the conversation's creation gave its ttl.
+    /// Expiry buckets for seqs sent before the conversation's creation gave its ttl (the fold gives them to the
+    /// conversation's [`Replies`]).
     pub fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
         self.by_root.values_mut().for_each(|t| t.add_expiry(expiry));
         for p in &mut self.pending {
@@ -254,42 +262,193 @@ impl Threads {
         }
     }
 
-    /// The thread of `root` as the user's: its state, created if need be with the pending replies of the thread
-    /// moved in (above its cursor, for a member who joined at head `joined`).
-    fn materialize(&mut self, root: u64, joined: Option<u64>) -> &mut ThreadState {
+    /// The thread of `root` as the user's: its state, created if need be with the thread's pending replies taken
+    /// in: those of `share` above its cursor, for a member who joined at head `joined` (and any a checkpoint row
+    /// carried in [`Threads::pending`]).
+    fn materialize(&mut self, root: u64, joined: Option<u64>, share: Option<&Replies>) -> &mut ThreadState {
+        let fresh = !self.by_root.contains_key(&root);
         let thread = self.by_root.entry(root).or_default();
-        if self.pending.iter().any(|p| p.root == root) {
-            let cursor = thread.cursor(joined.unwrap_or(0));
-            for p in self.pending.iter().filter(|p| p.root == root && p.seq > cursor) {
-                thread.unread.insert(p.seq);
-                if p.mention {
-                    thread.mentions.insert(p.seq);
-                }
-                if p.day != NO_EXPIRY {
-                    thread.expiry.entry(p.day).or_default().insert(p.seq);
-                }
+        let cursor = thread.cursor(joined.unwrap_or(0));
+        let shared = share.filter(|_| fresh).into_iter().flat_map(|share| share.thread(root, cursor));
+        let carried = self.pending.iter().filter(|p| p.root == root && p.seq > cursor);
+        for p in shared.chain(carried) {
+            thread.unread.insert(p.seq);
+            if p.mention {
+                thread.mentions.insert(p.seq);
             }
+            if p.day != NO_EXPIRY {
+                thread.expiry.entry(p.day).or_default().insert(p.seq);
+            }
+        }
+        if !self.pending.is_empty() {
             self.pending.retain(|p| p.root != root);
         }
         thread
-    }
-
-    /// A run's replies of a thread that is not the user's, kept as pending (above the join head: no cursor of the
-    /// thread exists).
-    fn add_pending(&mut self, root: u64, run: &ThreadRun, joined: u64, expiry: &[(i64, SeqSet)]) {
-        for seq in run.unread.iter().filter(|seq| *seq > joined) {
-            let day = expiry.iter().find(|(_, seqs)| seqs.contains(seq)).map_or(NO_EXPIRY, |(day, _)| *day);
-            let entry = Pending { seq, root, day, mention: run.mentions.contains(seq) };
-            match self.pending.binary_search_by_key(&seq, |p| p.seq) {
-                Ok(at) => self.pending[at] = entry,
-                Err(at) => self.pending.insert(at, entry),
-            }
-        }
     }
 
     fn forget_if_empty(&mut self, root: u64) {
         if self.by_root.get(&root).is_some_and(ThreadState::is_empty) {
             self.by_root.remove(&root);
         }
+    }
+}
+
+/// The replies of one conversation's threads that a fold was delivered for a user whose thread they were not yet
+/// ([`Threads`]), kept once for every user of the fold: countable, not recalled, with their expiry day and whether
+/// they mention everyone. A member of the conversation since head J was delivered every reply above J, so its
+/// pending replies are those above J of the threads it has no state for. A reply another user's delta brought
+/// before the member's own is taken early and its own delta adds it again, a set union: order does not matter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replies {
+    /// Every reply, by seq.
+    by_seq: BTreeMap<u64, Pending>,
+    /// The seqs of `by_seq` per root.
+    by_root: BTreeMap<u64, SeqSet>,
+}
+
+impl Replies {
+    /// Whether no reply is kept.
+    pub fn is_empty(&self) -> bool {
+        self.by_seq.is_empty()
+    }
+
+    /// Keeps a reply; one already kept stays as it is.
+    pub fn insert(&mut self, reply: Pending) {
+        if let std::collections::btree_map::Entry::Vacant(at) = self.by_seq.entry(reply.seq) {
+            at.insert(reply);
+            self.by_root.entry(reply.root).or_default().insert(reply.seq);
+        }
+    }
+
+    /// A run's replies of the thread of `root` above `joined`, for a member whose thread it is not: its `mentions`
+    /// among them mention everyone (a reply naming the member made the thread the member's first).
+    fn add(&mut self, root: u64, run: &ThreadRun, joined: u64, expiry: &[(i64, SeqSet)]) {
+        for seq in run.unread.iter().filter(|seq| *seq > joined) {
+            if self.by_seq.contains_key(&seq) {
+                continue;
+            }
+            let day = expiry.iter().find(|(_, seqs)| seqs.contains(seq)).map_or(NO_EXPIRY, |(day, _)| *day);
+            self.insert(Pending { seq, root, day, mention: run.mentions.contains(seq) });
+        }
+    }
+
+    /// These seqs were recalled: they are forgotten.
+    pub fn recalled(&mut self, seqs: &SeqSet) {
+        for seq in seqs.iter() {
+            let Some(reply) = self.by_seq.remove(&seq) else { continue };
+            if let Some(of_root) = self.by_root.get_mut(&reply.root) {
+                of_root.remove(seq);
+                if of_root.is_empty() {
+                    self.by_root.remove(&reply.root);
+                }
+            }
+        }
+    }
+
+    /// Expiry buckets for replies sent before the conversation's creation gave its ttl.
+    pub fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
+        for (day, seqs) in expiry {
+            for seq in seqs.iter() {
+                if let Some(reply) = self.by_seq.get_mut(&seq) {
+                    reply.day = *day;
+                }
+            }
+        }
+    }
+
+    /// The replies of the thread of `root` above `above`, ascending.
+    fn thread(&self, root: u64, above: u64) -> impl Iterator<Item = &Pending> + '_ {
+        let seqs = self.by_root.get(&root).into_iter().flat_map(move |seqs| seqs.iter().filter(move |s| *s > above));
+        seqs.filter_map(|seq| self.by_seq.get(&seq))
+    }
+
+    /// A member's pending replies, as its checkpoint row carries them: those above `joined` of the threads
+    /// `threads` has no state for, ascending by seq.
+    pub fn pending_of<'a>(&'a self, threads: &'a Threads, joined: u64) -> impl Iterator<Item = Pending> + 'a {
+        let above = self.by_seq.range(joined.saturating_add(1)..).map(|(_, reply)| *reply);
+        above.filter(move |reply| !threads.by_root.contains_key(&reply.root))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::core::broadcast::NoLists;
+    use crate::core::contract::{ThreadFollowed, UserEvent};
+    use crate::core::delta::{Delta, DeltaOp, ThreadRun};
+    use crate::core::fold::Fold;
+    use crate::core::seqset::SeqSet;
+
+    fn delta(user: &str, ops: Vec<DeltaOp>) -> Delta {
+        let (user_id, conversation_id) = (user.to_owned(), "c".to_owned());
+        Delta { user_id, conversation_id, ops, feed: false, source: None, team: None }
+    }
+
+    fn joined() -> DeltaOp {
+        DeltaOp::Joined { head: 1, reactions: 0 }
+    }
+
+    /// Replies 2 and 3 of others in the thread of root 1 (3 mentions everyone).
+    fn replies() -> DeltaOp {
+        let (unread, mentions) = (SeqSet::from_iter([2, 3]), SeqSet::from_iter([3]));
+        let run = ThreadRun { unread, mentions, read_to: 0 };
+        let (unread, mentions, own) = (SeqSet::new(), SeqSet::new(), SeqSet::new());
+        DeltaOp::Messages { unread, mentions, read_to: 0, expiry: vec![], own, threads: [(1, run)].into() }
+    }
+
+    fn follows(user: &str) -> UserEvent {
+        UserEvent::ThreadFollowed(ThreadFollowed {
+            event_id: format!("f-{user}"),
+            occurred_at: "2026-11-28T00:00:00Z".to_owned(),
+            user_id: user.to_owned(),
+            conversation_id: "c".to_owned(),
+            thread_root: 1,
+            followed: true,
+        })
+    }
+
+    /// (unread, mentions) of the thread of root 1 in `user`'s view.
+    fn counts(fold: &Fold, user: &str) -> Option<(u64, u64)> {
+        let view = fold.view(user, &NoLists);
+        view.threads.get("c").and_then(|t| t.get(&1)).map(|t| (t.unread, t.mentions))
+    }
+
+    #[test]
+    fn a_member_who_follows_later_counts_the_replies_kept_once_for_the_fold() {
+        // u follows after its own delta: the replies come from the fold's shared replies.
+        let mut fold = Fold::new();
+        for user in ["u", "v"] {
+            fold.apply_delta(&delta(user, vec![joined(), replies()]));
+        }
+        assert_eq!(counts(&fold, "u"), None, "nobody follows the thread yet");
+        fold.apply_user_event(&follows("u"));
+        assert_eq!(counts(&fold, "u"), Some((2, 1)));
+        assert_eq!(counts(&fold, "v"), None);
+        assert!(fold.user("u").unwrap().conversations()["c"].threads.pending.is_empty(), "nothing kept per member");
+    }
+
+    #[test]
+    fn replies_taken_from_another_members_delta_before_ones_own_count_once() {
+        // v's delta brought the replies; u follows before its own delta with them arrives.
+        let mut fold = Fold::new();
+        fold.apply_delta(&delta("u", vec![joined()]));
+        fold.apply_delta(&delta("v", vec![joined(), replies()]));
+        fold.apply_user_event(&follows("u"));
+        assert_eq!(counts(&fold, "u"), Some((2, 1)), "taken early");
+        fold.apply_delta(&delta("u", vec![replies()]));
+        assert_eq!(counts(&fold, "u"), Some((2, 1)), "its own delta adds them again: a union");
+        // A member who left (its Left not yet folded when it followed) ends with nothing.
+        fold.apply_delta(&delta("u", vec![DeltaOp::Left]));
+        assert_eq!(counts(&fold, "u"), None);
+    }
+
+    #[test]
+    fn a_recalled_reply_leaves_the_shared_replies() {
+        let mut fold = Fold::new();
+        for user in ["u", "v"] {
+            fold.apply_delta(&delta(user, vec![joined(), replies()]));
+        }
+        fold.apply_delta(&delta("v", vec![DeltaOp::Recalled { seqs: SeqSet::from_iter([3]) }]));
+        fold.apply_user_event(&follows("u"));
+        assert_eq!(counts(&fold, "u"), Some((1, 0)), "3 was recalled, though only v's delta has said so yet");
     }
 }

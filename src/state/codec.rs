@@ -32,7 +32,7 @@ use crate::core::broadcast::ListState;
 use crate::core::contract::ConversationKind;
 use crate::core::counts::Counts;
 use crate::core::fanout::ConversationState;
-use crate::core::fold::{ConvState, Conversations, Mark, Sums, UserState};
+use crate::core::fold::{ConvState, Conversations, Mark, SharedReplies, Sums, UserState};
 use crate::core::hybrid::ConvIndex;
 use crate::core::notifications::{CategoryCounts, Note, Summary};
 use crate::core::seqset::SeqSet;
@@ -96,9 +96,10 @@ fn split(bytes: &[u8], newest: u8) -> Result<(u8, &[u8]), CheckpointError> {
 mod rows;
 use rows::*;
 
-/// Encodes one user's fold state (its remembered notifications have rows of their own).
-pub fn encode_user(state: &UserState) -> Vec<u8> {
-    encode(USER_ROW, &UserRowV6::from(state))
+/// Encodes one user's fold state (its remembered notifications have rows of their own), with its pending replies
+/// from `shared`, the fold's ([`crate::core::fold::Fold::shared_replies`]; an empty one for a state on its own).
+pub fn encode_user(state: &UserState, shared: &SharedReplies) -> Vec<u8> {
+    encode(USER_ROW, &UserRowV6::of(state, shared))
 }
 
 /// Decodes one user's fold state.

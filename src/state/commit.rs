@@ -191,7 +191,7 @@ pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a F
 pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a String>) -> Changes {
     let mut changes = Changes::default();
     for user in users {
-        changes.states.push((user.clone(), fold.user(user).map(codec::encode_user)));
+        changes.states.push((user.clone(), fold.user(user).map(|s| codec::encode_user(s, fold.shared_replies()))));
         let Some(state) = fold.user_mut_existing(user) else { continue };
         for id in state.notes_mut().take_dirty() {
             let note = state.notes().note(&id).map(codec::encode_note);

@@ -3,6 +3,7 @@
 use std::io::Read;
 
 use unread::core::fanout::BatchStats;
+use unread::core::fold::Fold;
 use unread::core::hybrid::Diffusion;
 use unread::pipeline::{for_each_batch, open_input, write_views_shaped, Pipeline, Shape, MAX_BATCH};
 
@@ -131,7 +132,8 @@ fn every_dev_state_survives_checkpoint_and_projection_encoding() {
     let mut users = 0;
     for (id, state) in pipeline.fold().users() {
         state.check().unwrap_or_else(|e| panic!("user {id:?}: {e}"));
-        assert_eq!(&checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap(), state);
+        let shared = pipeline.fold().shared_replies();
+        assert_eq!(&checkpoint::decode_user(&checkpoint::encode_user(state, shared)).unwrap(), state);
         let view = state.view(id, &unread::core::broadcast::NoLists);
         let stored = projection::encode_state_view(&view, state.broadcasts(), state);
         // The stored fields hold the cursors; the read script adds a count per cursor (0 with no lists).
@@ -193,7 +195,8 @@ fn every_v2_dev_state_survives_checkpoint_encoding_with_its_notifications() {
     let lists = pipeline.fanout();
     let mut with_notes = 0;
     for (id, state) in pipeline.fold().users() {
-        let mut loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
+        let shared = pipeline.fold().shared_replies();
+        let mut loaded = checkpoint::decode_user(&checkpoint::encode_user(state, shared)).unwrap();
         let notes = state
             .notes()
             .notes()
@@ -304,7 +307,9 @@ fn dev_states_read_from_their_redis_fields(file: &str) -> usize {
     let pipeline = fold_pipeline(file);
     let (mut expiring, mut marked, mut threads) = (0, 0, 0);
     for (id, state) in pipeline.fold().users() {
-        let loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
+        let (bytes, mut alone) = (checkpoint::encode_user(state, pipeline.fold().shared_replies()), Fold::new());
+        alone.restore(id.clone(), checkpoint::decode_user(&bytes).unwrap());
+        let loaded = alone.user(id).unwrap();
         assert_eq!((loaded.conversations(), loaded.totals()), (state.conversations(), state.totals()), "{id}");
         let write = UserWrite::of_state(id, Some(state), "1 1 1".parse().unwrap());
         let mut fields = projection::encode_view(&write.view, &write.cursors);
@@ -407,16 +412,28 @@ fn every_v4_dev_state_survives_checkpoint_encoding() {
     use unread::state::codec as checkpoint;
     let events = repo_path("tests/data/ubuntu-irc/v4-dev-events.jsonl");
     let (_, _, pipeline) = fold_v4(events.to_str().unwrap(), "2009-03-04T12:00:00Z", MAX_BATCH, Diffusion::OFF);
-    let (mut with_threads, mut with_reactions) = (0, 0);
+    let (mut with_threads, mut with_reactions, mut with_pending) = (0, 0, 0);
+    // Every user's rows loaded into one fresh fold, as a restarted fold task loads its partition's: the pending
+    // replies the rows carry make up its shared replies again, so every row re-encodes to the same bytes.
+    let (mut restored, mut rows) = (Fold::new(), Vec::new());
     for (id, state) in pipeline.fold().users() {
         // The notifications have rows of their own (`every_v2_dev_state_survives_…`).
-        let loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
+        let bytes = checkpoint::encode_user(state, pipeline.fold().shared_replies());
+        let loaded = checkpoint::decode_user(&bytes).unwrap();
+        with_pending += usize::from(loaded.conversations().values().any(|c| !c.threads.pending.is_empty()));
+        restored.restore(id.clone(), loaded);
+        rows.push((id, state, bytes));
+    }
+    for (id, state, bytes) in rows {
+        let loaded = restored.user(id).unwrap();
         let parts = |s: &unread::core::fold::UserState| (s.conversations().clone(), s.totals(), s.broadcasts().clone());
-        assert!(parts(&loaded) == parts(state), "{id}");
+        assert!(parts(loaded) == parts(state), "{id}");
+        assert!(checkpoint::encode_user(loaded, restored.shared_replies()) == bytes, "{id}: its row re-encodes");
         with_threads += usize::from(state.conversations().values().any(|c| !c.threads.by_root.is_empty()));
         with_reactions += usize::from(state.conversations().values().any(|c| !c.reactions.reacted.is_empty()));
     }
     assert!(with_threads > 400 && with_reactions > 100, "{with_threads} with threads, {with_reactions} with reactions");
+    assert!(with_pending > 1000, "{with_pending} users' rows carry pending replies");
     let mut teams = 0;
     for (id, conv) in pipeline.fanout().conversations() {
         let loaded = checkpoint::decode_conversation(&checkpoint::encode_conversation(conv)).unwrap();

@@ -102,7 +102,7 @@ fn note_model(ops: &[NoteOp]) -> BTreeMap<String, NotificationView> {
 /// Writes the user's checkpoint rows and loads them back, as a restarted fold task would.
 fn crash_and_restore(fold: &mut Fold) {
     let Some(state) = fold.user("u") else { return };
-    let mut loaded = checkpoint::decode_user(&checkpoint::encode_user(state)).unwrap();
+    let mut loaded = checkpoint::decode_user(&checkpoint::encode_user(state, fold.shared_replies())).unwrap();
     let notes: Vec<_> = state
         .notes()
         .notes()

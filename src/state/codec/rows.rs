@@ -555,6 +555,22 @@ impl UserRowV6 {
     pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
         self.state_with(ConvRowV5::into_state)
     }
+
+    /// The row of `state` in a fold whose pending replies are `shared`: each conversation's row carries the
+    /// user's pending replies ([`crate::core::threads::Replies::pending_of`]), so that a fold restored from rows
+    /// holds them again.
+    pub(super) fn of(state: &UserState, shared: &SharedReplies) -> Self {
+        let mut row = Self::from(state);
+        for (id, conversation) in &mut row.conversations {
+            let (Some(c), Some(replies)) = (state.conversations().get(id), shared.get(id.as_str())) else { continue };
+            let Some(joined) = c.joined_at.filter(|_| c.takes_replies()) else { continue };
+            let pending = replies.pending_of(&c.threads, joined).map(|p| (p.seq, p.root, p.day, p.mention));
+            conversation.pending.extend(pending);
+            conversation.pending.sort_unstable_by_key(|p| p.0);
+            conversation.pending.dedup_by_key(|p| p.0);
+        }
+        row
+    }
 }
 
 /// A conversation row of version 7 (contract v4): version 6's (5's layout, members apart), then the team, the

@@ -120,7 +120,7 @@ fn version_2_user_and_conversation_rows_still_load() {
 fn user_and_conversation_states_round_trip() {
     let (fanout, fold) = sample();
     let user = fold.user("a/b").unwrap();
-    let bytes = encode_user(user);
+    let bytes = encode_user(user, fold.shared_replies());
     assert_eq!(bytes[0], USER_ROW);
     assert!(bytes.len() < 400, "500 messages with 71 gaps encode in {} bytes", bytes.len());
     assert_eq!(&decode_user(&bytes).unwrap(), user);
@@ -174,7 +174,7 @@ fn members_have_rows_of_their_own_and_old_rows_move_theirs_there() {
 fn a_version_4_user_row_still_loads_and_a_newer_table_is_refused() {
     let (_, fold) = sample();
     let user = fold.user("a/b").unwrap();
-    let bytes = encode_user(user);
+    let bytes = encode_user(user, fold.shared_replies());
     type Row<T> =
         (BTreeMap<String, ConvRowV5>, T, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
     let (convs, (counts, memberships), clock, detached, lists, summary): Row<(Vec<u64>, u64)> =
@@ -203,7 +203,7 @@ fn a_version_4_user_row_still_loads_and_a_newer_table_is_refused() {
 #[test]
 fn rejects_other_versions_truncation_and_inconsistency() {
     let (_, fold) = sample();
-    let mut bytes = encode_user(fold.user("a/b").unwrap());
+    let mut bytes = encode_user(fold.user("a/b").unwrap(), fold.shared_replies());
     assert!(matches!(decode_user(&[]), Err(CheckpointError::Version { found: None, .. })));
     assert!(matches!(decode_user(&[9, 0]), Err(CheckpointError::Version { found: Some(9), .. })));
     assert!(matches!(decode_user(&bytes[..bytes.len() / 2]), Err(CheckpointError::Corrupt(_))));
