@@ -156,14 +156,23 @@ end
 /// checkpoint reads the two topics in another interleaving) are both accepted: the live task only moves forward
 /// from there and rewrites every user it touches, so Redis converges; refusing them would leave a user stale.
 ///
-/// Cost: a user new to Redis takes three commands (`HGET` of the version, one `HSET` of the version, totals and
-/// up to 127 fields, the push version's `HSET`); the refilled mark is looked for only on a hash that has a
-/// version (a refill writes one), and fields beyond the first 127 go 128 to an `HSET`.
+/// Cost: a user new to Redis takes two commands (`HGET` of the version, one `HSET` of the version, totals, push
+/// version and up to 127 fields); a user in Redis one more for a patch (`HEXISTS` of the refilled mark) or two for a
+/// whole write (`HKEYS`, then an `HDEL` of the conversation fields and the mark). Fields beyond the first 127 go
+/// 128 to an `HSET`; a refill sets its mark with one more. The push version is taken once per call, before the
+/// writes: a call whose writes are all refused leaves a version unused, which readers never wait for (they only
+/// compare versions).
 pub const WRITE_TEMPLATE: &str = concat!(
     r#"
 local ttl, n = tonumber(ARGV[2]), tonumber(ARGV[3])
+"#,
+    next_push_version!("n + 1", "redis.call('HGET', KEYS[1], '${PV}')"),
+    r#"
 local function chunked(cmd, key, from, upto)
   for i = from, upto, 256 do redis.call(cmd, key, unpack(ARGV, i, math.min(upto, i + 255))) end
+end
+local function chunked_list(cmd, key, list)
+  for i = 1, #list, 256 do redis.call(cmd, key, unpack(list, i, math.min(#list, i + 255))) end
 end
 local function write(key, i)
   local s = tonumber(ARGV[i + 3])
@@ -183,14 +192,19 @@ local function write(key, i)
     if ttl > 0 and not cur then return 2, upto + 1 end
     if cur and redis.call('HEXISTS', key, '${REFILLED}') == 1 then return 2, upto + 1 end
   else
-    for _, f in ipairs(redis.call('HKEYS', key)) do
-      local p = string.sub(f, 1, 2)
-      if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' or p == '${D}' or p == '${T}' then redis.call('HDEL', key, f) end
+    -- Every write sets the version: a hash without one does not exist, and has nothing to delete.
+    if cur then
+      local stale = {'${REFILLED}'}
+      for _, f in ipairs(redis.call('HKEYS', key)) do
+        local p = string.sub(f, 1, 2)
+        if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' or p == '${D}' or p == '${T}' then stale[#stale + 1] = f end
+      end
+      chunked_list('HDEL', key, stale)
     end
-    if ARGV[i + 2] == 'refill' then redis.call('HSET', key, '${REFILLED}', '1') else redis.call('HDEL', key, '${REFILLED}') end
+    if ARGV[i + 2] == 'refill' then redis.call('HSET', key, '${REFILLED}', '1') end
   end
   local first = math.min(d - 1, i + 4 + 253)
-  redis.call('HSET', key, '${VERSION}', ARGV[i], '${TOTALS}', ARGV[i + 1], unpack(ARGV, i + 4, first))
+  redis.call('HSET', key, '${VERSION}', ARGV[i], '${TOTALS}', ARGV[i + 1], '${PV}', v, unpack(ARGV, i + 4, first))
   chunked('HSET', key, first + 1, d - 1)
   chunked('HDEL', key, d + 1, upto)
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
@@ -199,16 +213,9 @@ end
 local results, written, at = {}, {}, 4
 for k = 1, n do
   results[k], at = write(KEYS[k], at)
-  if results[k] == 1 then written[#written + 1] = KEYS[k] end
+  if results[k] == 1 then written[#written + 1] = v .. ' ' .. KEYS[k] end
 end
 if #written == 0 then return results end
-"#,
-    next_push_version!("n + 1", "redis.call('HGET', KEYS[1], '${PV}')"),
-    r#"
-for k, key in ipairs(written) do
-  redis.call('HSET', key, '${PV}', v)
-  written[k] = v .. ' ' .. key
-end
 redis.call('PUBLISH', ARGV[1], table.concat(written, '\n'))
 return results
 "#
