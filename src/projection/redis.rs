@@ -157,8 +157,9 @@ end
 /// from there and rewrites every user it touches, so Redis converges; refusing them would leave a user stale.
 ///
 /// Cost: a user new to Redis takes two commands (`HGET` of the version, one `HSET` of the version, totals, push
-/// version and up to 127 fields); a user in Redis one more for a patch (`HEXISTS` of the refilled mark) or two for a
-/// whole write (`HKEYS`, then an `HDEL` of the conversation fields and the mark). Fields beyond the first 127 go
+/// version and up to 127 fields: the fields to delete are not there); a user in Redis one more for a patch
+/// (`HEXISTS` of the refilled mark) and its deletes, if any, or two for a whole write (`HKEYS`, then an `HDEL` of
+/// the conversation fields and the mark). Fields beyond the first 127 go
 /// 128 to an `HSET`; a refill sets its mark with one more. The push version is taken once per call, before the
 /// writes: a call whose writes are all refused leaves a version unused, which readers never wait for (they only
 /// compare versions).
@@ -206,7 +207,7 @@ local function write(key, i)
   local first = math.min(d - 1, i + 4 + 253)
   redis.call('HSET', key, '${VERSION}', ARGV[i], '${TOTALS}', ARGV[i + 1], '${PV}', v, unpack(ARGV, i + 4, first))
   chunked('HSET', key, first + 1, d - 1)
-  chunked('HDEL', key, d + 1, upto)
+  if cur then chunked('HDEL', key, d + 1, upto) end
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
   return 1, upto + 1
 end
