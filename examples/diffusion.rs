@@ -127,7 +127,8 @@ async fn main() {
     eprintln!("setup: {members} members joined in {:.1} s", started.elapsed().as_secs_f64());
     // The benchmark's hook to measure the joins apart (the CPU of every process while they were folded).
     if let Ok(hook) = std::env::var("DIFFUSION_AFTER_JOINS") {
-        let status = std::process::Command::new("sh").arg("-c").arg(&hook).status().expect("running DIFFUSION_AFTER_JOINS");
+        let status =
+            std::process::Command::new("sh").arg("-c").arg(&hook).status().expect("running DIFFUSION_AFTER_JOINS");
         assert!(status.success(), "DIFFUSION_AFTER_JOINS failed: {status}");
     }
     let redis_url = std::env::var("UNREAD_REDIS_URL").expect("UNREAD_REDIS_URL");

@@ -131,6 +131,27 @@ impl ConvState {
         self.joined_at.is_some()
     }
 
+    /// These seqs were recalled: they stop counting anywhere in the conversation, threads included.
+    fn recalled(&mut self, seqs: &SeqSet) {
+        let sets = [&mut self.unread, &mut self.mentions, &mut self.named, &mut self.read, &mut self.read_mentions];
+        for set in sets.into_iter().chain([&mut self.own]) {
+            set.remove_all(seqs);
+        }
+        self.prune_expiry();
+        self.threads.recalled(seqs);
+    }
+
+    /// The conversation became read-diffused at head `since`: a member keeps only the seqs at or below it (those
+    /// above count from the index) and the named mentions above it.
+    fn read_diffused_from(&mut self, since: u64) {
+        if self.is_member() {
+            self.read_from = Some(since);
+            (self.unread, self.mentions) = (self.unread.slice(0, since), self.mentions.slice(0, since));
+            self.named = self.named.slice(since, u64::MAX);
+            self.prune_expiry();
+        }
+    }
+
     /// Whether the user's threads here take replies from the conversation's [`Replies`]: a member of a
     /// conversation that is no feed (a feed's replies count nowhere).
     pub fn takes_replies(&self) -> bool {
@@ -799,12 +820,7 @@ impl UserState {
                     replies.recalled(seqs);
                 }
                 self.update(conversation_id, false, |c| {
-                    let sets = [&mut c.unread, &mut c.mentions, &mut c.named, &mut c.read, &mut c.read_mentions];
-                    for set in sets.into_iter().chain([&mut c.own]) {
-                        set.remove_all(seqs);
-                    }
-                    c.prune_expiry();
-                    c.threads.recalled(seqs);
+                    c.recalled(seqs);
                     0
                 })
             }
@@ -818,12 +834,7 @@ impl UserState {
                 0
             }),
             DeltaOp::ReadDiffusion { since } => self.update(conversation_id, false, |c| {
-                if c.is_member() {
-                    c.read_from = Some(*since);
-                    (c.unread, c.mentions) = (c.unread.slice(0, *since), c.mentions.slice(0, *since));
-                    c.named = c.named.slice(*since, u64::MAX);
-                    c.prune_expiry();
-                }
+                c.read_diffused_from(*since);
                 0
             }),
             DeltaOp::Expiry { expiry } => {
