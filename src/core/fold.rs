@@ -778,6 +778,9 @@ impl UserState {
         op: &DeltaOp,
         shared: &mut SharedReplies,
     ) -> u64 {
+        if let Some(replies) = shared.get_mut(conversation_id) {
+            replies.apply(op);
+        }
         match op {
             DeltaOp::Joined { head, reactions } => self.update(conversation_id, true, |c| {
                 if c.joined_at.is_none() {
@@ -815,15 +818,10 @@ impl UserState {
                     added
                 })
             }
-            DeltaOp::Recalled { seqs } => {
-                if let Some(replies) = shared.get_mut(conversation_id) {
-                    replies.recalled(seqs);
-                }
-                self.update(conversation_id, false, |c| {
-                    c.recalled(seqs);
-                    0
-                })
-            }
+            DeltaOp::Recalled { seqs } => self.update(conversation_id, false, |c| {
+                c.recalled(seqs);
+                0
+            }),
             DeltaOp::Named { seqs, threads } => self.update(conversation_id, true, |c| {
                 let share = shared.get(conversation_id).filter(|_| c.takes_replies());
                 c.threads.named(seqs, threads, c.joined_at, share);
@@ -837,18 +835,13 @@ impl UserState {
                 c.read_diffused_from(*since);
                 0
             }),
-            DeltaOp::Expiry { expiry } => {
-                if let Some(replies) = shared.get_mut(conversation_id) {
-                    replies.add_expiry(expiry);
+            DeltaOp::Expiry { expiry } => self.update(conversation_id, false, |c| {
+                if c.is_member() {
+                    c.add_expiry(expiry);
+                    c.threads.add_expiry(expiry);
                 }
-                self.update(conversation_id, false, |c| {
-                    if c.is_member() {
-                        c.add_expiry(expiry);
-                        c.threads.add_expiry(expiry);
-                    }
-                    0
-                })
-            }
+                0
+            }),
             DeltaOp::WriteDiffusion { unread, mentions, expiry } => {
                 self.update(conversation_id, false, |c| c.back_to_write_diffusion(unread, mentions, expiry))
             }

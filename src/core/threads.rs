@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::delta::ThreadRun;
+use crate::core::delta::{DeltaOp, ThreadRun};
 use crate::core::seqset::SeqSet;
 
 /// One user's state of one thread.
@@ -119,7 +119,8 @@ pub struct Threads {
     #[serde(default)]
     pub by_root: BTreeMap<u64, ThreadState>,
     /// The unread replies of the other threads, ascending by seq, as a checkpoint row carries them: a [`Replies`]
-    /// takes them in when a fold restores the user (`crate::core::fold::Fold::restore`); empty in a fold.
+    /// takes them in when a fold restores the user (`crate::core::fold::Fold::restore`), so in a fold it is always
+    /// empty and no op reads it.
     #[serde(default)]
     pub pending: Vec<Pending>,
     /// Every seq of the conversation that names the user (countable or not, recalled or not): a root among them
@@ -233,7 +234,6 @@ impl Threads {
     /// Forgets every unread reply (a join, a leave, the conversation became a feed); cursors, choices and
     /// involvement stay.
     pub fn clear_unread(&mut self) {
-        self.pending.clear();
         for thread in self.by_root.values_mut() {
             (thread.unread, thread.mentions, thread.expiry) = Default::default();
         }
@@ -242,7 +242,6 @@ impl Threads {
 
     /// These seqs were recalled: they stop counting (the fold takes them out of the conversation's [`Replies`]).
     pub fn recalled(&mut self, seqs: &SeqSet) {
-        self.pending.retain(|p| !seqs.contains(p.seq));
         for thread in self.by_root.values_mut() {
             if thread.unread.remove_all(seqs) > 0 {
                 thread.mentions.remove_all(seqs);
@@ -255,23 +254,15 @@ impl Threads {
     /// conversation's [`Replies`]).
     pub fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
         self.by_root.values_mut().for_each(|t| t.add_expiry(expiry));
-        for p in &mut self.pending {
-            if let Some((day, _)) = expiry.iter().find(|(_, seqs)| seqs.contains(p.seq)) {
-                p.day = *day;
-            }
-        }
     }
 
     /// The thread of `root` as the user's: its state, created if need be with the thread's pending replies taken
-    /// in: those of `share` above its cursor, for a member who joined at head `joined` (and any a checkpoint row
-    /// carried in [`Threads::pending`]).
+    /// in: those of `share` above its cursor, for a member who joined at head `joined`.
     fn materialize(&mut self, root: u64, joined: Option<u64>, share: Option<&Replies>) -> &mut ThreadState {
         let fresh = !self.by_root.contains_key(&root);
         let thread = self.by_root.entry(root).or_default();
         let cursor = thread.cursor(joined.unwrap_or(0));
-        let shared = share.filter(|_| fresh).into_iter().flat_map(|share| share.thread(root, cursor));
-        let carried = self.pending.iter().filter(|p| p.root == root && p.seq > cursor);
-        for p in shared.chain(carried) {
+        for p in share.filter(|_| fresh).into_iter().flat_map(|share| share.thread(root, cursor)) {
             thread.unread.insert(p.seq);
             if p.mention {
                 thread.mentions.insert(p.seq);
@@ -279,9 +270,6 @@ impl Threads {
             if p.day != NO_EXPIRY {
                 thread.expiry.entry(p.day).or_default().insert(p.seq);
             }
-        }
-        if !self.pending.is_empty() {
-            self.pending.retain(|p| p.root != root);
         }
         thread
     }
@@ -307,11 +295,6 @@ pub struct Replies {
 }
 
 impl Replies {
-    /// Whether no reply is kept.
-    pub fn is_empty(&self) -> bool {
-        self.by_seq.is_empty()
-    }
-
     /// Keeps a reply; one already kept stays as it is.
     pub fn insert(&mut self, reply: Pending) {
         if let std::collections::btree_map::Entry::Vacant(at) = self.by_seq.entry(reply.seq) {
@@ -332,8 +315,18 @@ impl Replies {
         }
     }
 
+    /// What a delta's op changes of the conversation's replies, whichever member's delta it came in: a recall
+    /// forgets them, a creation's ttl gives them expiry days.
+    pub fn apply(&mut self, op: &DeltaOp) {
+        match op {
+            DeltaOp::Recalled { seqs } => self.recalled(seqs),
+            DeltaOp::Expiry { expiry } => self.add_expiry(expiry),
+            _ => {}
+        }
+    }
+
     /// These seqs were recalled: they are forgotten.
-    pub fn recalled(&mut self, seqs: &SeqSet) {
+    fn recalled(&mut self, seqs: &SeqSet) {
         for seq in seqs.iter() {
             let Some(reply) = self.by_seq.remove(&seq) else { continue };
             if let Some(of_root) = self.by_root.get_mut(&reply.root) {
@@ -346,7 +339,7 @@ impl Replies {
     }
 
     /// Expiry buckets for replies sent before the conversation's creation gave its ttl.
-    pub fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
+    fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
         for (day, seqs) in expiry {
             for seq in seqs.iter() {
                 if let Some(reply) = self.by_seq.get_mut(&seq) {

@@ -159,8 +159,8 @@ end
 /// Cost: a user new to Redis takes two commands (`HGET` of the version, one `HSET` of the version, totals, push
 /// version and up to 127 fields: the fields to delete are not there); a user in Redis one more for a patch
 /// (`HEXISTS` of the refilled mark) and its deletes, if any, or two for a whole write (`HKEYS`, then an `HDEL` of
-/// the conversation fields and the mark). Fields beyond the first 127 go
-/// 128 to an `HSET`; a refill sets its mark with one more. The push version is taken once per call, before the
+/// the conversation fields and the mark). Fields beyond the first 127 go 128 to an `HSET`; a refill sets its mark
+/// with one more. The push version is taken once per call, before the
 /// writes: a call whose writes are all refused leaves a version unused, which readers never wait for (they only
 /// compare versions).
 pub const WRITE_TEMPLATE: &str = concat!(
@@ -169,11 +169,8 @@ local ttl, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 "#,
     next_push_version!("n + 1", "redis.call('HGET', KEYS[1], '${PV}')"),
     r#"
-local function chunked(cmd, key, from, upto)
-  for i = from, upto, 256 do redis.call(cmd, key, unpack(ARGV, i, math.min(upto, i + 255))) end
-end
-local function chunked_list(cmd, key, list)
-  for i = 1, #list, 256 do redis.call(cmd, key, unpack(list, i, math.min(#list, i + 255))) end
+local function chunked(cmd, key, list, from, upto)
+  for i = from, upto, 256 do redis.call(cmd, key, unpack(list, i, math.min(upto, i + 255))) end
 end
 local function write(key, i)
   local s = tonumber(ARGV[i + 3])
@@ -200,14 +197,14 @@ local function write(key, i)
         local p = string.sub(f, 1, 2)
         if p == '${C}' or p == '${N}' or p == '${B}' or p == '${R}' or p == '${E}' or p == '${D}' or p == '${T}' then stale[#stale + 1] = f end
       end
-      chunked_list('HDEL', key, stale)
+      chunked('HDEL', key, stale, 1, #stale)
     end
     if ARGV[i + 2] == 'refill' then redis.call('HSET', key, '${REFILLED}', '1') end
   end
   local first = math.min(d - 1, i + 4 + 253)
   redis.call('HSET', key, '${VERSION}', ARGV[i], '${TOTALS}', ARGV[i + 1], '${PV}', v, unpack(ARGV, i + 4, first))
-  chunked('HSET', key, first + 1, d - 1)
-  if cur then chunked('HDEL', key, d + 1, upto) end
+  chunked('HSET', key, ARGV, first + 1, d - 1)
+  if cur then chunked('HDEL', key, ARGV, d + 1, upto) end
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
   return 1, upto + 1
 end
