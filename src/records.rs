@@ -202,7 +202,7 @@ pub fn admitted_deltas(
 
 /// Decodes a record of `unread.user-deltas` ([`crate::core::delta::unpack`]): one delta (a JSON object, key = its
 /// `user_id`) or several (a JSON array, each of a user whose partition, `partition_of` its id, is the record's), in
-/// order.
+/// order. A delta for every member ([`Delta::is_for_members`]) belongs to every partition.
 ///
 /// Errors: no value; a payload that is neither form, or an empty array ([`RecordError::BadDelta`]); a lone delta
 /// whose key is not its user ([`RecordError::KeyMismatch`]); a delta of several whose user belongs to another
@@ -212,6 +212,7 @@ pub fn deltas(record: &impl Message, partition_of: impl Fn(&str) -> i32) -> Resu
     let deltas = crate::core::delta::unpack(value).map_err(|e| RecordError::BadDelta(e.to_string()))?;
     match &deltas[..] {
         [] => Err(RecordError::BadDelta("an empty array of deltas".into())),
+        [one] if one.is_for_members() => Ok(deltas),
         [one] if !crate::core::delta::is_packed(value) => match record.key() == Some(one.user_id.as_bytes()) {
             true => Ok(deltas),
             false => Err(RecordError::KeyMismatch {
@@ -222,7 +223,7 @@ pub fn deltas(record: &impl Message, partition_of: impl Fn(&str) -> i32) -> Resu
         },
         several => {
             let partition = record.partition();
-            let stray = several.iter().find_map(|d| {
+            let stray = several.iter().filter(|d| !d.is_for_members()).find_map(|d| {
                 let expected = partition_of(&d.user_id);
                 (expected != partition).then(|| (d.user_id.clone(), expected))
             });

@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 use crate::core::seqset::SeqSet;
 
 /// What one batch of conversation `conversation_id`'s events means for user `user_id`, in order.
+///
+/// A delta with no user (`user_id` empty, [`Delta::is_for_members`]) is for every member of the conversation a fold
+/// holds: the replies of a read-diffused conversation ([`crate::core::fanout`]), sent once to each partition of
+/// the delta topic instead of once per member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delta {
     /// The recipient, also the record key on `unread.user-deltas`.
@@ -38,6 +42,14 @@ pub struct Delta {
     /// Absent on the wire otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
+}
+
+impl Delta {
+    /// Whether this delta is for every member a fold holds of its conversation, not for one user: a read-diffused
+    /// conversation's replies (`user_id` empty; [`crate::core::fold::Fold::apply_for_members`]).
+    pub fn is_for_members(&self) -> bool {
+        self.user_id.is_empty()
+    }
 }
 
 /// v4: what a run of messages holds of one thread for one user (`CONTRACT.md` § v4, "Threads").
@@ -275,35 +287,42 @@ pub struct DeltaRecord {
 /// Why: a delta per record cost a record's overhead in the producer, the broker and the fold's consumer for every
 /// delta, at least a delta per joiner when a million join one feed (docs/performance.md, "Deltas packed per
 /// partition"). The order of one user's deltas, which the fold needs, is kept: they are in one partition, in
-/// order within a record and across records.
-pub fn pack(deltas: &[Delta], partition_of: impl Fn(&str) -> i32, max_bytes: usize) -> Vec<DeltaRecord> {
+/// order within a record and across records. A delta for every member ([`Delta::is_for_members`]) goes to each of
+/// the topic's `partitions`, after the deltas before it.
+pub fn pack(deltas: &[Delta], partition_of: impl Fn(&str) -> i32, partitions: i32, max_bytes: usize) -> Vec<DeltaRecord> {
     let mut open: Vec<(i32, Vec<&Delta>, Vec<u8>)> = Vec::new(); // partition, its deltas, their array so far
     let mut records = Vec::new();
     for d in deltas {
-        let partition = partition_of(&d.user_id);
         let json = serde_json::to_vec(d).expect("deltas serialize");
-        let i = open.iter().position(|(p, ..)| *p == partition).unwrap_or_else(|| {
-            open.push((partition, Vec::new(), Vec::new()));
-            open.len() - 1
-        });
-        let (_, members, array) = &mut open[i];
-        if !members.is_empty() && array.len() + 1 + json.len() + 1 > max_bytes {
-            records.push(close(partition, std::mem::take(members), std::mem::take(array)));
+        let targets = match d.is_for_members() {
+            true => 0..partitions,
+            false => partition_of(&d.user_id)..partition_of(&d.user_id) + 1,
+        };
+        for partition in targets {
+            let i = open.iter().position(|(p, ..)| *p == partition).unwrap_or_else(|| {
+                open.push((partition, Vec::new(), Vec::new()));
+                open.len() - 1
+            });
+            let (_, members, array) = &mut open[i];
+            if !members.is_empty() && array.len() + 1 + json.len() + 1 > max_bytes {
+                records.push(close(partition, std::mem::take(members), std::mem::take(array)));
+            }
+            array.push(if members.is_empty() { b'[' } else { b',' });
+            array.extend_from_slice(&json);
+            members.push(d);
         }
-        array.push(if members.is_empty() { b'[' } else { b',' });
-        array.extend_from_slice(&json);
-        members.push(d);
     }
     records.extend(open.into_iter().map(|(p, members, array)| close(p, members, array)));
     records
 }
 
 /// The record of `members`, whose JSON array without its closing bracket is `array`: the lone delta's own object
-/// when there is one.
+/// when there is one, keyed by its user (none for a delta for every member).
 fn close(partition: i32, members: Vec<&Delta>, mut array: Vec<u8>) -> DeltaRecord {
     if let [only] = members[..] {
         array.remove(0);
-        return DeltaRecord { partition, key: Some(only.user_id.clone()), payload: array };
+        let key = (!only.is_for_members()).then(|| only.user_id.clone());
+        return DeltaRecord { partition, key, payload: array };
     }
     array.push(b']');
     DeltaRecord { partition, key: None, payload: array }
@@ -337,7 +356,7 @@ mod tests {
     fn packed_deltas_keep_each_partitions_order_and_unpack_to_the_batch() {
         let batch: Vec<Delta> = (0..10).map(|i| joined(&format!("u{i}"))).collect();
         let partition_of = |user: &str| i32::from(user.as_bytes()[1] % 3);
-        let records = pack(&batch, partition_of, 1 << 20);
+        let records = pack(&batch, partition_of, 3, 1 << 20);
         assert_eq!(records.len(), 3, "one record per partition: {records:?}");
         for r in &records {
             assert_eq!(r.key, None, "several deltas: no key");
@@ -352,14 +371,14 @@ mod tests {
     fn a_record_stays_under_its_bound_and_a_lone_delta_is_an_object_keyed_by_its_user() {
         let batch: Vec<Delta> = (0..7).map(|i| joined(&format!("u{i}"))).collect();
         let one = serde_json::to_vec(&batch[0]).unwrap().len();
-        let records = pack(&batch, |_| 0, 3 * one + 4); // three deltas, two commas, two brackets
+        let records = pack(&batch, |_| 0, 1, 3 * one + 4); // three deltas, two commas, two brackets
         let sizes: Vec<usize> = records.iter().map(|r| unpack(&r.payload).unwrap().len()).collect();
         assert_eq!(sizes, vec![3, 3, 1]);
         assert!(records.iter().all(|r| r.payload.len() <= 3 * one + 4));
         let last = &records[2];
         assert_eq!((last.key.as_deref(), last.payload[0]), (Some("u6"), b'{'), "the form of a delta per record");
         assert_eq!(unpack(&last.payload).unwrap(), vec![batch[6].clone()]);
-        let singles = pack(&batch, |_| 0, 0);
+        let singles = pack(&batch, |_| 0, 1, 0);
         assert_eq!(singles.len(), 7, "max_bytes 0: a delta per record");
         for (r, d) in singles.iter().zip(&batch) {
             assert_eq!(

@@ -693,7 +693,13 @@ impl<'e> ConvBatch<'e> {
 
     fn emit(&self, state: &ConversationState, out: &mut Vec<Delta>) {
         let (end_head, feed) = (state.head, state.kind == Some(ConversationKind::Feed));
-        let shared = self.messages("", self.start_head, end_head, &SeqSet::new());
+        let all = self.messages("", self.start_head, end_head, &SeqSet::new());
+        // Read-diffused, what every member would get is only the batch's replies (its messages are in the index):
+        // they go once to each fold in a delta for every member, none in a feed, where they count nowhere.
+        let (shared, for_members) = match self.read_since {
+            Some(_) => (None, all.filter(|_| !feed)),
+            None => (all, None),
+        };
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
             conversation_id: self.conversation_id.to_owned(),
@@ -751,6 +757,7 @@ impl<'e> ConvBatch<'e> {
                 out.push(delta(user, ops));
             }
         }
+        out.extend(for_members.map(|op| Delta { team: None, ..delta("", vec![op]) }));
     }
 
     /// A member at the end of the batch gets the expiry a creation gave to messages sent before it (the fold keeps

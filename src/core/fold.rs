@@ -30,6 +30,7 @@ use crate::core::hybrid::{IndexShare, ShareQuery};
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::reactions::Reactions;
 use crate::core::seqset::SeqSet;
+use crate::core::stakes::Stakes;
 use crate::core::threads::{Replies, Threads};
 pub use crate::core::totals::Sums;
 use crate::core::Map;
@@ -150,6 +151,19 @@ impl ConvState {
             self.named = self.named.slice(since, u64::MAX);
             self.prune_expiry();
         }
+    }
+
+    /// Whether the user is a member of this read-diffused conversation, no feed: its replies come in deltas for
+    /// every member ([`Stakes`]).
+    pub fn diffused(&self) -> bool {
+        self.read_from.is_some() && !self.feed
+    }
+
+    /// v4: every seq that may root a thread the user follows (`CONTRACT.md` § v4): those it sent, those naming it,
+    /// and its threads' roots ([`Stakes`]).
+    pub fn stakes(&self) -> impl Iterator<Item = u64> + '_ {
+        let roots = self.threads.by_root.keys().copied();
+        self.authored.iter().chain(self.threads.named_in.iter()).chain(roots)
     }
 
     /// Whether the user's threads here take replies from the conversation's [`Replies`]: a member of a
@@ -961,6 +975,34 @@ impl UserState {
     }
 }
 
+/// Whether an op can change its conversation's [`Replies`] (its threads' runs, a recall, a creation's ttl).
+fn may_change_replies(op: &DeltaOp) -> bool {
+    match op {
+        DeltaOp::Messages { threads, .. } => !threads.is_empty(),
+        DeltaOp::Recalled { .. } | DeltaOp::Expiry { .. } => true,
+        _ => false,
+    }
+}
+
+/// Notes in `stakes` what a delta just applied to `user` gave it a stake in, while the user is a member of the
+/// read-diffused conversation: everything once it became read-diffused for the user, else the seqs it sent or is
+/// named in and the threads it replied in.
+fn note_stakes(stakes: &mut Stakes, user: &UserState, delta: &Delta) {
+    let id = delta.conversation_id.as_str();
+    let Some(c) = user.conversations.get(id).filter(|c| c.diffused()) else { return };
+    let user_id = delta.user_id.as_str();
+    for op in &delta.ops {
+        match op {
+            DeltaOp::ReadDiffusion { .. } => return stakes.add(id, user_id, c.stakes()),
+            DeltaOp::Messages { own, threads, .. } => {
+                stakes.add(id, user_id, own.iter().chain(threads.keys().copied()));
+            }
+            DeltaOp::Named { seqs, threads } => stakes.add(id, user_id, seqs.iter().chain(threads.iter().copied())),
+            _ => {}
+        }
+    }
+}
+
 /// Counts of what the fold did, for metrics and benchmarks.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FoldStats {
@@ -982,6 +1024,11 @@ pub struct Fold {
     users: Map<String, Box<UserState>>,
     /// The replies of threads not yet a user's, once per conversation for all users ([`Replies`]).
     shared: SharedReplies,
+    /// The conversations whose [`Replies`] may have changed since [`Fold::take_changed_replies`] (not kept when
+    /// own changes are not: a fold with no checkpoint).
+    changed_replies: crate::core::Set<String>,
+    /// Which users a read-diffused conversation's replies concern ([`Stakes`]).
+    stakes: Stakes,
     stats: FoldStats,
     /// The users' own-seq changes are not noted ([`Fold::without_own_changes`]).
     skip_own_changes: bool,
@@ -999,10 +1046,17 @@ impl Fold {
         Self { skip_own_changes: true, ..self }
     }
 
-    /// Applies a delta from the fan-out.
+    /// Applies a delta from the fan-out; one for every member goes to [`Fold::apply_for_members`].
     pub fn apply_delta(&mut self, delta: &Delta) {
+        if delta.is_for_members() {
+            self.apply_for_members(delta);
+            return;
+        }
         self.stats.deltas += 1;
         let skip_own_changes = self.skip_own_changes;
+        if !skip_own_changes && delta.ops.iter().any(may_change_replies) {
+            self.note_replies_changed(&delta.conversation_id);
+        }
         let user = &mut **self.users.entry_ref(delta.user_id.as_str()).or_default();
         let before = user.receipt_entry(&delta.conversation_id);
         let mut added = 0;
@@ -1031,6 +1085,57 @@ impl Fold {
         self.stats.increments += added;
         if empty {
             self.users.remove(&delta.user_id);
+        } else {
+            note_stakes(&mut self.stakes, &self.users[delta.user_id.as_str()], delta);
+        }
+    }
+
+    /// Applies a delta for every member ([`Delta::is_for_members`]): a read-diffused conversation's replies. They
+    /// join the conversation's [`Replies`], and reach only the users with a stake in their threads ([`Stakes`]),
+    /// each through its own state as a member's delta would. Returns those users, whose state may have changed.
+    pub fn apply_for_members(&mut self, delta: &Delta) -> Vec<String> {
+        self.stats.deltas += 1;
+        let id = delta.conversation_id.as_str();
+        let mut roots = Vec::new();
+        for op in &delta.ops {
+            let DeltaOp::Messages { threads, expiry, .. } = op else { continue };
+            let replies = self.shared.entry_ref(id).or_default();
+            threads.iter().for_each(|(root, run)| replies.add(*root, run, 0, expiry));
+            roots.extend(threads.keys().copied());
+        }
+        if !self.skip_own_changes {
+            self.note_replies_changed(id);
+        }
+        let users: Vec<String> = self.stakes.users_of(id, roots).into_iter().map(str::to_owned).collect();
+        for user in &users {
+            let Some(state) = self.users.get_mut(user.as_str()) else { continue };
+            for op in &delta.ops {
+                self.stats.increments += state.apply_op_inner(user, id, op, &mut self.shared);
+            }
+        }
+        users
+    }
+
+    /// The conversations whose [`Replies`] may have changed since the last call: their checkpoint rows
+    /// ([`Fold::replies_of`]) are to be written.
+    pub fn take_changed_replies(&mut self) -> Vec<String> {
+        self.changed_replies.drain().collect()
+    }
+
+    /// One conversation's [`Replies`], if the fold keeps any.
+    pub fn replies_of(&self, conversation_id: &str) -> Option<&Replies> {
+        self.shared.get(conversation_id)
+    }
+
+    /// Puts back a conversation's [`Replies`] from its checkpoint row (merged with any its users' rows carried).
+    pub fn restore_replies(&mut self, conversation_id: &str, replies: Replies) {
+        let kept = self.shared.entry_ref(conversation_id).or_default();
+        replies.into_iter().for_each(|reply| kept.insert(reply));
+    }
+
+    fn note_replies_changed(&mut self, conversation_id: &str) {
+        if !self.changed_replies.contains(conversation_id) {
+            self.changed_replies.insert(conversation_id.to_owned());
         }
     }
 
@@ -1042,6 +1147,14 @@ impl Fold {
         let conversation_id = event.conversation_id().filter(|_| !skip_own_changes);
         let before = conversation_id.and_then(|id| user.receipt_entry(id));
         user.apply_event(event, &self.shared);
+        let thread = match event {
+            UserEvent::ThreadRead(e) => Some((&e.conversation_id, e.thread_root)),
+            UserEvent::ThreadFollowed(e) => Some((&e.conversation_id, e.thread_root)),
+            _ => None,
+        };
+        if let Some((id, root)) = thread.filter(|(id, _)| user.conversations.get(*id).is_some_and(|c| c.diffused())) {
+            self.stakes.add(id, event.user_id(), [root]);
+        }
         if let Some(id) = conversation_id {
             user.note_membership(id, before);
             if let UserEvent::ThreadRead(e) = event {
@@ -1065,6 +1178,9 @@ impl Fold {
             if !c.threads.pending.is_empty() {
                 let replies = self.shared.entry_ref(id.as_str()).or_default();
                 std::mem::take(&mut c.threads.pending).into_iter().for_each(|p| replies.insert(p));
+            }
+            if c.diffused() {
+                self.stakes.add(id, &user_id, c.stakes());
             }
         }
         self.users.insert(user_id, Box::new(state));

@@ -14,7 +14,8 @@
 //! - [`changes`]: what changed between two reader shapes, as the push stream sends it;
 //! - [`expiry`]: unread that expires (v3), as whole UTC days; [`receipts`]: read receipts (v3), "read by N of M",
 //!   from the members' join heads and cursors;
-//! - [`threads`] and [`reactions`]: contract v4's threads and reactions of one user in one conversation.
+//! - [`threads`] and [`reactions`]: contract v4's threads and reactions of one user in one conversation;
+//!   [`stakes`]: which of a fold's users a read-diffused conversation's replies concern.
 
 /// The hash map of the core's per-entity state: hashbrown's (std's own table, with `entry_ref`, which looks an id up
 /// without copying it) keyed with aHash, several times faster than SipHash on short ids and still seeded at random
@@ -38,5 +39,6 @@ pub mod notifications;
 pub mod reactions;
 pub mod receipts;
 pub mod seqset;
+pub mod stakes;
 pub mod threads;
 pub mod totals;

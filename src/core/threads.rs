@@ -108,6 +108,25 @@ pub struct Pending {
     pub mention: bool,
 }
 
+impl IntoIterator for Replies {
+    type Item = Pending;
+    type IntoIter = std::collections::btree_map::IntoValues<u64, Pending>;
+
+    /// Every reply, ascending by seq.
+    fn into_iter(self) -> Self::IntoIter {
+        self.by_seq.into_values()
+    }
+}
+
+impl FromIterator<Pending> for Replies {
+    /// The replies of a checkpoint row (the first of a seq is kept).
+    fn from_iter<I: IntoIterator<Item = Pending>>(replies: I) -> Self {
+        let mut kept = Replies::default();
+        replies.into_iter().for_each(|reply| kept.insert(reply));
+        kept
+    }
+}
+
 /// [`Pending::day`] of a reply that never expires.
 pub const NO_EXPIRY: i64 = i64::MAX;
 
@@ -303,9 +322,15 @@ impl Replies {
         }
     }
 
-    /// A run's replies of the thread of `root` above `joined`, for a member whose thread it is not: its `mentions`
-    /// among them mention everyone (a reply naming the member made the thread the member's first).
-    fn add(&mut self, root: u64, run: &ThreadRun, joined: u64, expiry: &[(i64, SeqSet)]) {
+    /// Every reply, ascending by seq (what a checkpoint row of the conversation's replies holds).
+    pub fn iter(&self) -> impl Iterator<Item = &Pending> + '_ {
+        self.by_seq.values()
+    }
+
+    /// A run's replies of the thread of `root` above `joined`: for a member whose thread it is not, its `mentions`
+    /// among them mention everyone (a reply naming the member made the thread the member's first); in a delta for
+    /// every member (`joined` 0), the run's `mentions` are those mentioning everyone.
+    pub fn add(&mut self, root: u64, run: &ThreadRun, joined: u64, expiry: &[(i64, SeqSet)]) {
         for seq in run.unread.iter().filter(|seq| *seq > joined) {
             if self.by_seq.contains_key(&seq) {
                 continue;

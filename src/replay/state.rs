@@ -110,7 +110,10 @@ impl Replay {
         let mut deltas: Vec<Vec<Delta>> = (0..self.folds.len()).map(|_| Vec::new()).collect();
         for (fanout, events) in self.fanouts.iter_mut().zip(by_partition).filter(|(_, e)| !e.is_empty()) {
             for d in fanout.apply(&events).0 {
-                deltas[users.of(d.user_id.as_bytes()) as usize].push(d);
+                match d.is_for_members() {
+                    true => deltas.iter_mut().for_each(|to| to.push(d.clone())),
+                    false => deltas[users.of(d.user_id.as_bytes()) as usize].push(d),
+                }
             }
         }
         for (fold, deltas) in self.folds.iter_mut().zip(deltas) {
@@ -260,7 +263,9 @@ impl Replay {
             let users = self.placement(Stream::User);
             let admitted = records::admitted_deltas(&msg, |user| users.of(user.as_bytes()), &mut fence[p]);
             for d in admitted.map(|(deltas, _)| deltas).unwrap_or_default() {
-                self.folds[users.of(d.user_id.as_bytes()) as usize].apply_deltas(std::slice::from_ref(&d));
+                // A delta for every member is in each partition, once for the fold of that partition.
+                let to = if d.is_for_members() { p } else { users.of(d.user_id.as_bytes()) as usize };
+                self.folds[to].apply_deltas(std::slice::from_ref(&d));
                 applied += 1;
             }
         }

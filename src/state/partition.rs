@@ -242,6 +242,12 @@ impl FoldPartition {
     /// Folds deltas, in order.
     pub fn apply_deltas(&mut self, deltas: &[Delta]) {
         for d in deltas {
+            if d.is_for_members() {
+                for user in self.fold.apply_for_members(d) {
+                    self.changed(&user, Some(&d.conversation_id));
+                }
+                continue;
+            }
             self.changed(&d.user_id, Some(&d.conversation_id));
             self.fold.apply_delta(d);
         }

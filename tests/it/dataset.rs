@@ -486,6 +486,7 @@ fn the_v4_dev_set_over_partition_states_equals_one_fold() {
         (0..3).map(|p| FoldPartition::new(p, 1, FoldNext::default(), Fold::new(), Fence::default())).collect();
     let mut whole = Pipeline::with_diffusion(diffusion);
     let input = open_input(&crate::support::v4_dev_events()).unwrap();
+    let mut for_members = 0;
     for_each_batch(
         input,
         MAX_BATCH,
@@ -500,7 +501,13 @@ fn the_v4_dev_set_over_partition_states_equals_one_fold() {
             }
             for (fanout, events) in fanouts.iter_mut().zip(by_partition) {
                 for d in fanout.apply(&events).0 {
-                    folds[users.of(d.user_id.as_bytes()) as usize].apply_deltas(std::slice::from_ref(&d));
+                    // A read-diffused conversation's replies go to every fold partition, once.
+                    let to = match d.is_for_members() {
+                        true => 0..folds.len(),
+                        false => users.of(d.user_id.as_bytes()) as usize..users.of(d.user_id.as_bytes()) as usize + 1,
+                    };
+                    for_members += usize::from(d.is_for_members());
+                    folds[to].iter_mut().for_each(|fold| fold.apply_deltas(std::slice::from_ref(&d)));
                 }
             }
             for e in batch {
@@ -527,6 +534,7 @@ fn the_v4_dev_set_over_partition_states_equals_one_fold() {
         read_diffused += usize::from(conv.index.is_some());
     }
     assert!(read_diffused > 0, "some conversations are read-diffused");
+    assert!(for_members > 0, "some replies went once to every fold partition");
     assert!(seen > 1000, "{seen} users");
     for (p, fold) in folds.iter_mut().enumerate() {
         let writes = fold.writes(Write::ChangedWhole);
