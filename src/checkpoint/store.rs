@@ -120,6 +120,8 @@ pub struct Changes {
     pub notes: Vec<NoteChange>,
     /// The fold's fence against zombie deltas: (fan-out partition, newest generation seen).
     pub fences: Vec<(i32, i64)>,
+    /// The fold partition's replies of read-diffused conversations, by conversation.
+    pub replies: Vec<(String, Option<Vec<u8>>)>,
 }
 
 impl Changes {
@@ -131,8 +133,9 @@ impl Changes {
     /// Rows written or deleted, and bytes of state written.
     pub fn size(&self) -> (usize, usize) {
         let bytes = |s: &Option<Vec<u8>>| s.as_ref().map_or(0, Vec::len);
-        let rows = self.states.len() + self.lists.len() + self.notes.len() + self.members.len();
+        let rows = self.states.len() + self.lists.len() + self.notes.len() + self.members.len() + self.replies.len();
         let b = self.states.iter().map(|(_, s)| bytes(s)).sum::<usize>()
+            + self.replies.iter().map(|(_, s)| bytes(s)).sum::<usize>()
             + self.lists.iter().map(|(_, s)| bytes(s)).sum::<usize>()
             + self.notes.iter().map(|(_, s)| bytes(s)).sum::<usize>()
             + self.members.iter().map(|((c, u), _)| c.len() + u.len() + 8).sum::<usize>();
@@ -181,6 +184,8 @@ pub struct Snapshot {
     pub notes: Vec<NoteRow>,
     /// The fold's fences: (fold partition, fan-out partition, newest generation seen).
     pub fences: Vec<(i32, i32, i64)>,
+    /// Every fold partition's replies of read-diffused conversations (id: the conversation).
+    pub replies: Vec<StateRow>,
 }
 
 /// One checkpointed entity (a user of the fold, a conversation of the fan-out).
@@ -666,6 +671,20 @@ impl CheckpointStore {
         .map_err(db("reading notifications"))
     }
 
+    /// The replies a fold partition keeps of its read-diffused conversations (id: the conversation), or every
+    /// partition's.
+    ///
+    /// Errors: [`StoreError::Db`].
+    pub async fn replies(&self, partition: Option<i32>) -> StoreResult<Vec<StateRow>> {
+        sqlx::query_as(
+            "SELECT conversation_id AS id, partition, state FROM fold_replies WHERE $1::int IS NULL OR partition = $1",
+        )
+        .bind(partition)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading replies"))
+    }
+
     /// The remembered notifications of some users.
     ///
     /// Errors: [`StoreError::Db`].
@@ -719,6 +738,7 @@ impl CheckpointStore {
         write_members(&mut tx, partition, &changes.members).await?;
         write_notes(&mut tx, partition, &changes.notes).await?;
         write_fences(&mut tx, partition, &changes.fences).await?;
+        write_replies(&mut tx, partition, &changes.replies).await?;
         write_offsets(&mut tx, stage, partition, offsets).await?;
         tx.commit().await.map_err(db("committing a checkpoint"))
     }
@@ -765,6 +785,10 @@ impl CheckpointStore {
             .await
             .map_err(db(doing))?;
         snap.notes = sqlx::query_as("SELECT user_id, notification_id, state FROM fold_notifications")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db(doing))?;
+        snap.replies = sqlx::query_as("SELECT conversation_id AS id, partition, state FROM fold_replies")
             .fetch_all(&mut *tx)
             .await
             .map_err(db(doing))?;
@@ -837,6 +861,7 @@ impl CheckpointStore {
             "fanout_members",
             "fanout_lists",
             "fold_notifications",
+            "fold_replies",
         ];
         for table in tables {
             // Audited: the table names are the constants above.
@@ -1004,6 +1029,40 @@ async fn write_fences(tx: &mut sqlx::PgConnection, partition: i32, fences: &[(i3
         .execute(&mut *tx)
         .await
         .map_err(db("writing delta fences"))?;
+    }
+    Ok(())
+}
+
+/// Writes (or, for `None`, deletes) fold partition `partition`'s rows of replies, one statement each way.
+async fn write_replies(
+    tx: &mut sqlx::PgConnection,
+    partition: i32,
+    rows: &[(String, Option<Vec<u8>>)],
+) -> StoreResult<()> {
+    let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, s)| s.is_some());
+    if !upserts.is_empty() {
+        let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
+        let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
+        sqlx::query(
+            "INSERT INTO fold_replies (partition, conversation_id, state, updated_at) \
+             SELECT $3, i, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
+             ON CONFLICT (partition, conversation_id) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
+        )
+        .bind(&ids)
+        .bind(&states)
+        .bind(partition)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("writing replies"))?;
+    }
+    if !deletes.is_empty() {
+        let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
+        sqlx::query("DELETE FROM fold_replies WHERE partition = $1 AND conversation_id = ANY($2)")
+            .bind(partition)
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("deleting replies"))?;
     }
     Ok(())
 }

@@ -1027,6 +1027,9 @@ pub struct Fold {
     /// The conversations whose [`Replies`] may have changed since [`Fold::take_changed_replies`] (not kept when
     /// own changes are not: a fold with no checkpoint).
     changed_replies: crate::core::Set<String>,
+    /// The conversations whose [`Replies`] a checkpoint keeps in a row of their own: those whose replies came in a
+    /// delta for every member, which the members' rows do not all hold.
+    replies_rows: crate::core::Set<String>,
     /// Which users a read-diffused conversation's replies concern ([`Stakes`]).
     stakes: Stakes,
     stats: FoldStats,
@@ -1105,6 +1108,9 @@ impl Fold {
         }
         if !self.skip_own_changes {
             self.note_replies_changed(id);
+            if !self.replies_rows.contains(id) {
+                self.replies_rows.insert(id.to_owned());
+            }
         }
         let users: Vec<String> = self.stakes.users_of(id, roots).into_iter().map(str::to_owned).collect();
         for user in &users {
@@ -1116,10 +1122,18 @@ impl Fold {
         users
     }
 
-    /// The conversations whose [`Replies`] may have changed since the last call: their checkpoint rows
-    /// ([`Fold::replies_of`]) are to be written.
+    /// The conversations with a row of replies whose [`Replies`] may have changed since the last call: their rows
+    /// ([`Fold::replies_of`]) are to be written. Every change of such a conversation's replies is noted (a recall
+    /// in a member's delta too), so its row is never behind the members' rows.
     pub fn take_changed_replies(&mut self) -> Vec<String> {
-        self.changed_replies.drain().collect()
+        let changed = self.changed_replies.drain();
+        changed.filter(|id| self.replies_rows.contains(id)).collect()
+    }
+
+    /// Notes every conversation with a row of replies as changed: the next [`Fold::take_changed_replies`] has
+    /// them all (a replay seeded from a snapshot writes everything).
+    pub fn mark_all_replies_changed(&mut self) {
+        self.changed_replies.extend(self.replies_rows.iter().cloned());
     }
 
     /// One conversation's [`Replies`], if the fold keeps any.
@@ -1129,6 +1143,7 @@ impl Fold {
 
     /// Puts back a conversation's [`Replies`] from its checkpoint row (merged with any its users' rows carried).
     pub fn restore_replies(&mut self, conversation_id: &str, replies: Replies) {
+        self.replies_rows.insert(conversation_id.to_owned());
         let kept = self.shared.entry_ref(conversation_id).or_default();
         replies.into_iter().for_each(|reply| kept.insert(reply));
     }

@@ -204,7 +204,7 @@ impl Replay {
         let (conversations, users) = (self.placement(Stream::Conversation), self.placement(Stream::User));
         let (rows, members, lists, d) = (snap.conversations, snap.members, snap.lists, self.diffusion);
         let fanouts = load::fanouts_from_rows(rows, members, lists, d, conversations)?;
-        self.restore(fanouts, load::folds_from_rows(snap.users, snap.notes, users)?);
+        self.restore(fanouts, load::folds_from_rows(snap.users, snap.notes, snap.replies, users)?);
         // Every entity of the snapshot is written by the first checkpoint.
         self.fanouts.iter_mut().for_each(FanOutPartition::mark_all_changed);
         self.folds.iter_mut().for_each(FoldPartition::mark_all_changed);

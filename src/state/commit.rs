@@ -186,8 +186,9 @@ pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a F
     changes
 }
 
-/// What a fold checkpoint writes for `users`: each user's own row (deleted when nothing is kept) and the
-/// remembered notifications that changed since the last commit (taken from the fold).
+/// What a fold checkpoint writes for `users`: each user's own row (deleted when nothing is kept), the remembered
+/// notifications that changed since the last commit, and the rows of replies that changed (both taken from the
+/// fold).
 pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a String>) -> Changes {
     let mut changes = Changes::default();
     for user in users {
@@ -197,6 +198,10 @@ pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a Str
             let note = state.notes().note(&id).map(codec::encode_note);
             changes.notes.push(((user.clone(), id), note));
         }
+    }
+    for id in fold.take_changed_replies() {
+        let replies = fold.replies_of(&id).map(codec::encode_replies);
+        changes.replies.push((id, replies));
     }
     changes
 }

@@ -133,13 +133,14 @@ pub async fn fold_partition(
     p: i32,
     lease: Lease,
 ) -> StateResult<FoldPartition> {
-    let (next, rows, notes, fences) = tokio::try_join!(
+    let (next, rows, notes, fences, replies) = tokio::try_join!(
         FoldNext::load(store, topics, p),
         store.states(Stage::Fold, Some(p)),
         store.notes(Some(p)),
         store.fences(p),
+        store.replies(Some(p)),
     )?;
-    let (fold, fence) = (fold_from_rows(rows, notes)?, Fence::from_rows(fences));
+    let (fold, fence) = (fold_from_rows(rows, notes, replies)?, Fence::from_rows(fences));
     Ok(FoldPartition::new(p, lease.generation, next, fold, fence))
 }
 
@@ -160,7 +161,9 @@ pub async fn whole_fanout(
 ///
 /// Errors: PostgreSQL failing, or a corrupt row.
 pub async fn whole_fold(store: &CheckpointStore, placement: Placement) -> StateResult<Vec<Fold>> {
-    folds_from_rows(store.states(Stage::Fold, None).await?, store.notes(None).await?, placement)
+    let (users, notes, replies) = (store.states(Stage::Fold, None), store.notes(None), store.replies(None));
+    let (users, notes, replies) = tokio::try_join!(users, notes, replies)?;
+    folds_from_rows(users, notes, replies, placement)
 }
 
 /// Both stages' checkpointed offsets of a namespace (a resumed replay).
@@ -236,16 +239,21 @@ pub fn conversation_from_rows(row: &StateRow, members: Vec<(String, u64)>) -> St
     Ok((state, inline))
 }
 
-/// A fold from checkpoint rows of users and their remembered notifications.
+/// A fold from checkpoint rows of users, their remembered notifications and the partition's replies of
+/// read-diffused conversations.
 ///
 /// Errors: a corrupt row.
-pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>) -> StateResult<Fold> {
+pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>, replies: Vec<StateRow>) -> StateResult<Fold> {
     let mut by_user = notes_by_user(notes)?;
     let mut fold = Fold::new();
     for row in users {
         let mut state = codec::decode_user(&row.state).map_err(StateError::corrupt(&row.id))?;
         state.set_notes(NoteBook::restore(by_user.remove(&row.id).unwrap_or_default()));
         fold.restore(row.id, state);
+    }
+    for row in replies {
+        let kept = codec::decode_replies(&row.state).map_err(StateError::corrupt(&row.id))?;
+        fold.restore_replies(&row.id, kept);
     }
     Ok(fold)
 }
@@ -271,15 +279,22 @@ pub fn fanouts_from_rows(
 }
 
 /// [`fold_from_rows`] split by partition: each user's row and notes go to the partition `placement` puts the user
-/// in. Returns one fold per partition (replay).
+/// in, and each row of replies to the partition that wrote it (a replay reads the source's topics, so both have
+/// the same partitions). Returns one fold per partition (replay).
 ///
 /// Errors: a corrupt row.
-pub fn folds_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>, placement: Placement) -> StateResult<Vec<Fold>> {
+pub fn folds_from_rows(
+    users: Vec<StateRow>,
+    notes: Vec<NoteRow>,
+    replies: Vec<StateRow>,
+    placement: Placement,
+) -> StateResult<Vec<Fold>> {
     let n = placement.partitions as usize;
-    let (mut u, mut t) = (vec![Vec::new(); n], vec![Vec::new(); n]);
-    users.into_iter().for_each(|r| u[placement.of(r.id.as_bytes()) as usize].push(r));
-    notes.into_iter().for_each(|r| t[placement.of(r.user_id.as_bytes()) as usize].push(r));
-    u.into_iter().zip(t).map(|(u, t)| fold_from_rows(u, t)).collect()
+    let (mut u, mut t, mut r) = (vec![Vec::new(); n], vec![Vec::new(); n], vec![Vec::new(); n]);
+    users.into_iter().for_each(|row| u[placement.of(row.id.as_bytes()) as usize].push(row));
+    notes.into_iter().for_each(|row| t[placement.of(row.user_id.as_bytes()) as usize].push(row));
+    replies.into_iter().for_each(|row| r[row.partition.rem_euclid(n as i32) as usize].push(row));
+    u.into_iter().zip(t).zip(r).map(|((u, t), r)| fold_from_rows(u, t, r)).collect()
 }
 
 /// Remembered notifications' rows decoded and grouped by user.

@@ -231,6 +231,7 @@ impl FoldPartition {
             }
             self.changed(&user, None);
         }
+        self.fold.mark_all_replies_changed();
     }
 
     /// Folds a user event.
