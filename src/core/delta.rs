@@ -289,7 +289,12 @@ pub struct DeltaRecord {
 /// partition"). The order of one user's deltas, which the fold needs, is kept: they are in one partition, in
 /// order within a record and across records. A delta for every member ([`Delta::is_for_members`]) goes to each of
 /// the topic's `partitions`, after the deltas before it.
-pub fn pack(deltas: &[Delta], partition_of: impl Fn(&str) -> i32, partitions: i32, max_bytes: usize) -> Vec<DeltaRecord> {
+pub fn pack(
+    deltas: &[Delta],
+    partition_of: impl Fn(&str) -> i32,
+    partitions: i32,
+    max_bytes: usize,
+) -> Vec<DeltaRecord> {
     let mut open: Vec<(i32, Vec<&Delta>, Vec<u8>)> = Vec::new(); // partition, its deltas, their array so far
     let mut records = Vec::new();
     for d in deltas {
@@ -365,6 +370,21 @@ mod tests {
             let expected: Vec<&Delta> = batch.iter().filter(|d| partition_of(&d.user_id) == r.partition).collect();
             assert_eq!(deltas.iter().collect::<Vec<_>>(), expected, "in the batch's order");
         }
+    }
+
+    #[test]
+    fn a_delta_for_every_member_goes_to_every_partition_after_the_deltas_before_it() {
+        let mut batch: Vec<Delta> = (0..4).map(|i| joined(&format!("u{i}"))).collect();
+        batch.push(Delta { user_id: String::new(), ..joined("") });
+        let partition_of = |user: &str| i32::from(user.as_bytes()[1] % 2);
+        let records = pack(&batch, partition_of, 3, 1 << 20);
+        assert_eq!(records.iter().map(|r| r.partition).collect::<Vec<_>>(), [0, 1, 2]);
+        for r in &records {
+            let deltas = unpack(&r.payload).unwrap();
+            assert!(deltas.last().unwrap().is_for_members(), "last in partition {}", r.partition);
+        }
+        assert_eq!(records[2].key, None, "a lone delta for every member has no key");
+        assert_eq!(unpack(&records[0].payload).unwrap().len(), 3);
     }
 
     #[test]

@@ -368,7 +368,8 @@ async fn produce(
     for d in deltas.iter_mut() {
         d.source = Some(source);
     }
-    for r in crate::core::delta::pack(deltas, |user| records.partition_of(user), records.partitions, records.max_bytes) {
+    for r in crate::core::delta::pack(deltas, |user| records.partition_of(user), records.partitions, records.max_bytes)
+    {
         let mut record = FutureRecord::to(topic).partition(r.partition).payload(&r.payload);
         if let Some(key) = &r.key {
             record = record.key(key.as_bytes());

@@ -342,6 +342,8 @@ impl FoldPartition {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::core::contract::{decode, Event};
     use crate::core::hybrid::Diffusion;
@@ -403,5 +405,67 @@ mod tests {
         assert_eq!(sent(&all).len(), 2, "every conversation");
         assert!(Write::All.marks() && Write::ChangedWhole.marks() && !Write::Changes.marks());
         assert_eq!(p.take_commit(all, true).offsets, [(Input::ConversationEvents, 6)]);
+    }
+
+    /// A read-diffused conversation's replies reach a fold partition once, in a delta for every member: the root's
+    /// author counts them at once, a member without a stake only when it follows the thread, and after a restart
+    /// from the partition's checkpoint too, whose row of replies carries those no member's row was rewritten with.
+    #[test]
+    fn replies_for_every_member_reach_those_with_a_stake_and_survive_a_restart_in_their_own_row() {
+        const T: &str = r#""occurred_at":"2026-11-22T00:00:00Z""#;
+        let reply = |seq: u64| {
+            format!(
+                r#"{{"type":"message.sent","event_id":"m{seq}",{T},"conversation_id":"x","seq":{seq},"sender_id":"b","mentions":[],"thread_root":1}}"#
+            )
+        };
+        let first = [
+            format!(
+                r#"{{"type":"conversation.created","event_id":"c",{T},"conversation_id":"x","kind":"group","members":["a","b","c"]}}"#
+            ),
+            format!(
+                r#"{{"type":"message.sent","event_id":"m1",{T},"conversation_id":"x","seq":1,"sender_id":"a","mentions":[]}}"#
+            ),
+            reply(2),
+        ];
+        let mut fanout =
+            FanOutPartition::new(0, 1, 0, FanOut::with_diffusion(Diffusion::from_threshold(2)), Vec::new());
+        let mut fold = FoldPartition::new(0, 1, FoldNext::default(), Fold::new(), Fence::default());
+        let (deltas, _) = fanout.apply(&events(&first.iter().map(String::as_str).collect::<Vec<_>>()));
+        fold.apply_deltas(&deltas);
+        let mut states: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut commit = |fold: &mut FoldPartition| {
+            let changes = fold.take_commit(RedisWrites::Nothing, false).changes;
+            fold.committed(Vec::new());
+            states.extend(changes.states.iter().map(|(id, s)| (id.clone(), s.clone().unwrap())));
+            changes
+        };
+        commit(&mut fold);
+        let (deltas, _) = fanout.apply(&events(&[reply(3).as_str()]));
+        assert_eq!(deltas.iter().filter(|d| d.is_for_members()).count(), 1, "{deltas:?}");
+        assert!(deltas.iter().all(|d| d.user_id != "c"), "c has no delta of its own: {deltas:?}");
+        fold.apply_deltas(&deltas);
+        let threads = |fold: &Fold, user: &str| fold.view(user, &crate::core::broadcast::NoLists).threads;
+        assert_eq!(threads(&fold.fold, "a")["x"][&1].unread, 2, "the root's author follows its thread");
+        assert!(threads(&fold.fold, "c").is_empty(), "c has no stake");
+        let changes = commit(&mut fold);
+        assert!(changes.states.iter().all(|(user, _)| user != "c") && changes.replies.len() == 1, "{changes:?}");
+        let row = |(id, state): (&String, &Vec<u8>)| crate::checkpoint::store::StateRow {
+            id: id.clone(),
+            partition: 0,
+            state: state.clone(),
+        };
+        let follow = decode(
+            br#"{"type":"thread.followed","event_id":"f",
+            "occurred_at":"2026-11-22T00:00:01Z","user_id":"c","conversation_id":"x","thread_root":1,"followed":true}"#,
+        )
+        .unwrap();
+        let Event::User(follow) = follow else { panic!("{follow:?}") };
+        let replies: Vec<_> = changes.replies.iter().map(|(id, s)| row((id, s.as_ref().unwrap()))).collect();
+        for (replies, expected) in [(replies, 2), (Vec::new(), 1)] {
+            let users = states.iter().map(row).collect();
+            let mut restored = crate::state::load::fold_from_rows(users, Vec::new(), replies).unwrap();
+            restored.apply_user_event(&follow);
+            assert_eq!(threads(&restored, "c").get("x").map_or(0, |t| t[&1].unread), expected);
+        }
     }
 }
