@@ -101,7 +101,11 @@ fn delta_records(brokers: &str, prefix: &str) -> i64 {
 }
 
 /// `threads`: the root (member 0's message 1) and the follows of the thread, then the replies of member 1.
-async fn thread_setup(producer: &FutureProducer, prefix: &str, members: u64) -> impl Iterator<Item = serde_json::Value> {
+async fn thread_setup(
+    producer: &FutureProducer,
+    prefix: &str,
+    members: u64,
+) -> impl Iterator<Item = serde_json::Value> {
     let followers: u64 = std::env::var("DIFFUSION_FOLLOWERS").map_or(300, |n| n.parse().expect("a number"));
     let mut root = event("message.sent");
     (root["seq"], root["sender_id"], root["mentions"]) = (1.into(), "m-0".into(), serde_json::json!([]));
