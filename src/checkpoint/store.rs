@@ -733,12 +733,15 @@ impl CheckpointStore {
             return Err(Fenced { stage, partition, ours: generation, current: current.unwrap_or(0) }.into());
         }
         let (table, column) = table(stage);
-        write_rows(&mut tx, table, column, partition, &changes.states).await?;
-        write_rows(&mut tx, "fanout_lists", "broadcast_id", partition, &changes.lists).await?;
+        let per_partition = false;
+        write_rows(&mut tx, RowTable { table, column, per_partition }, partition, &changes.states).await?;
+        let lists = RowTable { table: "fanout_lists", column: "broadcast_id", per_partition };
+        write_rows(&mut tx, lists, partition, &changes.lists).await?;
+        let replies = RowTable { table: "fold_replies", column: "conversation_id", per_partition: true };
+        write_rows(&mut tx, replies, partition, &changes.replies).await?;
         write_members(&mut tx, partition, &changes.members).await?;
         write_notes(&mut tx, partition, &changes.notes).await?;
         write_fences(&mut tx, partition, &changes.fences).await?;
-        write_replies(&mut tx, partition, &changes.replies).await?;
         write_offsets(&mut tx, stage, partition, offsets).await?;
         tx.commit().await.map_err(db("committing a checkpoint"))
     }
@@ -903,15 +906,24 @@ impl CheckpointStore {
     }
 }
 
+/// A table of encoded states by id that [`write_rows`] writes: its name and id column, and whether a row is one
+/// partition's (keyed by partition and id: a fold partition's replies of a conversation) or the entity's, wherever
+/// its partition (keyed by id).
+struct RowTable {
+    table: &'static str,
+    column: &'static str,
+    per_partition: bool,
+}
+
 /// Upserts the rows with a state and deletes those without, in `tx`.
 async fn write_rows(
     tx: &mut sqlx::PgConnection,
-    table: &'static str,
-    column: &'static str,
+    RowTable { table, column, per_partition }: RowTable,
     partition: i32,
     rows: &[(String, Option<Vec<u8>>)],
 ) -> StoreResult<()> {
     let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, s)| s.is_some());
+    let key = if per_partition { format!("partition, {column}") } else { column.to_owned() };
     if !upserts.is_empty() {
         let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
         let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
@@ -919,7 +931,7 @@ async fn write_rows(
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {table} ({column}, partition, state, updated_at) \
              SELECT i, $3, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
-             ON CONFLICT ({column}) DO UPDATE SET state = EXCLUDED.state, partition = EXCLUDED.partition, \
+             ON CONFLICT ({key}) DO UPDATE SET state = EXCLUDED.state, partition = EXCLUDED.partition, \
              updated_at = now()"
         )))
         .bind(&ids)
@@ -931,11 +943,9 @@ async fn write_rows(
     }
     if !deletes.is_empty() {
         let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
-        sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE {column} = ANY($1)")))
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("deleting states"))?;
+        let only = per_partition.then_some(partition);
+        let sql = format!("DELETE FROM {table} WHERE {column} = ANY($1) AND ($2::int IS NULL OR partition = $2)");
+        sqlx::query(AssertSqlSafe(sql)).bind(&ids).bind(only).execute(&mut *tx).await.map_err(db("deleting states"))?;
     }
     Ok(())
 }
@@ -1029,40 +1039,6 @@ async fn write_fences(tx: &mut sqlx::PgConnection, partition: i32, fences: &[(i3
         .execute(&mut *tx)
         .await
         .map_err(db("writing delta fences"))?;
-    }
-    Ok(())
-}
-
-/// Writes (or, for `None`, deletes) fold partition `partition`'s rows of replies, one statement each way.
-async fn write_replies(
-    tx: &mut sqlx::PgConnection,
-    partition: i32,
-    rows: &[(String, Option<Vec<u8>>)],
-) -> StoreResult<()> {
-    let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, s)| s.is_some());
-    if !upserts.is_empty() {
-        let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
-        let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
-        sqlx::query(
-            "INSERT INTO fold_replies (partition, conversation_id, state, updated_at) \
-             SELECT $3, i, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
-             ON CONFLICT (partition, conversation_id) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
-        )
-        .bind(&ids)
-        .bind(&states)
-        .bind(partition)
-        .execute(&mut *tx)
-        .await
-        .map_err(db("writing replies"))?;
-    }
-    if !deletes.is_empty() {
-        let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
-        sqlx::query("DELETE FROM fold_replies WHERE partition = $1 AND conversation_id = ANY($2)")
-            .bind(partition)
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("deleting replies"))?;
     }
     Ok(())
 }
