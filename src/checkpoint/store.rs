@@ -102,6 +102,10 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// A change to one remembered notification: (user, notification id) and its encoded state (`None`: delete).
 pub type NoteChange = ((String, String), Option<Vec<u8>>);
 
+/// A change to one chunk of a fold partition's replies of a conversation (fold): (conversation, chunk) and its
+/// encoded replies (`None`: the chunk holds none, delete).
+pub type ReplyChange = ((String, u64), Option<Vec<u8>>);
+
 /// A change to one conversation's member (fan-out): (conversation, user) and the conversation's head when the
 /// member joined (`None`: the member left, delete).
 pub type MemberChange = ((String, String), Option<u64>);
@@ -120,8 +124,8 @@ pub struct Changes {
     pub notes: Vec<NoteChange>,
     /// The fold's fence against zombie deltas: (fan-out partition, newest generation seen).
     pub fences: Vec<(i32, i64)>,
-    /// The fold partition's replies of read-diffused conversations, by conversation.
-    pub replies: Vec<(String, Option<Vec<u8>>)>,
+    /// The fold partition's chunks of replies of read-diffused conversations that changed.
+    pub replies: Vec<ReplyChange>,
 }
 
 impl Changes {
@@ -184,8 +188,21 @@ pub struct Snapshot {
     pub notes: Vec<NoteRow>,
     /// The fold's fences: (fold partition, fan-out partition, newest generation seen).
     pub fences: Vec<(i32, i32, i64)>,
-    /// Every fold partition's replies of read-diffused conversations (id: the conversation).
-    pub replies: Vec<StateRow>,
+    /// Every fold partition's chunks of replies of read-diffused conversations.
+    pub replies: Vec<ReplyRow>,
+}
+
+/// One checkpointed chunk of a fold partition's replies of a read-diffused conversation (`fold_replies`).
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct ReplyRow {
+    /// The fold partition that wrote it.
+    pub partition: i32,
+    /// The conversation.
+    pub conversation_id: String,
+    /// The chunk: its replies' seqs are in `chunk * 4096 .. (chunk + 1) * 4096`.
+    pub chunk: i64,
+    /// The encoded replies (`crate::state::codec::encode_replies`).
+    pub state: Vec<u8>,
 }
 
 /// One checkpointed entity (a user of the fold, a conversation of the fan-out).
@@ -671,13 +688,12 @@ impl CheckpointStore {
         .map_err(db("reading notifications"))
     }
 
-    /// The replies a fold partition keeps of its read-diffused conversations (id: the conversation), or every
-    /// partition's.
+    /// The chunks of replies a fold partition keeps of its read-diffused conversations, or every partition's.
     ///
     /// Errors: [`StoreError::Db`].
-    pub async fn replies(&self, partition: Option<i32>) -> StoreResult<Vec<StateRow>> {
+    pub async fn replies(&self, partition: Option<i32>) -> StoreResult<Vec<ReplyRow>> {
         sqlx::query_as(
-            "SELECT conversation_id AS id, partition, state FROM fold_replies WHERE $1::int IS NULL OR partition = $1",
+            "SELECT partition, conversation_id, chunk, state FROM fold_replies WHERE $1::int IS NULL OR partition = $1",
         )
         .bind(partition)
         .fetch_all(&self.pool)
@@ -733,12 +749,9 @@ impl CheckpointStore {
             return Err(Fenced { stage, partition, ours: generation, current: current.unwrap_or(0) }.into());
         }
         let (table, column) = table(stage);
-        let per_partition = false;
-        write_rows(&mut tx, RowTable { table, column, per_partition }, partition, &changes.states).await?;
-        let lists = RowTable { table: "fanout_lists", column: "broadcast_id", per_partition };
-        write_rows(&mut tx, lists, partition, &changes.lists).await?;
-        let replies = RowTable { table: "fold_replies", column: "conversation_id", per_partition: true };
-        write_rows(&mut tx, replies, partition, &changes.replies).await?;
+        write_rows(&mut tx, table, column, partition, &changes.states).await?;
+        write_rows(&mut tx, "fanout_lists", "broadcast_id", partition, &changes.lists).await?;
+        write_replies(&mut tx, partition, &changes.replies).await?;
         write_members(&mut tx, partition, &changes.members).await?;
         write_notes(&mut tx, partition, &changes.notes).await?;
         write_fences(&mut tx, partition, &changes.fences).await?;
@@ -791,7 +804,7 @@ impl CheckpointStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(db(doing))?;
-        snap.replies = sqlx::query_as("SELECT conversation_id AS id, partition, state FROM fold_replies")
+        snap.replies = sqlx::query_as("SELECT partition, conversation_id, chunk, state FROM fold_replies")
             .fetch_all(&mut *tx)
             .await
             .map_err(db(doing))?;
@@ -906,24 +919,15 @@ impl CheckpointStore {
     }
 }
 
-/// A table of encoded states by id that [`write_rows`] writes: its name and id column, and whether a row is one
-/// partition's (keyed by partition and id: a fold partition's replies of a conversation) or the entity's, wherever
-/// its partition (keyed by id).
-struct RowTable {
-    table: &'static str,
-    column: &'static str,
-    per_partition: bool,
-}
-
 /// Upserts the rows with a state and deletes those without, in `tx`.
 async fn write_rows(
     tx: &mut sqlx::PgConnection,
-    RowTable { table, column, per_partition }: RowTable,
+    table: &'static str,
+    column: &'static str,
     partition: i32,
     rows: &[(String, Option<Vec<u8>>)],
 ) -> StoreResult<()> {
     let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, s)| s.is_some());
-    let key = if per_partition { format!("partition, {column}") } else { column.to_owned() };
     if !upserts.is_empty() {
         let ids: Vec<&str> = upserts.iter().map(|(i, _)| i.as_str()).collect();
         let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
@@ -931,7 +935,7 @@ async fn write_rows(
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {table} ({column}, partition, state, updated_at) \
              SELECT i, $3, s, now() FROM UNNEST($1::text[], $2::bytea[]) AS t(i, s) \
-             ON CONFLICT ({key}) DO UPDATE SET state = EXCLUDED.state, partition = EXCLUDED.partition, \
+             ON CONFLICT ({column}) DO UPDATE SET state = EXCLUDED.state, partition = EXCLUDED.partition, \
              updated_at = now()"
         )))
         .bind(&ids)
@@ -943,9 +947,11 @@ async fn write_rows(
     }
     if !deletes.is_empty() {
         let ids: Vec<&str> = deletes.iter().map(|(i, _)| i.as_str()).collect();
-        let only = per_partition.then_some(partition);
-        let sql = format!("DELETE FROM {table} WHERE {column} = ANY($1) AND ($2::int IS NULL OR partition = $2)");
-        sqlx::query(AssertSqlSafe(sql)).bind(&ids).bind(only).execute(&mut *tx).await.map_err(db("deleting states"))?;
+        sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE {column} = ANY($1)")))
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("deleting states"))?;
     }
     Ok(())
 }
@@ -1039,6 +1045,45 @@ async fn write_fences(tx: &mut sqlx::PgConnection, partition: i32, fences: &[(i3
         .execute(&mut *tx)
         .await
         .map_err(db("writing delta fences"))?;
+    }
+    Ok(())
+}
+
+/// Writes (or, for `None`, deletes) fold partition `partition`'s chunks of replies, one statement each way.
+async fn write_replies(tx: &mut sqlx::PgConnection, partition: i32, rows: &[ReplyChange]) -> StoreResult<()> {
+    let (upserts, deletes): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, s)| s.is_some());
+    let keys = |rows: &[&ReplyChange]| -> (Vec<String>, Vec<i64>) {
+        // Chunks are seqs (at most 2^53) over 4,096: they fit a bigint.
+        rows.iter().map(|((id, chunk), _)| (id.clone(), *chunk as i64)).unzip()
+    };
+    if !upserts.is_empty() {
+        let (ids, chunks) = keys(&upserts);
+        let states: Vec<&[u8]> = upserts.iter().map(|(_, s)| s.as_deref().unwrap_or_default()).collect();
+        sqlx::query(
+            "INSERT INTO fold_replies (partition, conversation_id, chunk, state, updated_at) \
+             SELECT $4, i, c, s, now() FROM UNNEST($1::text[], $2::bigint[], $3::bytea[]) AS t(i, c, s) \
+             ON CONFLICT (partition, conversation_id, chunk) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
+        )
+        .bind(&ids)
+        .bind(&chunks)
+        .bind(&states)
+        .bind(partition)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("writing replies"))?;
+    }
+    if !deletes.is_empty() {
+        let (ids, chunks) = keys(&deletes);
+        sqlx::query(
+            "DELETE FROM fold_replies f USING UNNEST($2::text[], $3::bigint[]) AS t(i, c) \
+             WHERE f.partition = $1 AND f.conversation_id = t.i AND f.chunk = t.c",
+        )
+        .bind(partition)
+        .bind(&ids)
+        .bind(&chunks)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("deleting replies"))?;
     }
     Ok(())
 }

@@ -153,8 +153,9 @@ pub enum DeltaOp {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         threads: Vec<u64>,
     },
-    /// v4: messages whose reactions changed in the batch; every member hears them, and each message's sender
-    /// keeps those of its own messages. Comes last in a delta.
+    /// v4: messages whose reactions changed in the batch; every member hears them (read-diffused, in the delta for
+    /// every member, which the fold gives each message's sender), and each message's sender keeps those of its own
+    /// messages. Comes last in a delta.
     Reactions {
         /// One per message, ascending by seq.
         summaries: Vec<ReactionSummary>,

@@ -693,13 +693,7 @@ impl<'e> ConvBatch<'e> {
 
     fn emit(&self, state: &ConversationState, out: &mut Vec<Delta>) {
         let (end_head, feed) = (state.head, state.kind == Some(ConversationKind::Feed));
-        let all = self.messages("", self.start_head, end_head, &SeqSet::new());
-        // Read-diffused, what every member would get is only the batch's replies (its messages are in the index):
-        // they go once to each fold in a delta for every member, none in a feed, where they count nowhere.
-        let (shared, for_members) = match self.read_since {
-            Some(_) => (None, all.filter(|_| !feed)),
-            None => (all, None),
-        };
+        let (shared, reactions, for_members) = self.shared_ops(state);
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
             conversation_id: self.conversation_id.to_owned(),
@@ -709,9 +703,6 @@ impl<'e> ConvBatch<'e> {
             team: state.team.clone(),
         };
         let decided = self.became_feed || self.team_decided;
-        let reactions = (!self.reacted.is_empty()).then(|| DeltaOp::Reactions {
-            summaries: self.reacted.iter().map(|seq| state.reaction_summary(*seq)).collect(),
-        });
         // What every user's delta starts with (the batch's recalls, then what names the user) and ends with.
         let first = |user: &str| -> Vec<DeltaOp> {
             let recalled = (!self.recalls.is_empty()).then(|| DeltaOp::Recalled { seqs: self.recalls.clone() });
@@ -757,7 +748,27 @@ impl<'e> ConvBatch<'e> {
                 out.push(delta(user, ops));
             }
         }
-        out.extend(for_members.map(|op| Delta { team: None, ..delta("", vec![op]) }));
+        if !for_members.is_empty() {
+            out.push(Delta { team: None, ..delta("", for_members) });
+        }
+    }
+
+    /// What the batch has for every member: (the op each member's delta carries, the reactions op each member's
+    /// delta ends with, the ops of the delta for every member). Read-diffused, the batch's messages are in the
+    /// index, and what every member would get is only its replies and its reactions, which concern only the
+    /// threads' followers and the messages' senders: they go once to each fold in a delta for every member
+    /// ([`Delta::is_for_members`]), none in a feed, where they count nowhere.
+    fn shared_ops(&self, state: &ConversationState) -> (Option<DeltaOp>, Option<DeltaOp>, Vec<DeltaOp>) {
+        let feed = state.kind == Some(ConversationKind::Feed);
+        let all = self.messages("", self.start_head, state.head, &SeqSet::new());
+        let reactions = (!self.reacted.is_empty()).then(|| DeltaOp::Reactions {
+            summaries: self.reacted.iter().map(|seq| state.reaction_summary(*seq)).collect(),
+        });
+        match self.read_since {
+            Some(_) if feed => (None, None, Vec::new()),
+            Some(_) => (None, None, all.into_iter().chain(reactions).collect()),
+            None => (all, reactions, Vec::new()),
+        }
     }
 
     /// A member at the end of the batch gets the expiry a creation gave to messages sent before it (the fold keeps

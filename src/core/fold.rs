@@ -1027,9 +1027,6 @@ pub struct Fold {
     /// The conversations whose [`Replies`] may have changed since [`Fold::take_changed_replies`] (not kept when
     /// own changes are not: a fold with no checkpoint).
     changed_replies: crate::core::Set<String>,
-    /// The conversations whose [`Replies`] a checkpoint keeps in a row of their own: those whose replies came in a
-    /// delta for every member, which the members' rows do not all hold.
-    replies_rows: crate::core::Set<String>,
     /// Which users a read-diffused conversation's replies concern ([`Stakes`]).
     stakes: Stakes,
     stats: FoldStats,
@@ -1093,28 +1090,36 @@ impl Fold {
         }
     }
 
-    /// Applies a delta for every member ([`Delta::is_for_members`]): a read-diffused conversation's replies. They
-    /// join the conversation's [`Replies`], and reach only the users with a stake in their threads ([`Stakes`]),
-    /// each through its own state as a member's delta would. Returns those users, whose state may have changed.
+    /// Applies a delta for every member ([`Delta::is_for_members`]): a read-diffused conversation's replies and
+    /// reactions. The replies join the conversation's [`Replies`]; both reach only the members with a stake in
+    /// their threads or messages ([`Stakes`]: a reaction concerns its message's sender), each through its own
+    /// state as a member's delta would. Returns those users, whose state may have changed.
     pub fn apply_for_members(&mut self, delta: &Delta) -> Vec<String> {
         self.stats.deltas += 1;
         let id = delta.conversation_id.as_str();
-        let mut roots = Vec::new();
+        let mut seqs = Vec::new();
         for op in &delta.ops {
-            let DeltaOp::Messages { threads, expiry, .. } = op else { continue };
-            let replies = self.shared.entry_ref(id).or_default();
-            threads.iter().for_each(|(root, run)| replies.add(*root, run, 0, expiry));
-            roots.extend(threads.keys().copied());
-        }
-        if !self.skip_own_changes {
-            self.note_replies_changed(id);
-            if !self.replies_rows.contains(id) {
-                self.replies_rows.insert(id.to_owned());
+            match op {
+                DeltaOp::Messages { threads, expiry, .. } => {
+                    let replies = self.shared.entry_ref(id).or_default();
+                    threads.iter().for_each(|(root, run)| replies.add(*root, run, 0, expiry));
+                    seqs.extend(threads.keys().copied());
+                }
+                DeltaOp::Reactions { summaries } => seqs.extend(summaries.iter().map(|s| s.seq)),
+                _ => {}
             }
         }
-        let users: Vec<String> = self.stakes.users_of(id, roots).into_iter().map(str::to_owned).collect();
+        if !self.skip_own_changes {
+            // The members' rows do not all hold these replies: they get rows of their own.
+            self.shared.entry_ref(id).or_default().keep_rows(false);
+            self.note_replies_changed(id);
+        }
+        // Members only: a member's delta never reaches a user who is not one.
+        let member =
+            |user: &&str| self.users.get(*user).is_some_and(|u| u.conversations.get(id).is_some_and(|c| c.is_member()));
+        let users: Vec<String> = self.stakes.users_of(id, seqs).into_iter().filter(member).map(str::to_owned).collect();
         for user in &users {
-            let Some(state) = self.users.get_mut(user.as_str()) else { continue };
+            let state = self.users.get_mut(user.as_str()).expect("a member");
             for op in &delta.ops {
                 self.stats.increments += state.apply_op_inner(user, id, op, &mut self.shared);
             }
@@ -1122,18 +1127,26 @@ impl Fold {
         users
     }
 
-    /// The conversations with a row of replies whose [`Replies`] may have changed since the last call: their rows
-    /// ([`Fold::replies_of`]) are to be written. Every change of such a conversation's replies is noted (a recall
-    /// in a member's delta too), so its row is never behind the members' rows.
-    pub fn take_changed_replies(&mut self) -> Vec<String> {
-        let changed = self.changed_replies.drain();
-        changed.filter(|id| self.replies_rows.contains(id)).collect()
+    /// The checkpoint rows of replies changed since the last call, as (conversation, chunk): each is written from
+    /// [`Replies::chunk`] of [`Fold::replies_of`], or deleted when empty. Only a conversation whose replies have
+    /// rows ([`Replies::keep_rows`]) has any; every change of its replies is noted (a recall in a member's delta
+    /// too), so its rows are never behind the members' rows.
+    pub fn take_changed_replies(&mut self) -> Vec<(String, u64)> {
+        let mut changed = Vec::new();
+        for id in self.changed_replies.drain() {
+            let Some(replies) = self.shared.get_mut(id.as_str()) else { continue };
+            changed.extend(replies.take_changed_chunks().into_iter().map(|chunk| (id.clone(), chunk)));
+        }
+        changed
     }
 
-    /// Notes every conversation with a row of replies as changed: the next [`Fold::take_changed_replies`] has
-    /// them all (a replay seeded from a snapshot writes everything).
+    /// Notes every chunk of every conversation's replies with rows as changed: the next
+    /// [`Fold::take_changed_replies`] has them all (a replay seeded from a snapshot writes everything).
     pub fn mark_all_replies_changed(&mut self) {
-        self.changed_replies.extend(self.replies_rows.iter().cloned());
+        for (id, replies) in self.shared.iter_mut().filter(|(_, r)| r.has_rows()) {
+            replies.mark_all_changed();
+            self.changed_replies.insert(id.clone());
+        }
     }
 
     /// One conversation's [`Replies`], if the fold keeps any.
@@ -1141,11 +1154,17 @@ impl Fold {
         self.shared.get(conversation_id)
     }
 
-    /// Puts back a conversation's [`Replies`] from its checkpoint row (merged with any its users' rows carried).
-    pub fn restore_replies(&mut self, conversation_id: &str, replies: Replies) {
-        self.replies_rows.insert(conversation_id.to_owned());
+    /// Puts back replies of a conversation from one of its checkpoint rows (merged with any its users' rows and
+    /// its other rows carried): from now on its replies have rows.
+    pub fn restore_replies(
+        &mut self,
+        conversation_id: &str,
+        replies: impl IntoIterator<Item = crate::core::threads::Pending>,
+    ) {
         let kept = self.shared.entry_ref(conversation_id).or_default();
+        kept.keep_rows(true);
         replies.into_iter().for_each(|reply| kept.insert(reply));
+        kept.take_changed_chunks();
     }
 
     fn note_replies_changed(&mut self, conversation_id: &str) {

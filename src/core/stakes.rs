@@ -7,7 +7,8 @@
 //! (`CONTRACT.md` § v4, "Threads") only when it sent R or a reply in it, is named in R or in a reply, or has a
 //! `thread.followed` or `thread.read` for it: each of these is a seq in the member's state (its authored seqs,
 //! the seqs naming it, its threads' roots). [`Stakes`] keeps, per conversation, those seqs with their users, so
-//! the fold applies the replies of R to the users kept under R and to no one else.
+//! the fold applies the replies of R to the users kept under R and to no one else. A reaction to message S concerns
+//! only S's sender (`CONTRACT.md` § v4, "Reactions"), kept under S as its author: it reaches that user alone.
 //!
 //! An entry is never wrong to keep: the fold applies the replies through the user's own state, which decides again
 //! whether the thread is the user's. So entries are added, never removed (a user who left, or a conversation back

@@ -17,7 +17,7 @@
 //! [`Replies`]: a member was delivered every reply above the head at its latest join, so its pending replies are
 //! those of [`Replies`] above that head, of the threads not its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -106,25 +106,6 @@ pub struct Pending {
     pub day: i64,
     /// It mentions the user (`mention_all`: a reply naming a user makes the thread the user's).
     pub mention: bool,
-}
-
-impl IntoIterator for Replies {
-    type Item = Pending;
-    type IntoIter = std::collections::btree_map::IntoValues<u64, Pending>;
-
-    /// Every reply, ascending by seq.
-    fn into_iter(self) -> Self::IntoIter {
-        self.by_seq.into_values()
-    }
-}
-
-impl FromIterator<Pending> for Replies {
-    /// The replies of a checkpoint row (the first of a seq is kept).
-    fn from_iter<I: IntoIterator<Item = Pending>>(replies: I) -> Self {
-        let mut kept = Replies::default();
-        replies.into_iter().for_each(|reply| kept.insert(reply));
-        kept
-    }
 }
 
 /// [`Pending::day`] of a reply that never expires.
@@ -305,13 +286,21 @@ impl Threads {
 /// they mention everyone. A member of the conversation since head J was delivered every reply above J, so its
 /// pending replies are those above J of the threads it has no state for. A reply another user's delta brought
 /// before the member's own is taken early and its own delta adds it again, a set union: order does not matter.
+///
+/// A fold partition's checkpoint keeps a read-diffused conversation's replies in rows of their own, one per chunk of
+/// [`CHUNK`] seqs ([`Replies::keep_rows`]), so that a commit writes the chunks that changed, not every reply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replies {
     /// Every reply, by seq.
     by_seq: BTreeMap<u64, Pending>,
     /// The seqs of `by_seq` per root.
     by_root: BTreeMap<u64, SeqSet>,
+    /// While the replies have checkpoint rows: the chunks changed since [`Replies::take_changed_chunks`].
+    rows: Option<BTreeSet<u64>>,
 }
+
+/// Seqs per checkpoint row of [`Replies`]: chunk `k` holds the replies with `k * CHUNK <= seq < (k + 1) * CHUNK`.
+pub const CHUNK: u64 = 4096;
 
 impl Replies {
     /// Keeps a reply; one already kept stays as it is.
@@ -319,12 +308,47 @@ impl Replies {
         if let std::collections::btree_map::Entry::Vacant(at) = self.by_seq.entry(reply.seq) {
             at.insert(reply);
             self.by_root.entry(reply.root).or_default().insert(reply.seq);
+            self.changed(reply.seq);
         }
     }
 
-    /// Every reply, ascending by seq (what a checkpoint row of the conversation's replies holds).
-    pub fn iter(&self) -> impl Iterator<Item = &Pending> + '_ {
-        self.by_seq.values()
+    /// From now on the replies have checkpoint rows: every chunk a later change touches is changed (to be written),
+    /// and so, when `written` is false, is every chunk held now (none is written yet; true: they were loaded from
+    /// their rows). Nothing changes when they already have rows.
+    pub fn keep_rows(&mut self, written: bool) {
+        if self.rows.is_none() {
+            let held = self.by_seq.keys().map(|seq| seq / CHUNK).filter(|_| !written);
+            self.rows = Some(held.collect());
+        }
+    }
+
+    /// Whether the replies have checkpoint rows.
+    pub fn has_rows(&self) -> bool {
+        self.rows.is_some()
+    }
+
+    /// The chunks changed since the last call (none without rows), ascending: each is written whole, or deleted
+    /// when it holds no reply ([`Replies::chunk`]).
+    pub fn take_changed_chunks(&mut self) -> Vec<u64> {
+        self.rows.as_mut().map(|changed| std::mem::take(changed).into_iter().collect()).unwrap_or_default()
+    }
+
+    /// Marks every chunk held changed, when the replies have rows (a replay seeded from a snapshot writes all).
+    pub fn mark_all_changed(&mut self) {
+        if let Some(changed) = &mut self.rows {
+            changed.extend(self.by_seq.keys().map(|seq| seq / CHUNK));
+        }
+    }
+
+    /// The replies of chunk `chunk`, ascending by seq: one checkpoint row.
+    pub fn chunk(&self, chunk: u64) -> impl Iterator<Item = &Pending> + '_ {
+        self.by_seq.range(chunk * CHUNK..(chunk + 1).saturating_mul(CHUNK)).map(|(_, reply)| reply)
+    }
+
+    fn changed(&mut self, seq: u64) {
+        if let Some(changed) = &mut self.rows {
+            changed.insert(seq / CHUNK);
+        }
     }
 
     /// A run's replies of the thread of `root` above `joined`: for a member whose thread it is not, its `mentions`
@@ -354,6 +378,7 @@ impl Replies {
     fn recalled(&mut self, seqs: &SeqSet) {
         for seq in seqs.iter() {
             let Some(reply) = self.by_seq.remove(&seq) else { continue };
+            self.changed(seq);
             if let Some(of_root) = self.by_root.get_mut(&reply.root) {
                 of_root.remove(seq);
                 if of_root.is_empty() {
@@ -367,8 +392,9 @@ impl Replies {
     fn add_expiry(&mut self, expiry: &[(i64, SeqSet)]) {
         for (day, seqs) in expiry {
             for seq in seqs.iter() {
-                if let Some(reply) = self.by_seq.get_mut(&seq) {
+                if let Some(reply) = self.by_seq.get_mut(&seq).filter(|reply| reply.day != *day) {
                     reply.day = *day;
+                    self.changed(seq);
                 }
             }
         }

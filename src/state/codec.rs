@@ -19,7 +19,7 @@
 //!   the index's expiry; 6 leaves the members out; 7 adds contract v4 (team, replies' roots, recalled seqs,
 //!   reaction head, live reactions);
 //! - lists and notes: one layout, read under any of 1 to 3;
-//! - a fold partition's replies of one read-diffused conversation ([`REPLIES_ROW`]): 1.
+//! - a chunk of a fold partition's replies of one read-diffused conversation ([`REPLIES_ROW`]): 1.
 //!
 //! Range sets keep a user's row small whatever the unread count: a dev-set user averages tens of bytes. Decoding
 //! checks the invariants (sorted disjoint ranges, mentions within unread, totals equal to the sums), so a corrupt
@@ -37,7 +37,7 @@ use crate::core::fold::{ConvState, Conversations, Mark, SharedReplies, Sums, Use
 use crate::core::hybrid::ConvIndex;
 use crate::core::notifications::{CategoryCounts, Note, Summary};
 use crate::core::seqset::SeqSet;
-use crate::core::threads::{Pending, Replies};
+use crate::core::threads::Pending;
 
 /// The version byte of a user row written now.
 pub const USER_ROW: u8 = 6;
@@ -49,7 +49,7 @@ pub const CONVERSATION_ROW: u8 = 7;
 pub const LIST_ROW: u8 = 3;
 /// The version byte of a remembered notification's row written now.
 pub const NOTE_ROW: u8 = 3;
-/// The version byte of a row of one conversation's replies in a fold partition ([`encode_replies`]).
+/// The version byte of a row of a chunk of one conversation's replies in a fold partition ([`encode_replies`]).
 pub const REPLIES_ROW: u8 = 1;
 
 /// Why checkpoint bytes could not be turned back into state.
@@ -195,10 +195,11 @@ pub fn decode_note(bytes: &[u8]) -> Result<Note, CheckpointError> {
     Ok(postcard::from_bytes::<NoteRowV1>(payload)?.into())
 }
 
-/// Encodes the replies a fold partition keeps of one read-diffused conversation ([`Replies`]): per reply, ascending
-/// by seq, (seq, root, expiry day, mentions everyone).
-pub fn encode_replies(replies: &Replies) -> Vec<u8> {
-    let row: Vec<(u64, u64, i64, bool)> = replies.iter().map(|p| (p.seq, p.root, p.day, p.mention)).collect();
+/// Encodes one checkpoint row of the replies a fold partition keeps of a read-diffused conversation: a chunk of
+/// them ([`crate::core::threads::Replies::chunk`]), per reply, ascending by seq, (seq, root, expiry day, mentions
+/// everyone).
+pub fn encode_replies<'a>(replies: impl Iterator<Item = &'a Pending>) -> Vec<u8> {
+    let row: Vec<(u64, u64, i64, bool)> = replies.map(|p| (p.seq, p.root, p.day, p.mention)).collect();
     encode(REPLIES_ROW, &row)
 }
 
@@ -206,7 +207,7 @@ pub fn encode_replies(replies: &Replies) -> Vec<u8> {
 ///
 /// Errors: [`CheckpointError::Version`] or [`CheckpointError::Corrupt`]; a root at or above its reply is
 /// inconsistent.
-pub fn decode_replies(bytes: &[u8]) -> Result<Replies, CheckpointError> {
+pub fn decode_replies(bytes: &[u8]) -> Result<Vec<Pending>, CheckpointError> {
     let (_, payload) = split(bytes, REPLIES_ROW)?;
     let row: Vec<(u64, u64, i64, bool)> = postcard::from_bytes(payload)?;
     if let Some((seq, root, ..)) = row.iter().find(|(seq, root, ..)| root >= seq) {

@@ -187,8 +187,8 @@ pub fn fanout_changes<'a>(fanout: &FanOut, dirty: impl IntoIterator<Item = &'a F
 }
 
 /// What a fold checkpoint writes for `users`: each user's own row (deleted when nothing is kept), the remembered
-/// notifications that changed since the last commit, and the rows of replies that changed (both taken from the
-/// fold).
+/// notifications that changed since the last commit, and the chunks of replies that changed (both taken from the
+/// fold; an empty chunk is deleted).
 pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a String>) -> Changes {
     let mut changes = Changes::default();
     for user in users {
@@ -199,9 +199,10 @@ pub fn fold_changes<'a>(fold: &mut Fold, users: impl IntoIterator<Item = &'a Str
             changes.notes.push(((user.clone(), id), note));
         }
     }
-    for id in fold.take_changed_replies() {
-        let replies = fold.replies_of(&id).map(codec::encode_replies);
-        changes.replies.push((id, replies));
+    for (id, chunk) in fold.take_changed_replies() {
+        let mut replies = fold.replies_of(&id).into_iter().flat_map(|r| r.chunk(chunk)).peekable();
+        let row = replies.peek().is_some().then(|| codec::encode_replies(replies));
+        changes.replies.push(((id, chunk), row));
     }
     changes
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::offsets::{FoldNext, Input, Offsets};
 use super::{StateError, StateResult};
-use crate::checkpoint::store::{Acquired, CheckpointStore, MemberRow, NoteRow, StateRow, TimedStateRow};
+use crate::checkpoint::store::{Acquired, CheckpointStore, MemberRow, NoteRow, ReplyRow, StateRow, TimedStateRow};
 use crate::checkpoint::Stage;
 use crate::core::broadcast::SharedLists;
 use crate::core::delta::Fence;
@@ -243,7 +243,7 @@ pub fn conversation_from_rows(row: &StateRow, members: Vec<(String, u64)>) -> St
 /// read-diffused conversations.
 ///
 /// Errors: a corrupt row.
-pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>, replies: Vec<StateRow>) -> StateResult<Fold> {
+pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>, replies: Vec<ReplyRow>) -> StateResult<Fold> {
     let mut by_user = notes_by_user(notes)?;
     let mut fold = Fold::new();
     for row in users {
@@ -252,8 +252,9 @@ pub fn fold_from_rows(users: Vec<StateRow>, notes: Vec<NoteRow>, replies: Vec<St
         fold.restore(row.id, state);
     }
     for row in replies {
-        let kept = codec::decode_replies(&row.state).map_err(StateError::corrupt(&row.id))?;
-        fold.restore_replies(&row.id, kept);
+        let id = format!("{}/{}", row.conversation_id, row.chunk);
+        let kept = codec::decode_replies(&row.state).map_err(StateError::corrupt(&id))?;
+        fold.restore_replies(&row.conversation_id, kept);
     }
     Ok(fold)
 }
@@ -286,7 +287,7 @@ pub fn fanouts_from_rows(
 pub fn folds_from_rows(
     users: Vec<StateRow>,
     notes: Vec<NoteRow>,
-    replies: Vec<StateRow>,
+    replies: Vec<ReplyRow>,
     placement: Placement,
 ) -> StateResult<Vec<Fold>> {
     let n = placement.partitions as usize;

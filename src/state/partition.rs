@@ -449,10 +449,21 @@ mod tests {
         assert!(threads(&fold.fold, "c").is_empty(), "c has no stake");
         let changes = commit(&mut fold);
         assert!(changes.states.iter().all(|(user, _)| user != "c") && changes.replies.len() == 1, "{changes:?}");
+        // A reply in another chunk of seqs: only that chunk's row is written.
+        let (far, _) = fanout.apply(&events(&[reply(crate::core::threads::CHUNK + 7).as_str()]));
+        fold.apply_deltas(&far);
+        let far = commit(&mut fold).replies;
+        assert_eq!(far.iter().map(|(key, _)| key.clone()).collect::<Vec<_>>(), [("x".to_owned(), 1)]);
         let row = |(id, state): (&String, &Vec<u8>)| crate::checkpoint::store::StateRow {
             id: id.clone(),
             partition: 0,
             state: state.clone(),
+        };
+        let reply_row = |((id, chunk), state): &((String, u64), Option<Vec<u8>>)| crate::checkpoint::store::ReplyRow {
+            partition: 0,
+            conversation_id: id.clone(),
+            chunk: *chunk as i64,
+            state: state.clone().unwrap(),
         };
         let follow = decode(
             br#"{"type":"thread.followed","event_id":"f",
@@ -460,8 +471,8 @@ mod tests {
         )
         .unwrap();
         let Event::User(follow) = follow else { panic!("{follow:?}") };
-        let replies: Vec<_> = changes.replies.iter().map(|(id, s)| row((id, s.as_ref().unwrap()))).collect();
-        for (replies, expected) in [(replies, 2), (Vec::new(), 1)] {
+        let replies: Vec<_> = changes.replies.iter().chain(&far).map(reply_row).collect();
+        for (replies, expected) in [(replies, 3), (Vec::new(), 1)] {
             let users = states.iter().map(row).collect();
             let mut restored = crate::state::load::fold_from_rows(users, Vec::new(), replies).unwrap();
             restored.apply_user_event(&follow);

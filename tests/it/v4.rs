@@ -220,13 +220,15 @@ fn v4_sigkill_mid_flow_then_replay_and_verify_against_is_exact_read_diffused() {
     };
     let (ns, flags) = (Ns::new(&stack, "v4kill"), ["--read-diffusion-threshold", "20"]);
     sigkill_mid_flow_then_replay(&ns, &v4_dev_events(), &v4_dev_expected(), V3_DEV_NOW, &flags);
-    // The replies came once per fold partition, and each partition's checkpoint keeps them in rows of their own.
+    // The replies came once per fold partition, and each partition's checkpoint keeps them in rows of their own, a
+    // chunk of seqs each.
     let rows = tokio::runtime::Runtime::new().unwrap().block_on(async {
         crate::support::migrated_store(&stack.database_url, &ns.name).await.replies(None).await.unwrap()
     });
     assert!(rows.len() > 3, "{} rows of replies", rows.len());
     for row in rows {
         let replies = unread::state::codec::decode_replies(&row.state).unwrap();
-        assert!(replies.iter().count() > 0, "{}: an empty row", row.id);
+        assert!(!replies.is_empty(), "{}: an empty row", row.conversation_id);
+        assert!(replies.iter().all(|r| r.seq / unread::core::threads::CHUNK == row.chunk as u64), "its chunk's");
     }
 }
