@@ -253,9 +253,13 @@ impl FanOutTask {
             let (mut deltas, stats) = self.state.apply(&events);
             sh.metrics.fanout_batch(&stats);
             let source = DeltaSource { partition: p, generation };
-            let _open = self.begin().await?;
+            let open = self.begin().await?;
             let (topic, records) = (&sh.topics.user_deltas, sh.deltas);
-            produce(self.tx.producer(), topic, &mut deltas, source, records, &mut self.in_flight).await?;
+            let produced = produce(self.tx.producer(), topic, &mut deltas, source, records, &mut self.in_flight).await;
+            if let (Err(_), Some(open)) = (&produced, open) {
+                open.abort(self.tx.producer()).await; // the shared transaction would refuse every later record
+            }
+            produced?;
         }
         Ok(pending)
     }

@@ -110,7 +110,7 @@ impl SharedTransaction {
             t.open = true;
         }
         let epoch = t.epoch;
-        Ok(Open { _transaction: t, epoch })
+        Ok(Open { transaction: t, epoch })
     }
 
     /// Commits transaction `epoch`, unless another task did: first waits (up to `ACKS_WAIT`, 30 s) until nothing is in
@@ -145,7 +145,25 @@ impl SharedTransaction {
 
 /// The shared transaction held open by a task while it produces into it.
 pub struct Open {
-    _transaction: OwnedMutexGuard<Transaction>,
+    transaction: OwnedMutexGuard<Transaction>,
     /// The transaction's number: what the task commits ([`SharedTransaction::commit`]).
     pub epoch: u64,
+}
+
+impl Open {
+    /// A record could not be produced into this transaction (after a broker outage librdkafka puts it in an
+    /// abortable error state and refuses every later record with `State`): aborts it with `producer`, so that the
+    /// next task to produce begins a fresh one, and every task with records in this one fails at its next
+    /// produce or commit and restarts from its checkpoint. Without the abort the tasks restarted forever into the
+    /// same refused transaction. An abort that fails (a fatal error) leaves the producer to be replaced at the
+    /// next task's start ([`SharedTransaction::producer`]).
+    pub async fn abort(mut self, producer: &FutureProducer) {
+        let t = &mut *self.transaction;
+        if t.open && t.epoch == self.epoch {
+            tracing::warn!(epoch = self.epoch, "a delta was refused: aborting the shared transaction");
+            let _ = blocking(producer.clone(), |p| p.abort_transaction(Duration::from_secs(30))).await;
+            t.aborted.insert(self.epoch);
+            (t.open, t.epoch) = (false, self.epoch + 1);
+        }
+    }
 }
