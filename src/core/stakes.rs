@@ -33,11 +33,7 @@ impl Stakes {
             return;
         }
         let pairs = self.by_conversation.entry_ref(conversation_id).or_default();
-        for seq in seqs {
-            if !pairs.contains(&(seq, user.to_owned())) {
-                pairs.insert((seq, user.to_owned()));
-            }
-        }
+        pairs.extend(seqs.map(|seq| (seq, user.to_owned()))); // a pair already kept stays once
     }
 
     /// The users with a stake in any of the threads of `roots` in `conversation_id`, ascending, each once.
