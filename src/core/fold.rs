@@ -277,15 +277,23 @@ impl ConvState {
         for bucket in self.expiry.range(..=today).map(|(_, b)| b) {
             expired.union_above(bucket, 0);
         }
-        self.first_counted(|seq| !expired.contains(seq))
+        self.first_counted_outside(&expired)
     }
 
-    /// The lowest seq `unread` counts (marks applied, nothing expired) for which `keep` holds, `None` for none: the
-    /// read history above where counting starts, then the unread seqs, in ascending order.
-    pub fn first_counted(&self, keep: impl Fn(u64) -> bool) -> Option<u64> {
-        let history = self.read.slice(self.count_from(), u64::MAX);
-        let first = history.iter().chain(self.unread.iter()).find(|seq| keep(*seq));
-        first
+    /// The lowest seq `unread` counts (marks applied, nothing expired) that is in `seqs`, `None` for none.
+    pub fn first_counted_in(&self, seqs: &SeqSet) -> Option<u64> {
+        self.first_counted(|set, above| set.first_in(seqs, above))
+    }
+
+    /// The lowest seq `unread` counts (marks applied, nothing expired) that is not in `seqs`, `None` for none.
+    pub fn first_counted_outside(&self, seqs: &SeqSet) -> Option<u64> {
+        self.first_counted(|set, above| set.first_not_in(seqs, above))
+    }
+
+    /// `first(set, above)` over what `unread` counts in ascending order, range by range: the read history above
+    /// where counting starts (all of it at or below the cursor), then the unread seqs (all above it).
+    fn first_counted(&self, first: impl Fn(&SeqSet, u64) -> Option<u64>) -> Option<u64> {
+        first(&self.read, self.count_from()).or_else(|| first(&self.unread, 0))
     }
 
     /// The cursor rose: unread at or below it becomes read history (a feed keeps none).

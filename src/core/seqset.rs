@@ -204,6 +204,44 @@ impl SeqSet {
         self.ranges[start..].iter().map(|&(lo, hi)| hi - lo.max(above + 1) + 1).sum()
     }
 
+    /// The lowest seq above `above` in both `self` and `other`, `None` for none (a merge of the two range lists
+    /// from there, stopping at the first overlap).
+    pub fn first_in(&self, other: &SeqSet, above: u64) -> Option<u64> {
+        let mut i = self.ranges.partition_point(|r| r.1 <= above);
+        let mut j = other.ranges.partition_point(|r| r.1 <= above);
+        while let (Some(&(a_lo, a_hi)), Some(&(b_lo, b_hi))) = (self.ranges.get(i), other.ranges.get(j)) {
+            let lo = a_lo.max(b_lo).max(above + 1);
+            if lo <= a_hi.min(b_hi) {
+                return Some(lo);
+            }
+            if a_hi < b_hi {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        None
+    }
+
+    /// The lowest seq above `above` in `self` and not in `other`, `None` for none (O(ranges of `self` above it ×
+    /// log ranges of `other`)).
+    pub fn first_not_in(&self, other: &SeqSet, above: u64) -> Option<u64> {
+        let start = self.ranges.partition_point(|r| r.1 <= above);
+        for &(lo, hi) in &self.ranges[start..] {
+            let mut seq = lo.max(above + 1);
+            let j = other.ranges.partition_point(|r| r.1 < seq);
+            // Ranges are non-adjacent: past the one covering `seq`, the next seq is in none.
+            if let Some(&(o_lo, o_hi)) = other.ranges.get(j).filter(|r| r.0 <= seq) {
+                debug_assert!(o_lo <= seq);
+                seq = o_hi.saturating_add(1);
+            }
+            if seq <= hi {
+                return Some(seq);
+            }
+        }
+        None
+    }
+
     /// The seqs in both `self` and `other` (a merge of the two range lists: O(ranges of both)).
     pub fn intersection(&self, other: &SeqSet) -> SeqSet {
         let (mut out, mut i, mut j) = (SeqSet::new(), 0, 0);
@@ -319,6 +357,10 @@ mod tests {
             let sb: SeqSet = b.iter().copied().collect();
             let sliced: Vec<u64> = sa.slice(above, upto).iter().collect();
             prop_assert_eq!(sliced, a.iter().copied().filter(|s| *s > above && *s <= upto).collect::<Vec<_>>());
+            let first_in = a.iter().copied().find(|s| *s > above && b.contains(s));
+            prop_assert_eq!(sa.first_in(&sb, above), first_in);
+            let first_not_in = a.iter().copied().find(|s| *s > above && !b.contains(s));
+            prop_assert_eq!(sa.first_not_in(&sb, above), first_not_in);
             let mut u = sa.clone();
             let added = u.union_above(&sb, above);
             let expect: BTreeSet<u64> = a.iter().copied().chain(b.iter().copied().filter(|s| *s > above)).collect();

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use crate::core::contract::{ThreadView, UserView};
 use crate::core::expiry::NEVER;
 use crate::core::fold::ConvState;
+use crate::core::seqset::SeqSet;
 
 /// The prefix of a conversation's details field (v4).
 pub const DETAIL_PREFIX: &str = "d:";
@@ -48,8 +49,12 @@ pub fn detail_value(c: &ConvState) -> Option<String> {
 /// The lowest counted unread seq in no expiry bucket (0: none), and per bucket holding counted seqs its day and
 /// lowest counted seq.
 fn first_parts(c: &ConvState) -> (u64, Vec<(i64, u64)>) {
-    let buckets = c.expiry.iter().filter_map(|(day, seqs)| Some((*day, c.first_counted(|s| seqs.contains(s))?)));
-    let kept = c.first_counted(|s| !c.expiry.values().any(|seqs| seqs.contains(s)));
+    let buckets = c.expiry.iter().filter_map(|(day, seqs)| Some((*day, c.first_counted_in(seqs)?)));
+    let mut expiring = SeqSet::new();
+    for seqs in c.expiry.values() {
+        expiring.union_above(seqs, 0);
+    }
+    let kept = c.first_counted_outside(&expiring);
     (kept.unwrap_or(0), buckets.collect())
 }
 
