@@ -273,11 +273,7 @@ impl ConvState {
     /// v4: the lowest seq counted in `unread` at UTC day `today` (marks applied), `None` when nothing is
     /// (`CONTRACT.md` § v4, "First unread"). A read-diffused conversation's index may hold a lower one.
     pub fn first_unread(&self, today: i64) -> Option<u64> {
-        let mut expired = SeqSet::new();
-        for bucket in self.expiry.range(..=today).map(|(_, b)| b) {
-            expired.union_above(bucket, 0);
-        }
-        self.first_counted_outside(&expired)
+        self.first_counted_outside(self.expiry.range(..=today).map(|(_, bucket)| bucket))
     }
 
     /// The lowest seq `unread` counts (marks applied, nothing expired) that is in `seqs`, `None` for none.
@@ -285,9 +281,14 @@ impl ConvState {
         self.first_counted(|set, above| set.first_in(seqs, above))
     }
 
-    /// The lowest seq `unread` counts (marks applied, nothing expired) that is not in `seqs`, `None` for none.
-    pub fn first_counted_outside(&self, seqs: &SeqSet) -> Option<u64> {
-        self.first_counted(|set, above| set.first_not_in(seqs, above))
+    /// The lowest seq `unread` counts (marks applied, nothing expired) that is in none of `buckets` (expiry
+    /// buckets), `None` for none.
+    pub fn first_counted_outside<'a>(&self, buckets: impl Iterator<Item = &'a SeqSet>) -> Option<u64> {
+        let mut outside = SeqSet::new();
+        for bucket in buckets {
+            outside.union_above(bucket, 0);
+        }
+        self.first_counted(|set, above| set.first_not_in(&outside, above))
     }
 
     /// `first(set, above)` over what `unread` counts in ascending order, range by range: the read history above

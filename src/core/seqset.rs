@@ -231,9 +231,8 @@ impl SeqSet {
             let mut seq = lo.max(above + 1);
             let j = other.ranges.partition_point(|r| r.1 < seq);
             // Ranges are non-adjacent: past the one covering `seq`, the next seq is in none.
-            if let Some(&(o_lo, o_hi)) = other.ranges.get(j).filter(|r| r.0 <= seq) {
-                debug_assert!(o_lo <= seq);
-                seq = o_hi.saturating_add(1);
+            if let Some(&(_, covered_to)) = other.ranges.get(j).filter(|r| r.0 <= seq) {
+                seq = covered_to.saturating_add(1);
             }
             if seq <= hi {
                 return Some(seq);

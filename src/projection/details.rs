@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use crate::core::contract::{ThreadView, UserView};
 use crate::core::expiry::NEVER;
 use crate::core::fold::ConvState;
-use crate::core::seqset::SeqSet;
 
 /// The prefix of a conversation's details field (v4).
 pub const DETAIL_PREFIX: &str = "d:";
@@ -50,11 +49,7 @@ pub fn detail_value(c: &ConvState) -> Option<String> {
 /// lowest counted seq.
 fn first_parts(c: &ConvState) -> (u64, Vec<(i64, u64)>) {
     let buckets = c.expiry.iter().filter_map(|(day, seqs)| Some((*day, c.first_counted_in(seqs)?)));
-    let mut expiring = SeqSet::new();
-    for seqs in c.expiry.values() {
-        expiring.union_above(seqs, 0);
-    }
-    let kept = c.first_counted_outside(&expiring);
+    let kept = c.first_counted_outside(c.expiry.values());
     (kept.unwrap_or(0), buckets.collect())
 }
 
