@@ -388,6 +388,42 @@ fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, 
     }));
 }
 
+/// The member count from which a write-diffused conversation's replies and reactions go once to each fold, in a
+/// delta for every member, instead of in every member's delta (`ConvBatch::shared_ops`). Below it a delta per
+/// member is cheaper than one per partition of the delta topic.
+pub const SHARED_FROM_MEMBERS: usize = 64;
+
+/// A Messages op for every member split in two: (its main timeline, its replies), each `None` when empty. The
+/// expiry buckets go with the seqs they hold.
+fn split_replies(all: DeltaOp) -> (Option<DeltaOp>, Option<DeltaOp>) {
+    let DeltaOp::Messages { unread, mentions, read_to, expiry, own, threads } = all else { return (Some(all), None) };
+    let held = |seqs: &SeqSet| -> Vec<(i64, SeqSet)> {
+        let buckets = expiry.iter().map(|(day, bucket)| (*day, bucket.intersection(seqs)));
+        buckets.filter(|(_, b)| !b.is_empty()).collect()
+    };
+    let mut in_threads = SeqSet::new();
+    for run in threads.values() {
+        in_threads.union_above(&run.unread, 0);
+    }
+    let replies = (!threads.is_empty()).then(|| DeltaOp::Messages {
+        unread: SeqSet::new(),
+        mentions: SeqSet::new(),
+        read_to: 0,
+        expiry: held(&in_threads),
+        own: SeqSet::new(),
+        threads,
+    });
+    let main = (!unread.is_empty() || !mentions.is_empty() || read_to > 0).then(|| DeltaOp::Messages {
+        expiry: held(&unread),
+        unread,
+        mentions,
+        read_to,
+        own,
+        threads: BTreeMap::new(),
+    });
+    (main, replies)
+}
+
 impl<'e> ConvBatch<'e> {
     fn start(conversation_id: &'e str, state: &ConversationState) -> Self {
         Self {
@@ -754,10 +790,12 @@ impl<'e> ConvBatch<'e> {
     }
 
     /// What the batch has for every member: (the op each member's delta carries, the reactions op each member's
-    /// delta ends with, the ops of the delta for every member). Read-diffused, the batch's messages are in the
-    /// index, and what every member would get is only its replies and its reactions, which concern only the
-    /// threads' followers and the messages' senders: they go once to each fold in a delta for every member
-    /// ([`Delta::is_for_members`]), none in a feed, where they count nowhere.
+    /// delta ends with, the ops of the delta for every member). Replies and reactions concern only the threads'
+    /// followers and the messages' senders: in a read-diffused conversation, and in a write-diffused one of at least
+    /// [`SHARED_FROM_MEMBERS`] members, they go once to each fold in a delta for every member
+    /// ([`Delta::is_for_members`]), which the fold gives only to the members with a stake in them. Read-diffused,
+    /// the batch's messages are in the index, so that delta is all a member without marks gets. None in a feed,
+    /// where replies and reactions count nowhere.
     fn shared_ops(&self, state: &ConversationState) -> (Option<DeltaOp>, Option<DeltaOp>, Vec<DeltaOp>) {
         let feed = state.kind == Some(ConversationKind::Feed);
         let all = self.messages("", self.start_head, state.head, &SeqSet::new());
@@ -767,6 +805,10 @@ impl<'e> ConvBatch<'e> {
         match self.read_since {
             Some(_) if feed => (None, None, Vec::new()),
             Some(_) => (None, None, all.into_iter().chain(reactions).collect()),
+            None if !feed && state.members.len() >= SHARED_FROM_MEMBERS => {
+                let (main, replies) = all.map_or((None, None), split_replies);
+                (main, None, replies.into_iter().chain(reactions).collect())
+            }
             None => (all, reactions, Vec::new()),
         }
     }

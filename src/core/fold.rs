@@ -993,18 +993,20 @@ fn may_change_replies(op: &DeltaOp) -> bool {
     }
 }
 
-/// Notes in `stakes` what a delta just applied to `user` gave it a stake in, while the user is a member of the
-/// read-diffused conversation: everything once it became read-diffused for the user, else the seqs it sent or is
-/// named in and the threads it replied in.
+/// Notes in `stakes` what a delta just applied to `user` gave it a stake in, in a conversation that is no feed
+/// (deltas for every member reach any other, read-diffused or large: [`crate::core::fanout::SHARED_FROM_MEMBERS`]):
+/// everything when it became read-diffused for the user, else the seqs it sent or is named in and the threads it
+/// replied in.
 fn note_stakes(stakes: &mut Stakes, user: &UserState, delta: &Delta) {
     let id = delta.conversation_id.as_str();
-    let Some(c) = user.conversations.get(id).filter(|c| c.diffused()) else { return };
+    let Some(c) = user.conversations.get(id).filter(|c| !c.feed) else { return };
     let user_id = delta.user_id.as_str();
     for op in &delta.ops {
         match op {
             DeltaOp::ReadDiffusion { .. } => return stakes.add(id, user_id, c.stakes()),
             DeltaOp::Messages { own, threads, .. } => {
-                stakes.add(id, user_id, own.iter().chain(threads.keys().copied()));
+                let replied = threads.iter().filter(|(_, run)| run.read_to > 0).map(|(root, _)| *root);
+                stakes.add(id, user_id, own.iter().chain(replied));
             }
             DeltaOp::Named { seqs, threads } => stakes.add(id, user_id, seqs.iter().chain(threads.iter().copied())),
             _ => {}
@@ -1195,7 +1197,7 @@ impl Fold {
             UserEvent::ThreadFollowed(e) => Some((&e.conversation_id, e.thread_root)),
             _ => None,
         };
-        if let Some((id, root)) = thread.filter(|(id, _)| user.conversations.get(*id).is_some_and(|c| c.diffused())) {
+        if let Some((id, root)) = thread.filter(|(id, _)| user.conversations.get(*id).is_some_and(|c| !c.feed)) {
             self.stakes.add(id, event.user_id(), [root]);
         }
         if let Some(id) = conversation_id {
@@ -1222,7 +1224,7 @@ impl Fold {
                 let replies = self.shared.entry_ref(id.as_str()).or_default();
                 std::mem::take(&mut c.threads.pending).into_iter().for_each(|p| replies.insert(p));
             }
-            if c.diffused() {
+            if !c.feed {
                 self.stakes.add(id, &user_id, c.stakes());
             }
         }
