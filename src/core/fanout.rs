@@ -309,14 +309,14 @@ impl FanOut {
                 (stats.to_read, stats.to_write) =
                     (stats.to_read + u64::from(to_read), stats.to_write + u64::from(!to_read));
                 // The switch happens at this event: what came before is emitted with the old diffusion.
-                batches[b].emit(state, &mut deltas);
+                batches[b].emit(state, &self.diffusion, &mut deltas);
                 note_replies(&mut self.new_replies, &batches[b]);
                 switch_deltas(cid, state, op, &mut deltas);
                 batches[b] = ConvBatch::start(cid, state);
             }
         }
         for batch in &batches {
-            batch.emit(&self.conversations[batch.conversation_id], &mut deltas);
+            batch.emit(&self.conversations[batch.conversation_id], &self.diffusion, &mut deltas);
             note_replies(&mut self.new_replies, batch);
         }
         (deltas, stats)
@@ -387,11 +387,6 @@ fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, 
         team: state.team.clone(),
     }));
 }
-
-/// The member count from which a write-diffused conversation's replies and reactions go once to each fold, in a
-/// delta for every member, instead of in every member's delta (`ConvBatch::shared_ops`). Below it a delta per
-/// member is cheaper than one per partition of the delta topic.
-pub const SHARED_FROM_MEMBERS: usize = 64;
 
 /// A Messages op for every member split in two: (its main timeline, its replies), each `None` when empty. The
 /// expiry buckets go with the seqs they hold.
@@ -727,9 +722,9 @@ impl<'e> ConvBatch<'e> {
         members
     }
 
-    fn emit(&self, state: &ConversationState, out: &mut Vec<Delta>) {
+    fn emit(&self, state: &ConversationState, diffusion: &Diffusion, out: &mut Vec<Delta>) {
         let (end_head, feed) = (state.head, state.kind == Some(ConversationKind::Feed));
-        let (shared, reactions, for_members) = self.shared_ops(state);
+        let (shared, reactions, for_members) = self.shared_ops(state, diffusion.shares(state.members.len()));
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
             conversation_id: self.conversation_id.to_owned(),
@@ -792,11 +787,11 @@ impl<'e> ConvBatch<'e> {
     /// What the batch has for every member: (the op each member's delta carries, the reactions op each member's
     /// delta ends with, the ops of the delta for every member). Replies and reactions concern only the threads'
     /// followers and the messages' senders: in a read-diffused conversation, and in a write-diffused one of at least
-    /// [`SHARED_FROM_MEMBERS`] members, they go once to each fold in a delta for every member
+    /// `shared_from` members ([`Diffusion::shares`]), they go once to each fold in a delta for every member
     /// ([`Delta::is_for_members`]), which the fold gives only to the members with a stake in them. Read-diffused,
     /// the batch's messages are in the index, so that delta is all a member without marks gets. None in a feed,
     /// where replies and reactions count nowhere.
-    fn shared_ops(&self, state: &ConversationState) -> (Option<DeltaOp>, Option<DeltaOp>, Vec<DeltaOp>) {
+    fn shared_ops(&self, state: &ConversationState, shares: bool) -> (Option<DeltaOp>, Option<DeltaOp>, Vec<DeltaOp>) {
         let feed = state.kind == Some(ConversationKind::Feed);
         let all = self.messages("", self.start_head, state.head, &SeqSet::new());
         let reactions = (!self.reacted.is_empty()).then(|| DeltaOp::Reactions {
@@ -805,7 +800,7 @@ impl<'e> ConvBatch<'e> {
         match self.read_since {
             Some(_) if feed => (None, None, Vec::new()),
             Some(_) => (None, None, all.into_iter().chain(reactions).collect()),
-            None if !feed && state.members.len() >= SHARED_FROM_MEMBERS => {
+            None if !feed && shares => {
                 let (main, replies) = all.map_or((None, None), split_replies);
                 (main, None, replies.into_iter().chain(reactions).collect())
             }

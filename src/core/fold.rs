@@ -994,7 +994,7 @@ fn may_change_replies(op: &DeltaOp) -> bool {
 }
 
 /// Notes in `stakes` what a delta just applied to `user` gave it a stake in, in a conversation that is no feed
-/// (deltas for every member reach any other, read-diffused or large: [`crate::core::fanout::SHARED_FROM_MEMBERS`]):
+/// (deltas for every member reach any other, read-diffused or large: [`crate::core::hybrid::Diffusion::shares`]):
 /// everything when it became read-diffused for the user, else the seqs it sent or is named in and the threads it
 /// replied in.
 fn note_stakes(stakes: &mut Stakes, user: &UserState, delta: &Delta) {

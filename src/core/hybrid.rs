@@ -24,6 +24,11 @@ use crate::core::totals::Sums;
 /// The default threshold: conversations with at least 1,000 members are read-diffused.
 pub const DEFAULT_THRESHOLD: u64 = 1000;
 
+/// The default member count from which a write-diffused conversation's replies and reactions go once to each fold,
+/// in a delta for every member, instead of in every member's delta ([`Diffusion::shares`]). Below it a delta per
+/// member costs less than one per partition of the delta topic.
+pub const DEFAULT_SHARED_FROM: usize = 64;
+
 /// When a conversation is read-diffused: at `threshold` members or more; back to write diffusion below
 /// `back_below` (by default `threshold / 2`: the hysteresis keeps a conversation whose size hovers around the
 /// threshold from switching at every join and leave). `None`: never (every conversation is write-diffused; a
@@ -34,6 +39,9 @@ pub struct Diffusion {
     pub threshold: Option<u64>,
     /// A read-diffused conversation with fewer members switches back (at most `threshold`).
     pub back_below: u64,
+    /// A write-diffused conversation with at least this many members sends its replies and reactions in a delta for
+    /// every member ([`Diffusion::shares`]); [`DEFAULT_SHARED_FROM`] unless a test sets another.
+    pub shared_from: usize,
 }
 
 impl Default for Diffusion {
@@ -45,7 +53,7 @@ impl Default for Diffusion {
 
 impl Diffusion {
     /// Write diffusion only.
-    pub const OFF: Diffusion = Diffusion { threshold: None, back_below: 0 };
+    pub const OFF: Diffusion = Diffusion { threshold: None, back_below: 0, shared_from: DEFAULT_SHARED_FROM };
 
     /// Read diffusion from `threshold` members (0 turns it off), back below half of it.
     pub fn from_threshold(threshold: u64) -> Self {
@@ -54,7 +62,21 @@ impl Diffusion {
 
     /// Read diffusion from `threshold` members (0 turns it off), back below `back_below` (clamped to `threshold`).
     pub fn with_band(threshold: u64, back_below: u64) -> Self {
-        Self { threshold: (threshold > 0).then_some(threshold), back_below: back_below.min(threshold) }
+        let (threshold, back_below) = ((threshold > 0).then_some(threshold), back_below.min(threshold));
+        Self { threshold, back_below, shared_from: DEFAULT_SHARED_FROM }
+    }
+
+    /// The same, with replies and reactions in a delta for every member from `members` members (0 and 1: always;
+    /// `usize::MAX`: never). Every choice gives the same counts; it changes only what goes on the delta topic.
+    pub fn with_shared_from(self, members: usize) -> Self {
+        Self { shared_from: members, ..self }
+    }
+
+    /// Whether a write-diffused conversation with `members` members (at the end of a batch) sends the batch's
+    /// replies and reactions once to each fold, which gives them to the members with a stake in them
+    /// ([`crate::core::stakes::Stakes`]), instead of in each member's delta.
+    pub fn shares(&self, members: usize) -> bool {
+        members >= self.shared_from
     }
 
     /// Whether a write-diffused conversation with `members` members switches to read diffusion.

@@ -246,9 +246,15 @@ fn v3_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
     assert_eq!((expected.lines().count(), receipts.lines().count()), (1616, 14_056));
     assert!(expected.contains(r#""marked_unread":true"#), "the v3 set marks conversations unread");
     let read_diffused = Diffusion::with_band(20, 10);
-    for (batch, diffusion) in
-        [(MAX_BATCH, Diffusion::OFF), (1, Diffusion::OFF), (97, Diffusion::OFF), (97, read_diffused)]
-    {
+    let (always, never) = (Diffusion::OFF.with_shared_from(1), Diffusion::OFF.with_shared_from(usize::MAX));
+    for (batch, diffusion) in [
+        (MAX_BATCH, Diffusion::OFF),
+        (1, Diffusion::OFF),
+        (97, Diffusion::OFF),
+        (97, read_diffused),
+        (97, always),
+        (MAX_BATCH, never),
+    ] {
         let (views, got_receipts) = fold_v3(events.to_str().unwrap(), "2009-03-04T12:00:00Z", batch, diffusion);
         let case = format!("batch {batch}, {diffusion:?}");
         assert_same_views(&parse_views(&String::from_utf8(views.clone()).unwrap()), &parse_views(&expected));
@@ -383,7 +389,9 @@ fn fold_v4(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8
 }
 
 /// Issue 46: the v4 dev set (threads, reactions, teams, the first unread) at the README's instant, byte for byte,
-/// counts and receipts, whatever the batching, and with conversations of 20 members or more read-diffused.
+/// counts and receipts, whatever the batching, with conversations of 20 members or more read-diffused, and
+/// whichever conversations send their replies and reactions in a delta for every member (all, from 64 members,
+/// none).
 #[test]
 fn v4_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
     let events = repo_path("tests/data/ubuntu-irc/v4-dev-events.jsonl");
@@ -394,9 +402,15 @@ fn v4_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
         assert!(expected.contains(needle), "the v4 set holds {needle}");
     }
     let read_diffused = Diffusion::with_band(20, 10);
-    for (batch, diffusion) in
-        [(MAX_BATCH, Diffusion::OFF), (1, Diffusion::OFF), (97, Diffusion::OFF), (97, read_diffused)]
-    {
+    let (always, never) = (Diffusion::OFF.with_shared_from(1), Diffusion::OFF.with_shared_from(usize::MAX));
+    for (batch, diffusion) in [
+        (MAX_BATCH, Diffusion::OFF),
+        (1, Diffusion::OFF),
+        (97, Diffusion::OFF),
+        (97, read_diffused),
+        (97, always),
+        (MAX_BATCH, never),
+    ] {
         let (views, got_receipts, _) = fold_v4(events.to_str().unwrap(), "2009-03-04T12:00:00Z", batch, diffusion);
         let case = format!("batch {batch}, {diffusion:?}");
         assert_same_views(&parse_views(&String::from_utf8(views.clone()).unwrap()), &parse_views(&expected));

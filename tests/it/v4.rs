@@ -232,3 +232,63 @@ fn v4_sigkill_mid_flow_then_replay_and_verify_against_is_exact_read_diffused() {
         assert!(replies.iter().all(|r| r.seq / unread::core::threads::CHUNK == row.chunk as u64), "its chunk's");
     }
 }
+
+/// In a write-diffused conversation of [`unread::core::hybrid::DEFAULT_SHARED_FROM`] members or more, a batch's
+/// replies and reactions go once, in a delta for every member, not in each member's delta; the fold gives them to
+/// the members with a stake (the root's and the message's sender, the replier) and every count is what a delta per
+/// member gives.
+#[test]
+fn a_large_conversations_replies_and_reactions_go_once_for_every_member_with_the_same_counts() {
+    use unread::core::contract::{decode, Event};
+    use unread::core::delta::DeltaOp;
+    use unread::core::fanout::FanOut;
+    use unread::core::hybrid::{Diffusion, DEFAULT_SHARED_FROM};
+    let at = r#""occurred_at":"2024-01-01T00:00:00Z","conversation_id":"big""#;
+    let members: Vec<String> = (0..DEFAULT_SHARED_FROM).map(|i| format!(r#""m-{i}""#)).collect();
+    let lines = [
+        format!(
+            r#"{{"type":"conversation.created","event_id":"c",{at},"kind":"channel","members":[{}]}}"#,
+            members.join(",")
+        ),
+        format!(r#"{{"type":"message.sent","event_id":"1",{at},"seq":1,"sender_id":"m-0","mentions":[]}}"#),
+        format!(
+            r#"{{"type":"message.sent","event_id":"2",{at},"seq":2,"sender_id":"m-1","mentions":[],"thread_root":1}}"#
+        ),
+        format!(
+            r#"{{"type":"reaction.added","event_id":"3",{at},"reaction_seq":1,"seq":1,"user_id":"m-2","reaction":"+1"}}"#
+        ),
+    ];
+    let events: Vec<_> = lines
+        .iter()
+        .map(|l| match decode(l.as_bytes()).unwrap() {
+            Event::Conversation(c) => c,
+            Event::User(u) => panic!("{u:?}"),
+        })
+        .collect();
+    let threads_or_reactions = |op: &DeltaOp| {
+        matches!(op, DeltaOp::Reactions { .. })
+            || matches!(op, DeltaOp::Messages { threads, .. } if !threads.is_empty())
+    };
+    // The members joined in an earlier batch: in this one, m-9 has no marks.
+    let mut fanout = FanOut::new();
+    fanout.process_batch(&events[..1]);
+    let (deltas, _) = fanout.process_batch(&events[1..]);
+    let bystander = deltas.iter().find(|d| d.user_id == "m-9").expect("a member without marks");
+    assert!(!bystander.ops.iter().any(threads_or_reactions), "{bystander:?}");
+    let for_members: Vec<_> = deltas.iter().filter(|d| d.is_for_members()).collect();
+    assert_eq!(for_members.len(), 1, "{deltas:?}");
+    assert!(for_members[0].ops.iter().filter(|op| threads_or_reactions(op)).count() == 2, "{for_members:?}");
+    let mut fanout = FanOut::with_diffusion(Diffusion::OFF.with_shared_from(usize::MAX));
+    fanout.process_batch(&events[..1]);
+    let (per_member, _) = fanout.process_batch(&events[1..]);
+    assert!(per_member.iter().all(|d| !d.is_for_members()) && per_member.len() == DEFAULT_SHARED_FROM);
+    assert!(per_member.iter().all(|d| d.ops.iter().filter(|op| threads_or_reactions(op)).count() == 2));
+    let text = lines.join("\n");
+    let (shared, _) = fold_text(&text, Diffusion::OFF, 1);
+    let (apart, _) = fold_text(&text, Diffusion::OFF.with_shared_from(usize::MAX), 1);
+    assert_same_views(&shared, &apart);
+    let m0 = shared.iter().find(|v| v.user_id == "m-0").unwrap();
+    assert_eq!((m0.unread_threads, m0.total_reactions), (1, 1), "the root's sender follows its thread: {m0:?}");
+    let m9 = shared.iter().find(|v| v.user_id == "m-9").unwrap();
+    assert_eq!((m9.unread_threads, m9.total_unread), (0, 1), "{m9:?}");
+}
