@@ -198,6 +198,9 @@ struct ConvBatch<'e> {
     reacted: BTreeSet<u64>,
     /// v4: the team was decided in this batch: every member hears of it.
     team_decided: bool,
+    /// v4: the batch's replies go in a delta for every member (`ConvBatch::shared_ops`), so a user's own delta
+    /// carries only the threads it replied in or is named in (set by `ConvBatch::emit`).
+    runs_apart: bool,
 }
 
 impl FanOut {
@@ -315,7 +318,7 @@ impl FanOut {
                 batches[b] = ConvBatch::start(cid, state);
             }
         }
-        for batch in &batches {
+        for batch in &mut batches {
             batch.emit(&self.conversations[batch.conversation_id], &self.diffusion, &mut deltas);
             note_replies(&mut self.new_replies, batch);
         }
@@ -440,6 +443,7 @@ impl<'e> ConvBatch<'e> {
             named: Map::default(),
             reacted: BTreeSet::new(),
             team_decided: false,
+            runs_apart: false,
         }
     }
 
@@ -621,8 +625,21 @@ impl<'e> ConvBatch<'e> {
         unread.remove_all(own);
         mentions.remove_all(own);
         let mut threads = self.own_runs(own);
+        // With the replies in a delta for every member, a user's own delta keeps the threads it replied in or is
+        // named in: any other reaches it from that delta if it has a stake, else from the fold's shared replies.
+        let apart = self.runs_apart && !user.is_empty();
+        let named_roots: BTreeSet<u64> = match (apart, self.named.get(user)) {
+            (true, Some(seqs)) => seqs.iter().filter_map(|seq| self.roots.get(&seq).copied()).collect(),
+            _ => BTreeSet::new(),
+        };
+        let own_roots: BTreeSet<u64> = threads.keys().copied().collect();
+        let mine = |root: &u64| !apart || named_roots.contains(root) || own_roots.contains(root);
         for seq in self.replies.slice(above, upto).iter().filter(|seq| !own.contains(*seq)) {
-            let run = threads.entry(self.roots[&seq]).or_default();
+            let root = self.roots[&seq];
+            if !mine(&root) {
+                continue;
+            }
+            let run = threads.entry(root).or_default();
             run.unread.insert(seq);
             if self.reply_all.contains(seq) || self.reply_named.get(user).is_some_and(|n| n.contains(seq)) {
                 run.mentions.insert(seq);
@@ -722,9 +739,11 @@ impl<'e> ConvBatch<'e> {
         members
     }
 
-    fn emit(&self, state: &ConversationState, diffusion: &Diffusion, out: &mut Vec<Delta>) {
+    fn emit(&mut self, state: &ConversationState, diffusion: &Diffusion, out: &mut Vec<Delta>) {
         let (end_head, feed) = (state.head, state.kind == Some(ConversationKind::Feed));
-        let (shared, reactions, for_members) = self.shared_ops(state, diffusion.shares(state.members.len()));
+        let shares = diffusion.shares(state.members.len());
+        self.runs_apart = !feed && (self.read_since.is_some() || shares);
+        let (shared, reactions, for_members) = self.shared_ops(state, shares);
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
             conversation_id: self.conversation_id.to_owned(),
