@@ -1,7 +1,9 @@
-//! Who in a fold may follow which thread of a read-diffused conversation: the fold's index that lets a delta for
-//! every member ([`crate::core::delta::Delta::is_for_members`]) reach only the members it concerns.
+//! Who in a fold may follow which thread of a conversation: the fold's index that lets a delta for every member
+//! ([`crate::core::delta::Delta::is_for_members`]) reach only the members it concerns.
 //!
-//! A read-diffused conversation's replies reach a fold once per partition of the delta topic, not once per member.
+//! The replies and reactions of a read-diffused conversation, and of a write-diffused one with
+//! [`crate::core::hybrid::Diffusion::shares`] members, reach a fold once per partition of the delta topic, not once
+//! per member.
 //! Most members do not follow most threads: for them a reply only joins the conversation's
 //! [`crate::core::threads::Replies`], from which a later follow counts it. A member follows the thread of root R
 //! (`CONTRACT.md` § v4, "Threads") only when it sent R or a reply in it, is named in R or in a reply, or has a
@@ -18,8 +20,8 @@ use std::collections::BTreeSet;
 
 use crate::core::Map;
 
-/// Per read-diffused conversation, the (seq, user) pairs of the fold's members with a stake in the thread that seq
-/// roots (or would root).
+/// Per conversation that is no feed, the (seq, user) pairs of the fold's users with a stake in the thread that seq
+/// roots (or would root), or in the reactions to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stakes {
     by_conversation: Map<String, BTreeSet<(u64, String)>>,

@@ -420,34 +420,56 @@ fn v4_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
 }
 
 /// Every v4 dev state (threads, reactions, teams) comes back from its checkpoint rows unchanged: users and
-/// conversations.
+/// conversations; the pending replies from the users' rows, or, for a conversation whose replies went in deltas for
+/// every member, from the conversation's reply rows (its users' rows then leave them out).
 #[test]
 fn every_v4_dev_state_survives_checkpoint_encoding() {
     use unread::state::codec as checkpoint;
     let events = repo_path("tests/data/ubuntu-irc/v4-dev-events.jsonl");
+    let never = Diffusion::OFF.with_shared_from(usize::MAX);
+    for diffusion in [Diffusion::OFF, never] {
+        let (_, _, pipeline) = fold_v4(events.to_str().unwrap(), "2009-03-04T12:00:00Z", MAX_BATCH, diffusion);
+        let (mut with_threads, mut with_reactions, mut with_pending, mut with_rows) = (0, 0, 0, 0);
+        // Every user's rows, then the reply rows, loaded into one fresh fold, as a restarted fold task loads its
+        // partition's: the pending replies make up its shared replies again, so every row re-encodes to the same
+        // bytes.
+        let (mut restored, mut rows) = (Fold::new(), Vec::new());
+        for (id, state) in pipeline.fold().users() {
+            // The notifications have rows of their own (`every_v2_dev_state_survives_…`).
+            let bytes = checkpoint::encode_user(state, pipeline.fold().shared_replies());
+            let loaded = checkpoint::decode_user(&bytes).unwrap();
+            with_pending += usize::from(loaded.conversations().values().any(|c| !c.threads.pending.is_empty()));
+            restored.restore(id.clone(), loaded);
+            rows.push((id, state, bytes));
+        }
+        let chunks = |id: &str| 0..=pipeline.fanout().conversation(id).unwrap().head / unread::core::threads::CHUNK;
+        for (id, replies) in pipeline.fold().shared_replies().iter().filter(|(_, r)| r.has_rows()) {
+            with_rows += 1;
+            for chunk in chunks(id) {
+                let row = checkpoint::encode_replies(replies.chunk(chunk));
+                restored.restore_replies(id, checkpoint::decode_replies(&row).unwrap());
+            }
+        }
+        for (id, replies) in pipeline.fold().shared_replies().iter().filter(|(_, r)| r.has_rows()) {
+            let kept = |k| restored.replies_of(id).into_iter().flat_map(move |r| r.chunk(k));
+            assert!(chunks(id).all(|k| kept(k).eq(replies.chunk(k))), "{id}: its replies come back");
+        }
+        for (id, state, bytes) in rows {
+            let loaded = restored.user(id).unwrap();
+            let parts =
+                |s: &unread::core::fold::UserState| (s.conversations().clone(), s.totals(), s.broadcasts().clone());
+            assert!(parts(loaded) == parts(state), "{id}");
+            assert!(checkpoint::encode_user(loaded, restored.shared_replies()) == bytes, "{id}: its row re-encodes");
+            with_threads += usize::from(state.conversations().values().any(|c| !c.threads.by_root.is_empty()));
+            with_reactions += usize::from(state.conversations().values().any(|c| !c.reactions.reacted.is_empty()));
+        }
+        assert!(with_threads > 400 && with_reactions > 100, "{with_threads} with threads, {with_reactions} reactions");
+        match diffusion == never {
+            true => assert!(with_pending > 1000 && with_rows == 0, "{with_pending} users' rows carry pending replies"),
+            false => assert!(with_rows >= 5 && with_pending < 100, "{with_rows} reply rows, {with_pending} pending"),
+        }
+    }
     let (_, _, pipeline) = fold_v4(events.to_str().unwrap(), "2009-03-04T12:00:00Z", MAX_BATCH, Diffusion::OFF);
-    let (mut with_threads, mut with_reactions, mut with_pending) = (0, 0, 0);
-    // Every user's rows loaded into one fresh fold, as a restarted fold task loads its partition's: the pending
-    // replies the rows carry make up its shared replies again, so every row re-encodes to the same bytes.
-    let (mut restored, mut rows) = (Fold::new(), Vec::new());
-    for (id, state) in pipeline.fold().users() {
-        // The notifications have rows of their own (`every_v2_dev_state_survives_…`).
-        let bytes = checkpoint::encode_user(state, pipeline.fold().shared_replies());
-        let loaded = checkpoint::decode_user(&bytes).unwrap();
-        with_pending += usize::from(loaded.conversations().values().any(|c| !c.threads.pending.is_empty()));
-        restored.restore(id.clone(), loaded);
-        rows.push((id, state, bytes));
-    }
-    for (id, state, bytes) in rows {
-        let loaded = restored.user(id).unwrap();
-        let parts = |s: &unread::core::fold::UserState| (s.conversations().clone(), s.totals(), s.broadcasts().clone());
-        assert!(parts(loaded) == parts(state), "{id}");
-        assert!(checkpoint::encode_user(loaded, restored.shared_replies()) == bytes, "{id}: its row re-encodes");
-        with_threads += usize::from(state.conversations().values().any(|c| !c.threads.by_root.is_empty()));
-        with_reactions += usize::from(state.conversations().values().any(|c| !c.reactions.reacted.is_empty()));
-    }
-    assert!(with_threads > 400 && with_reactions > 100, "{with_threads} with threads, {with_reactions} with reactions");
-    assert!(with_pending > 1000, "{with_pending} users' rows carry pending replies");
     let mut teams = 0;
     for (id, conv) in pipeline.fanout().conversations() {
         let loaded = checkpoint::decode_conversation(&checkpoint::encode_conversation(conv)).unwrap();

@@ -215,11 +215,27 @@ fn wait_for_view(port: u16, user_id: &str, done: impl Fn(&UserView) -> bool) -> 
 /// the index's first unread comes from the read script), then replayed and verified against.
 #[test]
 fn v4_sigkill_mid_flow_then_replay_and_verify_against_is_exact_read_diffused() {
-    let Some(stack) = stack("v4_sigkill_mid_flow_then_replay_and_verify_against_is_exact_read_diffused") else {
-        return;
-    };
-    let (ns, flags) = (Ns::new(&stack, "v4kill"), ["--read-diffusion-threshold", "20"]);
-    sigkill_mid_flow_then_replay(&ns, &v4_dev_events(), &v4_dev_expected(), V3_DEV_NOW, &flags);
+    sigkill_mid_flow_then_replay_keeps_reply_rows(
+        "v4_sigkill_mid_flow_then_replay_and_verify_against_is_exact_read_diffused",
+        "v4kill",
+        &["--read-diffusion-threshold", "20"],
+    );
+}
+
+/// Write-diffused, the dev set's channels (64 members or more) send their replies once per fold partition too.
+#[test]
+fn v4_sigkill_mid_flow_then_replay_and_verify_against_is_exact_write_diffused() {
+    sigkill_mid_flow_then_replay_keeps_reply_rows(
+        "v4_sigkill_mid_flow_then_replay_and_verify_against_is_exact_write_diffused",
+        "v4killw",
+        &[],
+    );
+}
+
+fn sigkill_mid_flow_then_replay_keeps_reply_rows(test: &str, ns: &str, flags: &[&str]) {
+    let Some(stack) = stack(test) else { return };
+    let ns = Ns::new(&stack, ns);
+    sigkill_mid_flow_then_replay(&ns, &v4_dev_events(), &v4_dev_expected(), V3_DEV_NOW, flags);
     // The replies came once per fold partition, and each partition's checkpoint keeps them in rows of their own, a
     // chunk of seqs each.
     let rows = tokio::runtime::Runtime::new().unwrap().block_on(async {

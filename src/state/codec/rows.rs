@@ -558,11 +558,13 @@ impl UserRowV6 {
 
     /// The row of `state` in a fold whose pending replies are `shared`: each conversation's row carries the
     /// user's pending replies ([`crate::core::threads::Replies::pending_of`]), so that a fold restored from rows
-    /// holds them again.
+    /// holds them again, unless the conversation's replies have rows of their own
+    /// ([`crate::core::threads::Replies::has_rows`]), written in the same commit, which hold them all.
     pub(super) fn of(state: &UserState, shared: &SharedReplies) -> Self {
         let mut row = Self::from(state);
         for (id, conversation) in &mut row.conversations {
-            let (Some(c), Some(replies)) = (state.conversations().get(id), shared.get(id.as_str())) else { continue };
+            let replies = shared.get(id.as_str()).filter(|r| !r.has_rows());
+            let (Some(c), Some(replies)) = (state.conversations().get(id), replies) else { continue };
             let Some(joined) = c.joined_at.filter(|_| c.takes_replies()) else { continue };
             let pending = replies.pending_of(&c.threads, joined).map(|p| (p.seq, p.root, p.day, p.mention));
             conversation.pending.extend(pending);
