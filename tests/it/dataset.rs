@@ -245,16 +245,7 @@ fn v3_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
     let receipts = read_expected(repo_path("tests/data/ubuntu-irc/v3-dev-receipts.jsonl").to_str().unwrap());
     assert_eq!((expected.lines().count(), receipts.lines().count()), (1616, 14_056));
     assert!(expected.contains(r#""marked_unread":true"#), "the v3 set marks conversations unread");
-    let read_diffused = Diffusion::with_band(20, 10);
-    let (always, never) = (Diffusion::OFF.with_shared_from(1), Diffusion::OFF.with_shared_from(usize::MAX));
-    for (batch, diffusion) in [
-        (MAX_BATCH, Diffusion::OFF),
-        (1, Diffusion::OFF),
-        (97, Diffusion::OFF),
-        (97, read_diffused),
-        (97, always),
-        (MAX_BATCH, never),
-    ] {
+    for (batch, diffusion) in batchings() {
         let (views, got_receipts) = fold_v3(events.to_str().unwrap(), "2009-03-04T12:00:00Z", batch, diffusion);
         let case = format!("batch {batch}, {diffusion:?}");
         assert_same_views(&parse_views(&String::from_utf8(views.clone()).unwrap()), &parse_views(&expected));
@@ -388,6 +379,22 @@ fn fold_v4(path: &str, now: &str, batch: usize, diffusion: Diffusion) -> (Vec<u8
     fold_at(path, now, batch, diffusion, Shape::V4)
 }
 
+/// The batchings and diffusions the v3 and v4 dev sets are exact under: whole batches, one event at a time, 97;
+/// conversations of 20 members or more read-diffused; replies and reactions in deltas for every member in every
+/// conversation, and in none.
+fn batchings() -> [(usize, Diffusion); 6] {
+    let read_diffused = Diffusion::with_band(20, 10);
+    let (always, never) = (Diffusion::OFF.with_shared_from(1), Diffusion::OFF.with_shared_from(usize::MAX));
+    [
+        (MAX_BATCH, Diffusion::OFF),
+        (1, Diffusion::OFF),
+        (97, Diffusion::OFF),
+        (97, read_diffused),
+        (97, always),
+        (MAX_BATCH, never),
+    ]
+}
+
 /// Issue 46: the v4 dev set (threads, reactions, teams, the first unread) at the README's instant, byte for byte,
 /// counts and receipts, whatever the batching, with conversations of 20 members or more read-diffused, and
 /// whichever conversations send their replies and reactions in a delta for every member (all, from 64 members,
@@ -401,16 +408,7 @@ fn v4_dev_set_and_its_receipts_are_exact_byte_for_byte_at_its_instant() {
     for needle in [r#""threads":{"ubuntu"#, r#""reactions":1"#, r#""teams":{"y"#, r#""first_unread":1"#] {
         assert!(expected.contains(needle), "the v4 set holds {needle}");
     }
-    let read_diffused = Diffusion::with_band(20, 10);
-    let (always, never) = (Diffusion::OFF.with_shared_from(1), Diffusion::OFF.with_shared_from(usize::MAX));
-    for (batch, diffusion) in [
-        (MAX_BATCH, Diffusion::OFF),
-        (1, Diffusion::OFF),
-        (97, Diffusion::OFF),
-        (97, read_diffused),
-        (97, always),
-        (MAX_BATCH, never),
-    ] {
+    for (batch, diffusion) in batchings() {
         let (views, got_receipts, _) = fold_v4(events.to_str().unwrap(), "2009-03-04T12:00:00Z", batch, diffusion);
         let case = format!("batch {batch}, {diffusion:?}");
         assert_same_views(&parse_views(&String::from_utf8(views.clone()).unwrap()), &parse_views(&expected));
