@@ -198,9 +198,6 @@ struct ConvBatch<'e> {
     reacted: BTreeSet<u64>,
     /// v4: the team was decided in this batch: every member hears of it.
     team_decided: bool,
-    /// v4: the batch's replies go in a delta for every member (`ConvBatch::shared_ops`), so a user's own delta
-    /// carries only the threads it replied in or is named in (set by `ConvBatch::emit`).
-    runs_apart: bool,
 }
 
 impl FanOut {
@@ -318,7 +315,7 @@ impl FanOut {
                 batches[b] = ConvBatch::start(cid, state);
             }
         }
-        for batch in &mut batches {
+        for batch in &batches {
             batch.emit(&self.conversations[batch.conversation_id], &self.diffusion, &mut deltas);
             note_replies(&mut self.new_replies, batch);
         }
@@ -395,19 +392,12 @@ fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, 
 /// expiry buckets go with the seqs they hold.
 fn split_replies(all: DeltaOp) -> (Option<DeltaOp>, Option<DeltaOp>) {
     let DeltaOp::Messages { unread, mentions, read_to, expiry, own, threads } = all else { return (Some(all), None) };
-    let held = |seqs: &SeqSet| -> Vec<(i64, SeqSet)> {
-        let buckets = expiry.iter().map(|(day, bucket)| (*day, bucket.intersection(seqs)));
-        buckets.filter(|(_, b)| !b.is_empty()).collect()
-    };
-    let mut in_threads = SeqSet::new();
-    for run in threads.values() {
-        in_threads.union_above(&run.unread, 0);
-    }
+    let held = |seqs: &SeqSet| buckets_holding(expiry.iter().map(|(day, bucket)| (day, bucket)), seqs);
     let replies = (!threads.is_empty()).then(|| DeltaOp::Messages {
         unread: SeqSet::new(),
         mentions: SeqSet::new(),
         read_to: 0,
-        expiry: held(&in_threads),
+        expiry: held(&thread_seqs(&threads, SeqSet::new())),
         own: SeqSet::new(),
         threads,
     });
@@ -420,6 +410,20 @@ fn split_replies(all: DeltaOp) -> (Option<DeltaOp>, Option<DeltaOp>) {
         threads: BTreeMap::new(),
     });
     (main, replies)
+}
+
+/// `seqs` and every run's unread replies, in one set.
+fn thread_seqs(threads: &BTreeMap<u64, ThreadRun>, mut seqs: SeqSet) -> SeqSet {
+    for run in threads.values() {
+        seqs.union_above(&run.unread, 0);
+    }
+    seqs
+}
+
+/// Of the expiry buckets `expiry` (day, seqs), those that hold some of `seqs`, with only those seqs.
+fn buckets_holding<'a>(expiry: impl IntoIterator<Item = (&'a i64, &'a SeqSet)>, seqs: &SeqSet) -> Vec<(i64, SeqSet)> {
+    let buckets = expiry.into_iter().map(|(day, bucket)| (*day, bucket.intersection(seqs)));
+    buckets.filter(|(_, b)| !b.is_empty()).collect()
 }
 
 impl<'e> ConvBatch<'e> {
@@ -443,7 +447,6 @@ impl<'e> ConvBatch<'e> {
             named: Map::default(),
             reacted: BTreeSet::new(),
             team_decided: false,
-            runs_apart: false,
         }
     }
 
@@ -615,8 +618,10 @@ impl<'e> ConvBatch<'e> {
     /// The Messages op for a membership interval: messages with seq in `above+1 ..= upto` but the user's own
     /// (`own`, whose highest main-timeline seq is the op's `read_to`), and per thread its replies (v4). Messages
     /// below the user's own are sent too: the fold keeps them as read history, which "unread from here" counts
-    /// again (`CONTRACT.md` § v3).
-    fn messages(&self, user: &str, above: u64, upto: u64, own: &SeqSet) -> Option<DeltaOp> {
+    /// again (`CONTRACT.md` § v3). With `apart` (the batch's replies go in a delta for every member), the op keeps
+    /// only the threads the user replied in or is named in: any other reaches the user from that delta if it has a
+    /// stake, else from the fold's shared replies.
+    fn messages(&self, user: &str, above: u64, upto: u64, own: &SeqSet, apart: bool) -> Option<DeltaOp> {
         let mut unread = self.countable.slice(above, upto);
         let mut mentions = self.mention_all.slice(above, upto);
         if let Some(named) = self.mentioned.get(user) {
@@ -625,18 +630,11 @@ impl<'e> ConvBatch<'e> {
         unread.remove_all(own);
         mentions.remove_all(own);
         let mut threads = self.own_runs(own);
-        // With the replies in a delta for every member, a user's own delta keeps the threads it replied in or is
-        // named in: any other reaches it from that delta if it has a stake, else from the fold's shared replies.
-        let apart = self.runs_apart && !user.is_empty();
-        let named_roots: BTreeSet<u64> = match (apart, self.named.get(user)) {
-            (true, Some(seqs)) => seqs.iter().filter_map(|seq| self.roots.get(&seq).copied()).collect(),
-            _ => BTreeSet::new(),
-        };
-        let own_roots: BTreeSet<u64> = threads.keys().copied().collect();
-        let mine = |root: &u64| !apart || named_roots.contains(root) || own_roots.contains(root);
+        let named_roots = if apart { self.named_roots(user) } else { Vec::new() };
         for seq in self.replies.slice(above, upto).iter().filter(|seq| !own.contains(*seq)) {
             let root = self.roots[&seq];
-            if !mine(&root) {
+            // `threads` holds the threads of the user's own replies, and those it is named in once one is met.
+            if apart && !threads.contains_key(&root) && named_roots.binary_search(&root).is_err() {
                 continue;
             }
             let run = threads.entry(root).or_default();
@@ -649,16 +647,7 @@ impl<'e> ConvBatch<'e> {
         if unread.is_empty() && mentions.is_empty() && read_to == 0 && threads.is_empty() {
             return None;
         }
-        let mut held = unread.clone();
-        for run in threads.values() {
-            held.union_above(&run.unread, 0);
-        }
-        let expiry = self
-            .expiry
-            .iter()
-            .map(|(day, seqs)| (*day, seqs.intersection(&held)))
-            .filter(|(_, seqs)| !seqs.is_empty())
-            .collect();
+        let expiry = buckets_holding(&self.expiry, &thread_seqs(&threads, unread.clone()));
         Some(DeltaOp::Messages { unread, mentions, read_to, expiry, own: own.clone(), threads })
     }
 
@@ -695,10 +684,16 @@ impl<'e> ConvBatch<'e> {
     /// v4: the seqs of the batch that name `user`, with the threads of the replies among them.
     fn named_op(&self, user: &str) -> Option<DeltaOp> {
         let seqs = self.named.get(user)?;
-        let mut threads: Vec<u64> = seqs.iter().filter_map(|seq| self.roots.get(&seq).copied()).collect();
-        threads.sort_unstable();
-        threads.dedup();
-        Some(DeltaOp::Named { seqs: seqs.clone(), threads })
+        Some(DeltaOp::Named { seqs: seqs.clone(), threads: self.named_roots(user) })
+    }
+
+    /// v4: the roots of the threads of the batch's replies that name `user`, ascending, each once.
+    fn named_roots(&self, user: &str) -> Vec<u64> {
+        let seqs = self.named.get(user).into_iter().flat_map(|seqs| seqs.iter());
+        let mut roots: Vec<u64> = seqs.filter_map(|seq| self.roots.get(&seq).copied()).collect();
+        roots.sort_unstable();
+        roots.dedup();
+        roots
     }
 
     /// Whether `user` was a member at the start of the batch, from its first membership mark in the batch (a
@@ -739,10 +734,11 @@ impl<'e> ConvBatch<'e> {
         members
     }
 
-    fn emit(&mut self, state: &ConversationState, diffusion: &Diffusion, out: &mut Vec<Delta>) {
+    fn emit(&self, state: &ConversationState, diffusion: &Diffusion, out: &mut Vec<Delta>) {
         let (end_head, feed) = (state.head, state.kind == Some(ConversationKind::Feed));
         let shares = diffusion.shares(state.members.len());
-        self.runs_apart = !feed && (self.read_since.is_some() || shares);
+        // The batch's replies go in a delta for every member (`shared_ops`).
+        let apart = !feed && (self.read_since.is_some() || shares);
         let (shared, reactions, for_members) = self.shared_ops(state, shares);
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
@@ -770,9 +766,9 @@ impl<'e> ConvBatch<'e> {
         for user in self.start_members(state, everyone) {
             let mut ops = first(user);
             match self.timeline.get(user) {
-                Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, &mut ops),
+                Some(marks) => self.walk(user, Some(self.start_head), marks, end_head, apart, &mut ops),
                 None if self.named.contains_key(user) => {
-                    ops.extend(self.messages(user, self.start_head, end_head, &SeqSet::new()))
+                    ops.extend(self.messages(user, self.start_head, end_head, &SeqSet::new(), apart))
                 }
                 None => ops.extend(shared.clone()),
             }
@@ -791,7 +787,7 @@ impl<'e> ConvBatch<'e> {
         for user in others {
             let mut ops = first(user);
             if let Some(marks) = self.timeline.get(user) {
-                self.walk(user, None, marks, end_head, &mut ops);
+                self.walk(user, None, marks, end_head, apart, &mut ops);
             }
             last(user, &mut ops);
             if !ops.is_empty() {
@@ -812,7 +808,7 @@ impl<'e> ConvBatch<'e> {
     /// where replies and reactions count nowhere.
     fn shared_ops(&self, state: &ConversationState, shares: bool) -> (Option<DeltaOp>, Option<DeltaOp>, Vec<DeltaOp>) {
         let feed = state.kind == Some(ConversationKind::Feed);
-        let all = self.messages("", self.start_head, state.head, &SeqSet::new());
+        let all = self.messages("", self.start_head, state.head, &SeqSet::new(), false);
         let reactions = (!self.reacted.is_empty()).then(|| DeltaOp::Reactions {
             summaries: self.reacted.iter().map(|seq| state.reaction_summary(*seq)).collect(),
         });
@@ -836,8 +832,16 @@ impl<'e> ConvBatch<'e> {
     }
 
     /// Turns one user's marks into ops. `member_from` is the head from which the user is a member (None: not a
-    /// member) at the start of the batch.
-    fn walk(&self, user: &str, mut member_from: Option<u64>, marks: &[Mark], end_head: u64, ops: &mut Vec<DeltaOp>) {
+    /// member) at the start of the batch; `apart` as for [`ConvBatch::messages`].
+    fn walk(
+        &self,
+        user: &str,
+        mut member_from: Option<u64>,
+        marks: &[Mark],
+        end_head: u64,
+        apart: bool,
+        ops: &mut Vec<DeltaOp>,
+    ) {
         let mut own = SeqSet::new();
         for mark in marks {
             match *mark {
@@ -846,7 +850,7 @@ impl<'e> ConvBatch<'e> {
                 }
                 Mark::Leave(head) => {
                     if let Some(from) = member_from.take() {
-                        ops.extend(self.messages(user, from, head, &own));
+                        ops.extend(self.messages(user, from, head, &own, apart));
                         own.clear();
                         ops.push(DeltaOp::Left);
                     }
@@ -865,7 +869,7 @@ impl<'e> ConvBatch<'e> {
             }
         }
         match member_from {
-            Some(from) => ops.extend(self.messages(user, from, end_head, &own)),
+            Some(from) => ops.extend(self.messages(user, from, end_head, &own, apart)),
             None if !own.is_empty() => ops.push(self.own_op(&own)),
             None => {}
         }

@@ -153,10 +153,11 @@ impl ConvState {
         }
     }
 
-    /// Whether the user is a member of this read-diffused conversation, no feed: its replies come in deltas for
-    /// every member ([`Stakes`]).
-    pub fn diffused(&self) -> bool {
-        self.read_from.is_some() && !self.feed
+    /// Whether the fold keeps the user's [`Stakes`] here: in any conversation that is no feed, whose replies and
+    /// reactions may come in deltas for every member (read-diffused, or large:
+    /// [`crate::core::hybrid::Diffusion::shares`]).
+    pub fn keeps_stakes(&self) -> bool {
+        !self.feed
     }
 
     /// v4: every seq that may root a thread the user follows (`CONTRACT.md` § v4): those it sent, those naming it,
@@ -993,13 +994,12 @@ fn may_change_replies(op: &DeltaOp) -> bool {
     }
 }
 
-/// Notes in `stakes` what a delta just applied to `user` gave it a stake in, in a conversation that is no feed
-/// (deltas for every member reach any other, read-diffused or large: [`crate::core::hybrid::Diffusion::shares`]):
+/// Notes in `stakes` what a delta just applied to `user` gave it a stake in ([`ConvState::keeps_stakes`]):
 /// everything when it became read-diffused for the user, else the seqs it sent or is named in and the threads it
 /// replied in.
 fn note_stakes(stakes: &mut Stakes, user: &UserState, delta: &Delta) {
     let id = delta.conversation_id.as_str();
-    let Some(c) = user.conversations.get(id).filter(|c| !c.feed) else { return };
+    let Some(c) = user.conversations.get(id).filter(|c| c.keeps_stakes()) else { return };
     let user_id = delta.user_id.as_str();
     for op in &delta.ops {
         match op {
@@ -1197,7 +1197,8 @@ impl Fold {
             UserEvent::ThreadFollowed(e) => Some((&e.conversation_id, e.thread_root)),
             _ => None,
         };
-        if let Some((id, root)) = thread.filter(|(id, _)| user.conversations.get(*id).is_some_and(|c| !c.feed)) {
+        if let Some((id, root)) = thread.filter(|(id, _)| user.conversations.get(*id).is_some_and(|c| c.keeps_stakes()))
+        {
             self.stakes.add(id, event.user_id(), [root]);
         }
         if let Some(id) = conversation_id {
@@ -1224,7 +1225,7 @@ impl Fold {
                 let replies = self.shared.entry_ref(id.as_str()).or_default();
                 std::mem::take(&mut c.threads.pending).into_iter().for_each(|p| replies.insert(p));
             }
-            if !c.feed {
+            if c.keeps_stakes() {
                 self.stakes.add(id, &user_id, c.stakes());
             }
         }
