@@ -35,9 +35,10 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// An empty pipeline (read diffusion from the default threshold).
+    /// An empty pipeline (read diffusion from the default threshold). Its fan-out feeds one fold, so replies and
+    /// reactions always go in a delta for every member ([`Diffusion::for_one_fold`]).
     pub fn new() -> Self {
-        Self::default()
+        Self::with_diffusion(Diffusion::default().for_one_fold())
     }
 
     /// An empty pipeline with the given read-diffusion policy.

@@ -81,7 +81,7 @@ impl FoldArgs {
     /// Errors: unreadable input, an invalid line (unless skipping), unwritable output.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let started = Instant::now();
-        let diffusion = crate::core::hybrid::Diffusion::from_threshold(self.read_diffusion_threshold);
+        let diffusion = crate::core::hybrid::Diffusion::from_threshold(self.read_diffusion_threshold).for_one_fold();
         let mut pipeline = Pipeline::with_diffusion(diffusion).without_own_changes();
         if self.receipts.is_some() {
             pipeline.keep_receipts();

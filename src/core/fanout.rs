@@ -631,7 +631,12 @@ impl<'e> ConvBatch<'e> {
         mentions.remove_all(own);
         let mut threads = self.own_runs(own);
         let named_roots = if apart { self.named_roots(user) } else { Vec::new() };
-        for seq in self.replies.slice(above, upto).iter().filter(|seq| !own.contains(*seq)) {
+        // Apart, a user with no reply of its own and not named in one takes none of the batch's replies here.
+        let replies = match apart && threads.is_empty() && named_roots.is_empty() {
+            true => SeqSet::new(),
+            false => self.replies.slice(above, upto),
+        };
+        for seq in replies.iter().filter(|seq| !own.contains(*seq)) {
             let root = self.roots[&seq];
             // `threads` holds the threads of the user's own replies, and those it is named in once one is met.
             if apart && !threads.contains_key(&root) && named_roots.binary_search(&root).is_err() {

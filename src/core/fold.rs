@@ -1069,7 +1069,7 @@ impl Fold {
             self.note_replies_changed(&delta.conversation_id);
         }
         let user = &mut **self.users.entry_ref(delta.user_id.as_str()).or_default();
-        let before = user.receipt_entry(&delta.conversation_id);
+        let before = (!skip_own_changes).then(|| user.receipt_entry(&delta.conversation_id)).flatten();
         let mut added = 0;
         for op in &delta.ops {
             added += match skip_own_changes {

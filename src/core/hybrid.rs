@@ -72,6 +72,13 @@ impl Diffusion {
         Self { shared_from: members, ..self }
     }
 
+    /// The same, for a fan-out whose deltas all go to one fold (`unread fold`, the benchmarks' in-memory pipeline):
+    /// a delta for every member reaches that fold once, so every write-diffused conversation's replies and
+    /// reactions go in one ([`Diffusion::with_shared_from`] 1).
+    pub fn for_one_fold(self) -> Self {
+        self.with_shared_from(1)
+    }
+
     /// Whether a write-diffused conversation with `members` members (at the end of a batch) sends the batch's
     /// replies and reactions once to each fold, which gives them to the members with a stake in them
     /// ([`crate::core::stakes::Stakes`]), instead of in each member's delta.

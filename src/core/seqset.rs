@@ -241,15 +241,35 @@ impl SeqSet {
         None
     }
 
-    /// The seqs in both `self` and `other` (a merge of the two range lists: O(ranges of both)).
+    /// The seqs in both `self` and `other`: a merge of the two range lists, O(ranges of both), except when one
+    /// holds far fewer ranges than the other (a few new seqs against a long history), where each of its ranges is
+    /// looked up in the other by binary search, O(ranges of the smaller × log ranges of the larger).
     pub fn intersection(&self, other: &SeqSet) -> SeqSet {
-        let (mut out, mut i, mut j) = (SeqSet::new(), 0, 0);
-        while let (Some(&(a_lo, a_hi)), Some(&(b_lo, b_hi))) = (self.ranges.get(i), other.ranges.get(j)) {
-            out.insert_range(a_lo.max(b_lo), a_hi.min(b_hi));
-            if a_hi < b_hi {
-                i += 1;
-            } else {
-                j += 1;
+        let (small, large) = match self.ranges.len() <= other.ranges.len() {
+            true => (&self.ranges, &other.ranges),
+            false => (&other.ranges, &self.ranges),
+        };
+        let mut out = SeqSet::new();
+        if large.len() <= 8 * small.len() {
+            let (mut i, mut j) = (0, 0);
+            while let (Some(&(a_lo, a_hi)), Some(&(b_lo, b_hi))) = (small.get(i), large.get(j)) {
+                out.insert_range(a_lo.max(b_lo), a_hi.min(b_hi));
+                if a_hi < b_hi {
+                    i += 1;
+                } else {
+                    j += 1;
+                }
+            }
+            return out;
+        }
+        let mut from = 0;
+        for &(lo, hi) in small {
+            from += large[from..].partition_point(|r| r.1 < lo);
+            for &(l_lo, l_hi) in large[from..].iter().take_while(|r| r.0 <= hi) {
+                out.insert_range(lo.max(l_lo), hi.min(l_hi));
+                if l_hi > hi {
+                    break; // it may overlap the next range of `small` too: the search resumes at it
+                }
             }
         }
         out
@@ -349,7 +369,7 @@ mod tests {
         }
 
         #[test]
-        fn slice_and_union_above_agree_with_filters(a in proptest::collection::btree_set(0u64..80, 0..40),
+        fn slice_intersection_and_union_above_agree_with_filters(a in proptest::collection::btree_set(0u64..80, 0..40),
                                                     b in proptest::collection::btree_set(0u64..80, 0..40),
                                                     above in 0u64..80, upto in 0u64..80) {
             let sa: SeqSet = a.iter().copied().collect();
@@ -360,6 +380,9 @@ mod tests {
             prop_assert_eq!(sa.first_in(&sb, above), first_in);
             let first_not_in = a.iter().copied().find(|s| *s > above && !b.contains(s));
             prop_assert_eq!(sa.first_not_in(&sb, above), first_not_in);
+            let both: Vec<u64> = a.intersection(&b).copied().collect();
+            prop_assert_eq!(sa.intersection(&sb).iter().collect::<Vec<_>>(), both.clone());
+            prop_assert_eq!(sb.intersection(&sa).iter().collect::<Vec<_>>(), both);
             let mut u = sa.clone();
             let added = u.union_above(&sb, above);
             let expect: BTreeSet<u64> = a.iter().copied().chain(b.iter().copied().filter(|s| *s > above)).collect();
