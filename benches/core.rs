@@ -38,6 +38,9 @@ fn time<T>(f: impl FnOnce() -> T) -> (Sample, T) {
     (Sample { wall, user: user1 - user0, sys: sys1 - sys0 }, out)
 }
 
+// Each pass is a function of its own, never inlined, so that `scripts/bench-core --instructions` can count the
+// instructions of each under callgrind.
+#[inline(never)]
 fn gunzip_only(path: &str) -> u64 {
     let mut input = open_input(path).unwrap();
     let mut buf = vec![0u8; 1 << 20];
@@ -50,6 +53,7 @@ fn gunzip_only(path: &str) -> u64 {
     }
 }
 
+#[inline(never)]
 fn parse_only(path: &str) -> u64 {
     let mut events = 0;
     let stats = for_each_batch(
@@ -65,6 +69,7 @@ fn parse_only(path: &str) -> u64 {
 
 /// What `unread fold --input path --output /dev/null` does. The pipeline is returned, to be dropped outside the
 /// timing, as the binary leaves it to the process's exit.
+#[inline(never)]
 fn fold(path: &str) -> (u64, u64, usize, Pipeline) {
     let mut pipeline = Pipeline::new().without_own_changes();
     let stats =
