@@ -433,7 +433,7 @@ fn check_v3(id: &str, c: &ConvState) -> Result<(), String> {
     if (!c.is_member() || c.feed) && !c.read.is_empty() {
         return Err(format!("conversation {id:?}: read history kept while not a member or in a feed"));
     }
-    if c.read.ranges().first().is_some_and(|r| r.0 <= lo) || c.read.max().is_some_and(|m| m > hi) {
+    if c.read.min().is_some_and(|m| m <= lo) || c.read.max().is_some_and(|m| m > hi) {
         return Err(format!("conversation {id:?}: read history outside {lo}..={hi}"));
     }
     if c.read_mentions.iter().any(|m| !c.read.contains(m)) {
@@ -463,7 +463,7 @@ fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
     if c.unread.max().is_some_and(|m| m > since) {
         return Err(format!("conversation {id:?}: unread above the switch at {since}"));
     }
-    if c.named.ranges().first().is_some_and(|r| r.0 <= since.max(c.named_kept_above())) {
+    if c.named.min().is_some_and(|m| m <= since.max(c.named_kept_above())) {
         return Err(format!(
             "conversation {id:?}: a named mention at or below the switch, the join or (feed) the cursor"
         ));
@@ -725,7 +725,7 @@ impl UserState {
             if !c.is_member() && holds_counts {
                 return Err(format!("conversation {id:?}: unread kept while not a member"));
             }
-            if c.unread.ranges().first().is_some_and(|r| r.0 <= c.cursor()) {
+            if c.unread.min().is_some_and(|m| m <= c.cursor()) {
                 return Err(format!("conversation {id:?}: unread at or below the cursor {}", c.cursor()));
             }
             if c.mentions.iter().any(|m| !c.unread.contains(m)) {

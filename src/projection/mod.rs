@@ -320,7 +320,7 @@ pub fn receipt_key(prefix: &str, kind: &str, conversation_id: &str) -> String {
 
 /// A seq set as the receipts' `sent` string: `"lo-hi lo-hi …"`.
 pub fn ranges_value(set: &crate::core::seqset::SeqSet) -> String {
-    let ranges: Vec<String> = set.ranges().iter().map(|(lo, hi)| format!("{lo}-{hi}")).collect();
+    let ranges: Vec<String> = set.runs().map(|(lo, hi)| format!("{lo}-{hi}")).collect();
     ranges.join(" ")
 }
 

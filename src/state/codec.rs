@@ -75,7 +75,7 @@ pub enum CheckpointError {
 type Ranges = Vec<(u64, u64)>;
 
 fn ranges(set: &SeqSet) -> Ranges {
-    set.ranges().to_vec()
+    set.runs().collect()
 }
 
 fn set(ranges: Ranges) -> Result<SeqSet, CheckpointError> {
