@@ -256,6 +256,52 @@ fn ranges_remove(ranges: &mut Vec<(u64, u64)>, lo: u64, hi: u64) {
     }
 }
 
+/// The seqs in two bitmaps `(base, words)`: the AND of the words they share.
+fn bits_and((a_base, a): (u64, &[u64]), (b_base, b): (u64, &[u64])) -> SeqSet {
+    let mut out = SeqSet::new();
+    let from = a_base.max(b_base);
+    let to = (a_base + 64 * a.len() as u64).min(b_base + 64 * b.len() as u64); // exclusive
+    if from >= to {
+        return out;
+    }
+    let (i, j, n) = (((from - a_base) / 64) as usize, ((from - b_base) / 64) as usize, ((to - from) / 64) as usize);
+    let words: Vec<u64> = a[i..i + n].iter().zip(&b[j..j + n]).map(|(x, y)| x & y).collect();
+    out.len = words.iter().map(|w| w.count_ones() as u64).sum();
+    out.store = Store::Bits { base: from, words };
+    out.trim_bits();
+    out
+}
+
+/// The seqs in two range lists: a merge, or, when one has over 8 times the ranges of the other, a binary search
+/// of each range of the smaller in the larger.
+fn ranges_intersection(a: &[(u64, u64)], b: &[(u64, u64)]) -> SeqSet {
+    let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let mut out = SeqSet::new();
+    if large.len() <= 8 * small.len() {
+        let (mut i, mut j) = (0, 0);
+        while let (Some(&(a_lo, a_hi)), Some(&(b_lo, b_hi))) = (small.get(i), large.get(j)) {
+            out.insert_range(a_lo.max(b_lo), a_hi.min(b_hi));
+            if a_hi < b_hi {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        return out;
+    }
+    let mut from = 0;
+    for &(lo, hi) in small {
+        from += large[from..].partition_point(|r| r.1 < lo);
+        for &(l_lo, l_hi) in large[from..].iter().take_while(|r| r.0 <= hi) {
+            out.insert_range(lo.max(l_lo), hi.min(l_hi));
+            if l_hi > hi {
+                break; // it may overlap the next range of `small` too: the search resumes at it
+            }
+        }
+    }
+    out
+}
+
 impl SeqSet {
     /// An empty set.
     pub const fn new() -> Self {
@@ -563,59 +609,33 @@ impl SeqSet {
 
     /// The seqs in both `self` and `other`. Two bitmaps: a word-by-word AND. Two range lists: a merge, O(ranges of
     /// both), except when one holds far fewer ranges than the other (a few new seqs against a long history), where
-    /// each of its ranges is looked up in the other by binary search. A range list and a bitmap: each range is
-    /// looked up in the bitmap.
+    /// each of its ranges is looked up in the other by binary search. One of each: the ranges of the one with fewer
+    /// pieces (ranges or words) are looked up in the other.
     pub fn intersection(&self, other: &SeqSet) -> SeqSet {
-        let mut out = SeqSet::new();
         match (&self.store, &other.store) {
             (Store::Bits { base: a_base, words: a }, Store::Bits { base: b_base, words: b }) => {
-                let from = (*a_base).max(*b_base);
-                let to = (a_base + 64 * a.len() as u64).min(b_base + 64 * b.len() as u64); // exclusive
-                if from >= to {
-                    return out;
-                }
-                let (i, j, n) =
-                    (((from - a_base) / 64) as usize, ((from - b_base) / 64) as usize, ((to - from) / 64) as usize);
-                let words: Vec<u64> = a[i..i + n].iter().zip(&b[j..j + n]).map(|(x, y)| x & y).collect();
-                out.len = words.iter().map(|w| w.count_ones() as u64).sum();
-                out.store = Store::Bits { base: from, words };
-                out.trim_bits();
+                bits_and((*a_base, a), (*b_base, b))
             }
-            (Store::Runs(ranges), Store::Bits { .. }) | (Store::Bits { .. }, Store::Runs(ranges)) => {
-                let bits = if matches!(self.store, Store::Bits { .. }) { self } else { other };
-                for &(lo, hi) in ranges {
-                    for (a, b) in bits.runs_from(lo).take_while(|r| r.0 <= hi) {
+            (Store::Runs(a), Store::Runs(b)) => ranges_intersection(a, b),
+            _ => {
+                let (few, many) = if self.pieces() <= other.pieces() { (self, other) } else { (other, self) };
+                let mut out = SeqSet::new();
+                for (lo, hi) in few.runs() {
+                    for (a, b) in many.runs_from(lo).take_while(|r| r.0 <= hi) {
                         out.insert_range(a, b.min(hi));
                     }
                 }
-            }
-            (Store::Runs(a), Store::Runs(b)) => {
-                let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-                if large.len() <= 8 * small.len() {
-                    let (mut i, mut j) = (0, 0);
-                    while let (Some(&(a_lo, a_hi)), Some(&(b_lo, b_hi))) = (small.get(i), large.get(j)) {
-                        out.insert_range(a_lo.max(b_lo), a_hi.min(b_hi));
-                        if a_hi < b_hi {
-                            i += 1;
-                        } else {
-                            j += 1;
-                        }
-                    }
-                    return out;
-                }
-                let mut from = 0;
-                for &(lo, hi) in small {
-                    from += large[from..].partition_point(|r| r.1 < lo);
-                    for &(l_lo, l_hi) in large[from..].iter().take_while(|r| r.0 <= hi) {
-                        out.insert_range(lo.max(l_lo), hi.min(l_hi));
-                        if l_hi > hi {
-                            break; // it may overlap the next range of `small` too: the search resumes at it
-                        }
-                    }
-                }
+                out
             }
         }
-        out
+    }
+
+    /// How many ranges or bitmap words the set holds.
+    fn pieces(&self) -> usize {
+        match &self.store {
+            Store::Runs(ranges) => ranges.len(),
+            Store::Bits { words, .. } => words.len(),
+        }
     }
 
     /// Removes every seq of `other`; returns how many were removed.
