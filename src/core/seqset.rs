@@ -411,13 +411,25 @@ impl SeqSet {
     /// [`SeqSet::insert_range`] on a bitmap: grows it to cover `lo..=hi`, unless ranges would be the smaller form
     /// then.
     fn bits_insert(&mut self, lo: u64, hi: u64) -> u64 {
+        if !self.bits_cover(lo, hi, 1) {
+            return self.insert_range(lo, hi);
+        }
+        let Store::Bits { base, words } = &mut self.store else { unreachable!("a bitmap") };
+        let added = set_bits(words, lo - *base, hi - *base);
+        self.len += added;
+        added
+    }
+
+    /// Grows a bitmap to cover `lo..=hi`, to which up to `runs` ranges are about to be added; returns false, and
+    /// leaves the set as ranges, when ranges would then be the smaller form (a long run, far from the others).
+    fn bits_cover(&mut self, lo: u64, hi: u64, runs: u64) -> bool {
         let Store::Bits { base, words } = &mut self.store else { unreachable!("a bitmap") };
         let last = *base + 64 * words.len() as u64 - 1;
         let new_base = (*base).min(lo & !63);
         let span = (hi.max(last) - new_base) / 64 + 1; // words after the insert
-        if span > 2 * words.len() as u64 + 64 && span > 4 * (count_runs(words) as u64 + 1) {
+        if span > 2 * words.len() as u64 + 64 && span > 4 * (count_runs(words) as u64 + runs) {
             self.become_ranges();
-            return self.insert_range(lo, hi);
+            return false;
         }
         let capacity = words.capacity();
         if new_base < *base {
@@ -428,13 +440,15 @@ impl SeqSet {
         if span as usize > words.len() {
             words.resize(span as usize, 0);
         }
-        let added = set_bits(words, lo - *base, hi - *base);
-        let regrown = words.capacity() != capacity;
-        self.len += added;
-        if regrown {
-            self.settle_grown_bits();
+        if words.capacity() != capacity {
+            // A bitmap that grew its allocation: back to ranges if its words exceed four times its ranges (a long
+            // run appended, say). Counting the ranges takes O(words), once per doubling.
+            if words.len() > 4 * (count_runs(words) + runs as usize) {
+                self.become_ranges();
+                return false;
+            }
         }
-        added
+        true
     }
 
     /// Removes one seq; returns whether it was present.
@@ -651,7 +665,29 @@ impl SeqSet {
     }
 
     /// Adds every seq of `other` that is above `above`; returns how many were new.
+    /// Two bitmaps: a word-by-word OR; a bitmap into an empty set: its words, copied.
     pub fn union_above(&mut self, other: &SeqSet, above: u64) -> u64 {
+        if let Store::Bits { base: from_base, words: from } = &other.store {
+            let (Some((lo, _)), Some(hi)) = (other.runs_from(above + 1).next(), other.max()) else { return 0 };
+            if self.is_empty() {
+                *self = other.slice(above, hi);
+                return self.len;
+            }
+            if matches!(self.store, Store::Bits { .. }) && self.bits_cover(lo, hi, other.pieces() as u64) {
+                let Store::Bits { base, words } = &mut self.store else { unreachable!("a bitmap") };
+                let (skip, shift) =
+                    (((lo - from_base) / 64) as usize, (from_base + 64 * ((lo - from_base) / 64) - *base) / 64);
+                let mut added = 0;
+                for (k, &w) in from.iter().enumerate().skip(skip) {
+                    let w = if k == skip { w & (u64::MAX << ((lo - from_base) % 64)) } else { w };
+                    let target = &mut words[shift as usize + k - skip];
+                    added += (w & !*target).count_ones() as u64;
+                    *target |= w;
+                }
+                self.len += added;
+                return added;
+            }
+        }
         other.runs_from(above + 1).map(|(lo, hi)| self.insert_range(lo, hi)).sum()
     }
 
@@ -672,16 +708,6 @@ impl SeqSet {
             set_bits(&mut words, lo - base, hi - base);
         }
         self.store = Store::Bits { base, words };
-    }
-
-    /// A bitmap that grew its allocation: back to ranges if its words exceed four times its ranges (a long run
-    /// appended, say). Counting the ranges takes O(words), once per doubling.
-    fn settle_grown_bits(&mut self) {
-        if let Store::Bits { words, .. } = &self.store {
-            if words.len() > 4 * count_runs(words) {
-                self.become_ranges();
-            }
-        }
     }
 
     /// Drops a bitmap's zero words at either end (an empty set becomes ranges), and turns it back into ranges when
