@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 /// Kept as ranges, or as a bitmap from a multiple of 64 when the ranges outnumber the bitmap's 64-bit words (16
 /// bytes per range against 8 per word); back to ranges when the words exceed four times the ranges. The form is
 /// invisible: equality, iteration and serialization see the seqs only.
-#[derive(Clone, Default, Serialize, Deserialize)]
-#[serde(try_from = "Vec<(u64, u64)>", into = "Vec<(u64, u64)>")]
+#[derive(Clone, Default, Deserialize)]
+#[serde(try_from = "Vec<(u64, u64)>")]
 pub struct SeqSet {
     store: Store,
     len: u64,
@@ -76,6 +76,22 @@ impl From<SeqSet> for Vec<(u64, u64)> {
             Store::Runs(ranges) => ranges,
             Store::Bits { .. } => set.runs().collect(),
         }
+    }
+}
+
+/// As the list of its maximal ranges, written from either form without a copy.
+impl Serialize for SeqSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let runs = match &self.store {
+            Store::Runs(ranges) => ranges.len(),
+            Store::Bits { words, .. } => count_runs(words),
+        };
+        let mut seq = serializer.serialize_seq(Some(runs))?;
+        for run in self.runs() {
+            seq.serialize_element(&run)?;
+        }
+        seq.end()
     }
 }
 
@@ -906,6 +922,8 @@ mod tests {
             prop_assert_eq!(grown.remove(x), had);
             prop_assert!(!grown.contains(x));
             check_invariants(&grown);
+            prop_assert_eq!(serde_json::to_string(&sa).unwrap(), serde_json::to_string(&Vec::from(sa.clone())).unwrap());
+            prop_assert_eq!(postcard::to_allocvec(&sa).unwrap(), postcard::to_allocvec(&Vec::from(sa.clone())).unwrap());
             let back = SeqSet::try_from(Vec::from(sa.clone()));
             prop_assert_eq!(back.as_ref(), Ok(&sa));
         }
