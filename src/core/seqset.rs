@@ -187,27 +187,31 @@ impl Iterator for Runs<'_> {
     }
 }
 
+/// Calls `f(word, mask)` on each word holding bits `from..=to` (bit indexes), with the mask of those bits in it.
+fn each_masked(words: &mut [u64], from: u64, to: u64, mut f: impl FnMut(&mut u64, u64)) {
+    let (a, b) = ((from / 64) as usize, (to / 64) as usize);
+    for (k, word) in words.iter_mut().enumerate().take(b + 1).skip(a) {
+        f(word, mask(if k == a { from % 64 } else { 0 }, if k == b { to % 64 } else { 63 }));
+    }
+}
+
 /// Sets bits `from..=to` (bit indexes); returns how many were clear.
 fn set_bits(words: &mut [u64], from: u64, to: u64) -> u64 {
-    let (a, b) = ((from / 64) as usize, (to / 64) as usize);
     let mut added = 0;
-    for (k, word) in words.iter_mut().enumerate().take(b + 1).skip(a) {
-        let m = mask(if k == a { from % 64 } else { 0 }, if k == b { to % 64 } else { 63 });
+    each_masked(words, from, to, |word, m| {
         added += (m & !*word).count_ones() as u64;
         *word |= m;
-    }
+    });
     added
 }
 
 /// Clears bits `from..=to` (bit indexes); returns how many were set.
 fn clear_bits(words: &mut [u64], from: u64, to: u64) -> u64 {
-    let (a, b) = ((from / 64) as usize, (to / 64) as usize);
     let mut removed = 0;
-    for (k, word) in words.iter_mut().enumerate().take(b + 1).skip(a) {
-        let m = mask(if k == a { from % 64 } else { 0 }, if k == b { to % 64 } else { 63 });
+    each_masked(words, from, to, |word, m| {
         removed += (m & *word).count_ones() as u64;
         *word &= !m;
-    }
+    });
     removed
 }
 
@@ -274,18 +278,13 @@ fn ranges_remove(ranges: &mut Vec<(u64, u64)>, lo: u64, hi: u64) {
 
 /// The seqs in two bitmaps `(base, words)`: the AND of the words they share.
 fn bits_and((a_base, a): (u64, &[u64]), (b_base, b): (u64, &[u64])) -> SeqSet {
-    let mut out = SeqSet::new();
     let from = a_base.max(b_base);
     let to = (a_base + 64 * a.len() as u64).min(b_base + 64 * b.len() as u64); // exclusive
     if from >= to {
-        return out;
+        return SeqSet::new();
     }
     let (i, j, n) = (((from - a_base) / 64) as usize, ((from - b_base) / 64) as usize, ((to - from) / 64) as usize);
-    let words: Vec<u64> = a[i..i + n].iter().zip(&b[j..j + n]).map(|(x, y)| x & y).collect();
-    out.len = words.iter().map(|w| w.count_ones() as u64).sum();
-    out.store = Store::Bits { base: from, words };
-    out.trim_bits();
-    out
+    SeqSet::of_words(from, a[i..i + n].iter().zip(&b[j..j + n]).map(|(x, y)| x & y).collect())
 }
 
 /// The seqs in two range lists: a merge, or, when one has over 8 times the ranges of the other, a binary search
@@ -556,12 +555,18 @@ impl SeqSet {
                 if t < end {
                     clear_bits(&mut cut, t + 1, end);
                 }
-                out.len = cut.iter().map(|w| w.count_ones() as u64).sum();
-                out.store = Store::Bits { base: cut_base, words: cut };
-                out.trim_bits();
+                out = SeqSet::of_words(cut_base, cut);
             }
         }
         out
+    }
+
+    /// The set of a bitmap's words from `base` (a multiple of 64), in its settled form.
+    fn of_words(base: u64, words: Vec<u64>) -> SeqSet {
+        let len = words.iter().map(|w| w.count_ones() as u64).sum();
+        let mut set = SeqSet { store: Store::Bits { base, words }, len };
+        set.trim_bits();
+        set
     }
 
     /// How many seqs are above `above`, without copying.
@@ -681,6 +686,7 @@ impl SeqSet {
     }
 
     /// Adds every seq of `other` that is above `above`; returns how many were new.
+    ///
     /// Two bitmaps: a word-by-word OR; a bitmap into an empty set: its words, copied.
     pub fn union_above(&mut self, other: &SeqSet, above: u64) -> u64 {
         if let Store::Bits { base: from_base, words: from } = &other.store {
