@@ -11,6 +11,8 @@
 //! Applying a delta is idempotent, and so is applying again any suffix of the deltas of one conversation already
 //! applied (what a fan-out that restarts from its checkpoint produces): see `docs/semantics.md`.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::core::seqset::SeqSet;
@@ -24,8 +26,9 @@ use crate::core::seqset::SeqSet;
 pub struct Delta {
     /// The recipient, also the record key on `unread.user-deltas`.
     pub user_id: String,
-    /// The conversation the ops are about.
-    pub conversation_id: String,
+    /// The conversation the ops are about: shared by every delta of one batch of the conversation (one id for
+    /// its members' deltas, not a copy each).
+    pub conversation_id: Arc<str>,
     /// In order; empty only in a delta that just says the conversation became a feed.
     pub ops: Vec<DeltaOp>,
     /// The conversation is a feed (`CONTRACT.md` § v2, "Kind"): its counts go to `feed_unread`. Absent (false) on
@@ -41,7 +44,7 @@ pub struct Delta {
     /// v4: the conversation's team (`CONTRACT.md` § v4, "Teams"), on every delta of a conversation that has one.
     /// Absent on the wire otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub team: Option<String>,
+    pub team: Option<Arc<str>>,
 }
 
 impl Delta {

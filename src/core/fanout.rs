@@ -18,6 +18,7 @@
 //! A switch splits the batch at the membership event that causes it: what came before is emitted first.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -378,13 +379,15 @@ fn switch(
 /// One delta per current member with the switch's op.
 fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, out: &mut Vec<Delta>) {
     let feed = state.kind == Some(ConversationKind::Feed);
+    let (conversation_id, team): (Arc<str>, Option<Arc<str>>) =
+        (conversation_id.into(), state.team.as_deref().map(Arc::from));
     out.extend(state.members.keys().map(|user| Delta {
         user_id: user.clone(),
-        conversation_id: conversation_id.to_owned(),
+        conversation_id: conversation_id.clone(),
         ops: vec![op.clone()],
         feed,
         source: None,
-        team: state.team.clone(),
+        team: team.clone(),
     }));
 }
 
@@ -745,13 +748,16 @@ impl<'e> ConvBatch<'e> {
         // The batch's replies go in a delta for every member (`shared_ops`).
         let apart = !feed && (self.read_since.is_some() || shares);
         let (shared, reactions, for_members) = self.shared_ops(state, shares);
+        // One id and team for all the batch's deltas.
+        let (conversation_id, team): (Arc<str>, Option<Arc<str>>) =
+            (self.conversation_id.into(), state.team.as_deref().map(Arc::from));
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
-            conversation_id: self.conversation_id.to_owned(),
+            conversation_id: conversation_id.clone(),
             ops,
             feed,
             source: None,
-            team: state.team.clone(),
+            team: team.clone(),
         };
         let decided = self.became_feed || self.team_decided;
         // What every user's delta starts with (the batch's recalls, then what names the user) and ends with.

@@ -100,7 +100,25 @@ pub struct ConvState {
     /// v4: the conversation's team (§ v4, "Teams"), from the deltas.
     #[serde(default)]
     pub team: Option<String>,
+    /// What the conversation added to the user's totals after the last change the fold made to it, so that the
+    /// next change need not compute it again. Not part of the state's value: a state loaded from its checkpoint
+    /// has none, and two states are equal whatever they hold here.
+    #[serde(skip)]
+    pub part: Part,
 }
+
+/// A conversation's part of its user's totals as the fold last computed it, if it did (see [`ConvState::part`]):
+/// only the fold reads or sets it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Part(Option<Sums>);
+
+impl PartialEq for Part {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Part {}
 
 /// What the read receipts of one conversation (`CONTRACT.md` § v3) have not heard yet of the user: the changes of
 /// its [`ConvState::own`] (the conversation side's senders follow them) and whether its membership changed.
@@ -247,16 +265,31 @@ impl ConvState {
         if !self.is_member() {
             return Sums::default();
         }
-        let sums = Sums::of_member(unread, mentions, self.muted, self.feed, self.is_marked());
+        let sums = self.contribution_of_main((unread, mentions));
         match self.feed {
             true => sums,
             false => sums.with_v4(self.threads.totals_at(&self.authored, today), self.muted, self.reactions.count()),
         }
     }
 
+    /// A member's part without the v4 counters, with these (unread, mentions).
+    fn contribution_of_main(&self, (unread, mentions): (u64, u64)) -> Sums {
+        Sums::of_member(unread, mentions, self.muted, self.feed, self.is_marked())
+    }
+
     /// What the conversation adds to the incremental totals (nothing expired).
     fn contribution(&self) -> Sums {
         self.contribution_of(self.counts(), crate::core::expiry::NEVER)
+    }
+
+    /// [`ConvState::contribution`] after a change that left the user's threads, reactions, mute, kind and
+    /// membership here as they were, given the contribution `before` it: the v4 counters are `before`'s, so only
+    /// the conversation's own counts are walked.
+    fn contribution_after_main(&self, before: Sums) -> Sums {
+        match self.is_member() && !self.feed && before.memberships == 1 {
+            true => self.contribution_of_main(self.counts()).with_v4_of(before),
+            false => self.contribution(),
+        }
     }
 
     /// The reader shape of this member conversation with these (unread, mentions), at UTC day `today`.
@@ -873,9 +906,9 @@ impl UserState {
     }
 
     /// v4: sets a conversation's team (from its deltas), if the user has an entry for it and it differs.
-    pub fn set_team(&mut self, conversation_id: &str, team: &Option<String>) {
-        if let Some(c) = self.conversations.get_mut(conversation_id).filter(|c| c.team != *team) {
-            c.team.clone_from(team);
+    pub fn set_team(&mut self, conversation_id: &str, team: Option<&str>) {
+        if let Some(c) = self.conversations.get_mut(conversation_id).filter(|c| c.team.as_deref() != team) {
+            c.team = team.map(str::to_owned);
         }
     }
 
@@ -905,28 +938,22 @@ impl UserState {
             | UserEvent::NotificationRetracted(_)
             | UserEvent::NotificationsSeen(_)
             | UserEvent::NotificationsRead(_) => self.notes.apply(&mut self.notifications, event),
-            UserEvent::ReadAck(e) => {
-                self.update(&e.conversation_id, true, |c| {
-                    c.floor = c.floor.max(e.read_seq);
-                    c.mark = None; // a later read ack clears the mark, whatever its read_seq (§ v3)
-                    if c.is_member() {
-                        c.drop_read();
-                    }
-                    0
-                });
-            }
+            UserEvent::ReadAck(e) => self.update_main(&e.conversation_id, |c| {
+                c.floor = c.floor.max(e.read_seq);
+                c.mark = None; // a later read ack clears the mark, whatever its read_seq (§ v3)
+                if c.is_member() {
+                    c.drop_read();
+                }
+            }),
             UserEvent::Muted(e) => {
                 self.update(&e.conversation_id, true, |c| {
                     c.muted = e.muted;
                     0
                 });
             }
-            UserEvent::MarkedUnread(e) => {
-                self.update(&e.conversation_id, true, |c| {
-                    c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
-                    0
-                });
-            }
+            UserEvent::MarkedUnread(e) => self.update_main(&e.conversation_id, |c| {
+                c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
+            }),
             UserEvent::ThreadRead(e) => {
                 self.update(&e.conversation_id, true, |c| {
                     let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
@@ -953,16 +980,40 @@ impl UserState {
     /// Runs `f` on the conversation's entry (creating it if `create`; otherwise doing nothing when it is absent),
     /// then brings the totals, the detached count and retention up to date.
     fn update(&mut self, conversation_id: &str, create: bool, f: impl FnOnce(&mut ConvState) -> u64) -> u64 {
+        self.update_with(conversation_id, create, false, f)
+    }
+
+    /// [`UserState::update`] for a change `f` that leaves the user's threads, reactions, mute, kind and membership
+    /// in the conversation as they were (`main_only`: a read ack, a mark), whose v4 counters need no walk.
+    fn update_main(&mut self, conversation_id: &str, f: impl FnOnce(&mut ConvState)) {
+        self.update_with(conversation_id, true, true, |c| {
+            f(c);
+            0
+        });
+    }
+
+    fn update_with(
+        &mut self,
+        conversation_id: &str,
+        create: bool,
+        main_only: bool,
+        f: impl FnOnce(&mut ConvState) -> u64,
+    ) -> u64 {
         self.clock += 1;
         let (c, existed) = match self.conversations.get_mut(conversation_id) {
             Some(c) => (c, true),
             None if create => (self.conversations.entry(conversation_id.to_owned()).or_default(), false),
             None => return 0,
         };
-        let before = c.contribution();
+        // Every change to an entry goes through here, so the part kept since the last one is still its part.
+        let before = c.part.0.unwrap_or_else(|| c.contribution());
         let result = f(c);
         c.touched = self.clock;
-        let after = c.contribution();
+        let after = match main_only {
+            true => c.contribution_after_main(before),
+            false => c.contribution(),
+        };
+        c.part = Part(Some(after));
         let (was_detached, is_detached, remove) =
             (existed && before.memberships == 0, !c.is_member(), c.is_empty_detached());
         self.totals.replace(before, after);
@@ -998,7 +1049,7 @@ fn may_change_replies(op: &DeltaOp) -> bool {
 /// everything when it became read-diffused for the user, else the seqs it sent or is named in and the threads it
 /// replied in.
 fn note_stakes(stakes: &mut Stakes, user: &UserState, delta: &Delta) {
-    let id = delta.conversation_id.as_str();
+    let id = &*delta.conversation_id;
     let Some(c) = user.conversations.get(id).filter(|c| c.keeps_stakes()) else { return };
     let user_id = delta.user_id.as_str();
     for op in &delta.ops {
@@ -1081,7 +1132,7 @@ impl Fold {
             user.mark_feed(&delta.conversation_id);
         }
         if delta.team.is_some() {
-            user.set_team(&delta.conversation_id, &delta.team);
+            user.set_team(&delta.conversation_id, delta.team.as_deref());
         }
         if !skip_own_changes {
             user.note_membership(&delta.conversation_id, before);
@@ -1092,12 +1143,11 @@ impl Fold {
                 }
             }
         }
-        let empty = user.is_empty();
         self.stats.increments += added;
-        if empty {
+        if user.is_empty() {
             self.users.remove(&delta.user_id);
         } else {
-            note_stakes(&mut self.stakes, &self.users[delta.user_id.as_str()], delta);
+            note_stakes(&mut self.stakes, user, delta);
         }
     }
 
@@ -1107,7 +1157,7 @@ impl Fold {
     /// state as a member's delta would. Returns those users, whose state may have changed.
     pub fn apply_for_members(&mut self, delta: &Delta) -> Vec<String> {
         self.stats.deltas += 1;
-        let id = delta.conversation_id.as_str();
+        let id = &*delta.conversation_id;
         let mut seqs = Vec::new();
         for op in &delta.ops {
             match op {

@@ -423,7 +423,7 @@ mod tests {
     use crate::core::seqset::SeqSet;
 
     fn delta(user: &str, ops: Vec<DeltaOp>) -> Delta {
-        let (user_id, conversation_id) = (user.to_owned(), "c".to_owned());
+        let (user_id, conversation_id) = (user.to_owned(), "c".into());
         Delta { user_id, conversation_id, ops, feed: false, source: None, team: None }
     }
 

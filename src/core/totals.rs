@@ -47,6 +47,16 @@ impl Sums {
         self
     }
 
+    /// This member conversation's part with the v4 counters of `other`, its part before a change that left its
+    /// threads, reactions, mute and membership as they were (a read ack, a mark): the same as [`Sums::with_v4`]
+    /// with what it was given then.
+    pub fn with_v4_of(mut self, other: Sums) -> Sums {
+        self.counts.unread_threads = other.counts.unread_threads;
+        self.counts.thread_mentions = other.counts.thread_mentions;
+        self.counts.total_reactions = other.counts.total_reactions;
+        self
+    }
+
     /// Replaces, in the totals `view` shows, one member conversation's part `before` with `after` (a share added
     /// at read time, or what expired by then).
     pub fn replace_in(view: &mut crate::core::contract::UserView, before: Sums, after: Sums) {

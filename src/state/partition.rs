@@ -376,7 +376,7 @@ mod tests {
         let mut p = FanOutPartition::new(0, 3, 0, FanOut::with_diffusion(Diffusion::OFF), Vec::new());
         let first = [created("x"), msg("x", 1, ""), msg("x", 2, r#","thread_root":1"#), created("y"), msg("y", 1, "")];
         let (deltas, _) = p.apply(&events(&first.iter().map(String::as_str).collect::<Vec<_>>()));
-        assert!(deltas.iter().any(|d| d.user_id == "b" && d.conversation_id == "x"));
+        assert!(deltas.iter().any(|d| d.user_id == "b" && &*d.conversation_id == "x"));
         let redis = p.redis_writes(Write::Changes);
         let mut writes = sent(&redis);
         writes.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));

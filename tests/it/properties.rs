@@ -510,7 +510,7 @@ fn run_scenario(
             }
             match &inputs[s][pos[s]] {
                 Input::Delta(d) => {
-                    receipts.changed.insert(d.conversation_id.clone());
+                    receipts.changed.insert(d.conversation_id.to_string());
                     fold.apply_delta(d)
                 }
                 Input::Event(e) => {
