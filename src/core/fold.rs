@@ -150,6 +150,13 @@ impl ConvState {
         self.joined_at.is_some()
     }
 
+    /// v4: the conversation's team as its latest delta names it (§ v4, "Teams"); a delta naming none leaves it.
+    fn set_team(&mut self, team: Option<&str>) {
+        if let Some(team) = team.filter(|t| self.team.as_deref() != Some(*t)) {
+            self.team = Some(team.to_owned());
+        }
+    }
+
     /// These seqs were recalled: they stop counting anywhere in the conversation, threads included.
     fn recalled(&mut self, seqs: &SeqSet) {
         let sets = [&mut self.unread, &mut self.mentions, &mut self.named, &mut self.read, &mut self.read_mentions];
@@ -905,13 +912,6 @@ impl UserState {
         }
     }
 
-    /// v4: sets a conversation's team (from its deltas), if the user has an entry for it and it differs.
-    pub fn set_team(&mut self, conversation_id: &str, team: Option<&str>) {
-        if let Some(c) = self.conversations.get_mut(conversation_id).filter(|c| c.team.as_deref() != team) {
-            c.team = team.map(str::to_owned);
-        }
-    }
-
     /// Marks a conversation as a feed (its kind was decided `feed`), if the user has an entry for it.
     pub fn mark_feed(&mut self, conversation_id: &str) {
         if self.conversations.get(conversation_id).is_some_and(|c| !c.feed) {
@@ -1045,13 +1045,14 @@ fn may_change_replies(op: &DeltaOp) -> bool {
     }
 }
 
-/// Notes in `stakes` what a delta just applied to `user` gave it a stake in ([`ConvState::keeps_stakes`]):
+/// Notes in `stakes` what a delta just applied to its user's entry `c` gave the user a stake in ([`ConvState::keeps_stakes`]):
 /// everything when it became read-diffused for the user, else the seqs it sent or is named in and the threads it
 /// replied in.
-fn note_stakes(stakes: &mut Stakes, user: &UserState, delta: &Delta) {
-    let id = &*delta.conversation_id;
-    let Some(c) = user.conversations.get(id).filter(|c| c.keeps_stakes()) else { return };
-    let user_id = delta.user_id.as_str();
+fn note_stakes(stakes: &mut Stakes, c: &ConvState, delta: &Delta) {
+    if !c.keeps_stakes() {
+        return;
+    }
+    let (id, user_id) = (&*delta.conversation_id, delta.user_id.as_str());
     for op in &delta.ops {
         match op {
             DeltaOp::ReadDiffusion { .. } => return stakes.add(id, user_id, c.stakes()),
@@ -1131,8 +1132,10 @@ impl Fold {
         if delta.feed {
             user.mark_feed(&delta.conversation_id);
         }
-        if delta.team.is_some() {
-            user.set_team(&delta.conversation_id, delta.team.as_deref());
+        // One lookup for what the delta leaves in the entry after its ops: the team, and the stakes it gives.
+        if let Some(c) = user.conversations.get_mut(&*delta.conversation_id) {
+            c.set_team(delta.team.as_deref());
+            note_stakes(&mut self.stakes, c, delta);
         }
         if !skip_own_changes {
             user.note_membership(&delta.conversation_id, before);
@@ -1146,8 +1149,6 @@ impl Fold {
         self.stats.increments += added;
         if user.is_empty() {
             self.users.remove(&delta.user_id);
-        } else {
-            note_stakes(&mut self.stakes, user, delta);
         }
     }
 
