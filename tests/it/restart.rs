@@ -237,3 +237,34 @@ fn a_lease_held_before_the_restart_is_taken_only_while_its_previous_incarnation_
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE"))).execute(&pool).await.unwrap();
     });
 }
+
+/// The soak once left an instance's fan-out stuck for good: an abort of the shared transaction failed without
+/// making the client fatal, librdkafka stayed in a transaction the instance counted as ended, and every restarted
+/// task failed to begin one ("Operation not valid in state InTransaction"). Here the client is put in that state
+/// (a transaction begun behind the shared transaction's back); the begin that fails marks the producer stale, the
+/// next task's start replaces it (its initialization fences the old client), and transactions go on. Before the
+/// fix the start got the same client back and the begin failed again.
+#[test]
+fn a_shared_producer_whose_transaction_state_was_lost_is_replaced_at_the_next_start() {
+    use rdkafka::producer::Producer;
+    use unread::service::tx::SharedTransaction;
+    let test = "a_shared_producer_whose_transaction_state_was_lost_is_replaced_at_the_next_start";
+    let Some(stack) = stack(test) else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let shared = SharedTransaction::new(format!("it_stale_{}.fanout.a", std::process::id()));
+        let old = shared.producer(&stack.brokers).await.unwrap();
+        old.begin_transaction().unwrap(); // behind its back, as a failed abort leaves it
+        let refused = shared.open(None).await.err().expect("the client is already in a transaction");
+        assert!(format!("{refused:?}").contains("InTransaction"), "{refused:?}");
+        let new = shared.producer(&stack.brokers).await.unwrap();
+        for _ in 0..2 {
+            let open = shared.open(None).await.unwrap();
+            let epoch = open.epoch;
+            drop(open);
+            shared.commit(epoch).await.unwrap();
+        }
+        assert!(new.client().fatal_error().is_none(), "the new client works");
+        drop(old);
+    });
+}

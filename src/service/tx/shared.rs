@@ -15,6 +15,7 @@
 //! (docs/operations.md, "Fencing").
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,11 @@ pub struct SharedTransaction {
     /// fenced it ([`SharedTransaction::producer`]).
     producer: Mutex<Option<FutureProducer>>,
     state: Arc<Mutex<Transaction>>,
+    /// Set when a begin or an abort failed without making the client fatal: the client's transaction state is no
+    /// longer the one kept here (an abort that timed out leaves librdkafka in a transaction this side counts as
+    /// ended, and every later begin then fails with "Operation not valid in state InTransaction"), so the next
+    /// task to start replaces the producer ([`SharedTransaction::producer`]).
+    stale: Arc<AtomicBool>,
 }
 
 /// The transaction now: whether it is open, and its number (every commit or abort moves to the next).
@@ -51,7 +57,7 @@ impl SharedTransaction {
     /// The shared transaction of transactional id `id`, with no producer yet.
     pub fn new(id: String) -> Self {
         let state = Arc::new(Mutex::new(Transaction { open: false, epoch: 0, aborted: BTreeSet::new() }));
-        Self { id, producer: Mutex::new(None), state }
+        Self { id, producer: Mutex::new(None), state, stale: Arc::default() }
     }
 
     /// The transactional id, `{group}.fanout.{instance}` (or `{group}.fanout.{host:pid}`).
@@ -61,18 +67,21 @@ impl SharedTransaction {
 
     /// The producer (a clone of one client), created and initialized by the first caller, which fences the
     /// previous incarnation of the instance; created again when Kafka fenced it (a successor took one of the
-    /// instance's partitions while the instance was cut off from its group, [`super::fence::fence`]): the
-    /// transaction open then is lost, and every task with deltas in it fails at its commit and restarts from its
-    /// checkpoint.
+    /// instance's partitions while the instance was cut off from its group, [`super::fence::fence`]) or when a
+    /// begin or an abort failed and left its transaction state unknown: the transaction open then is lost, and
+    /// every task with deltas in it fails at its commit and restarts from its checkpoint. The new client's
+    /// initialization fences the old one and aborts what it left open.
     ///
     /// Errors: as [`transactional_producer`] (on `brokers`).
     pub async fn producer(&self, brokers: &str) -> Result<FutureProducer, TaskError> {
         let mut slot = self.producer.lock().await;
-        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none()) {
+        let stale = self.stale.swap(false, Ordering::SeqCst);
+        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none() && !stale) {
             return Ok(p.clone());
         }
         if slot.take().is_some() {
-            tracing::warn!(transactional_id = %self.id, "the shared producer was fenced; initializing a new one");
+            let why = if stale { "lost its transaction state" } else { "was fenced" };
+            tracing::warn!(transactional_id = %self.id, "the shared producer {why}; initializing a new one");
             let mut t = self.state.lock().await;
             if t.open {
                 let lost = t.epoch;
@@ -105,12 +114,15 @@ impl SharedTransaction {
             return Err(TaskError::kafka("producing into the shared transaction (aborted)")(KafkaError::Canceled));
         }
         if !t.open {
-            let begun = producer.map_or(Err(KafkaError::Canceled), |p| p.begin_transaction());
+            let begun = producer.as_ref().map_or(Err(KafkaError::Canceled), |p| p.begin_transaction());
+            if producer.is_some() && begun.is_err() {
+                self.stale.store(true, Ordering::SeqCst);
+            }
             begun.map_err(TaskError::kafka("beginning a transaction"))?;
             t.open = true;
         }
         let epoch = t.epoch;
-        Ok(Open { transaction: t, epoch })
+        Ok(Open { transaction: t, epoch, stale: self.stale.clone() })
     }
 
     /// Commits transaction `epoch`, unless another task did: first waits (up to `ACKS_WAIT`, 30 s) until nothing is in
@@ -136,7 +148,9 @@ impl SharedTransaction {
         (t.open, t.epoch) = (false, t.epoch + 1);
         if let Err(e) = committed {
             t.aborted.insert(epoch);
-            let _ = blocking(producer, |p| p.abort_transaction(Duration::from_secs(30))).await;
+            if blocking(producer, |p| p.abort_transaction(Duration::from_secs(30))).await.is_err() {
+                self.stale.store(true, Ordering::SeqCst);
+            }
             return Err(TaskError::kafka("committing the shared transaction")(e));
         }
         Ok(())
@@ -148,6 +162,8 @@ pub struct Open {
     transaction: OwnedMutexGuard<Transaction>,
     /// The transaction's number: what the task commits ([`SharedTransaction::commit`]).
     pub epoch: u64,
+    /// The shared transaction's mark that its producer must be replaced.
+    stale: Arc<AtomicBool>,
 }
 
 impl Open {
@@ -155,13 +171,16 @@ impl Open {
     /// abortable error state and refuses every later record with `State`): aborts it with `producer`, so that the
     /// next task to produce begins a fresh one, and every task with records in this one fails at its next
     /// produce or commit and restarts from its checkpoint. Without the abort the tasks restarted forever into the
-    /// same refused transaction. An abort that fails (a fatal error) leaves the producer to be replaced at the
+    /// same refused transaction. An abort that fails (fatal or not) leaves the producer to be replaced at the
     /// next task's start ([`SharedTransaction::producer`]).
     pub async fn abort(mut self, producer: &FutureProducer) {
         let t = &mut *self.transaction;
         if t.open && t.epoch == self.epoch {
             tracing::warn!(epoch = self.epoch, "a delta was refused: aborting the shared transaction");
-            let _ = blocking(producer.clone(), |p| p.abort_transaction(Duration::from_secs(30))).await;
+            if let Err(e) = blocking(producer.clone(), |p| p.abort_transaction(Duration::from_secs(30))).await {
+                tracing::warn!(epoch = self.epoch, error = %e, "the abort failed: the producer will be replaced");
+                self.stale.store(true, Ordering::SeqCst);
+            }
             t.aborted.insert(self.epoch);
             (t.open, t.epoch) = (false, self.epoch + 1);
         }
