@@ -76,11 +76,12 @@ impl SharedTransaction {
     pub async fn producer(&self, brokers: &str) -> Result<FutureProducer, TaskError> {
         let mut slot = self.producer.lock().await;
         let stale = self.stale.swap(false, Ordering::SeqCst);
-        if let Some(p) = slot.as_ref().filter(|p| p.client().fatal_error().is_none() && !stale) {
+        let fatal = slot.as_ref().is_some_and(|p| p.client().fatal_error().is_some());
+        if let Some(p) = slot.as_ref().filter(|_| !fatal && !stale) {
             return Ok(p.clone());
         }
         if slot.take().is_some() {
-            let why = if stale { "lost its transaction state" } else { "was fenced" };
+            let why = if fatal { "was fenced" } else { "lost its transaction state" };
             tracing::warn!(transactional_id = %self.id, "the shared producer {why}; initializing a new one");
             let mut t = self.state.lock().await;
             if t.open {
