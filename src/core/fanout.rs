@@ -376,11 +376,15 @@ fn switch(
     }
 }
 
+/// The conversation's id and team as every delta of one batch shares them: one copy each, not one a delta.
+fn batch_names(conversation_id: &str, state: &ConversationState) -> (Arc<str>, Option<Arc<str>>) {
+    (conversation_id.into(), state.team.as_deref().map(Arc::from))
+}
+
 /// One delta per current member with the switch's op.
 fn switch_deltas(conversation_id: &str, state: &ConversationState, op: DeltaOp, out: &mut Vec<Delta>) {
     let feed = state.kind == Some(ConversationKind::Feed);
-    let (conversation_id, team): (Arc<str>, Option<Arc<str>>) =
-        (conversation_id.into(), state.team.as_deref().map(Arc::from));
+    let (conversation_id, team) = batch_names(conversation_id, state);
     out.extend(state.members.keys().map(|user| Delta {
         user_id: user.clone(),
         conversation_id: conversation_id.clone(),
@@ -748,9 +752,7 @@ impl<'e> ConvBatch<'e> {
         // The batch's replies go in a delta for every member (`shared_ops`).
         let apart = !feed && (self.read_since.is_some() || shares);
         let (shared, reactions, for_members) = self.shared_ops(state, shares);
-        // One id and team for all the batch's deltas.
-        let (conversation_id, team): (Arc<str>, Option<Arc<str>>) =
-            (self.conversation_id.into(), state.team.as_deref().map(Arc::from));
+        let (conversation_id, team) = batch_names(self.conversation_id, state);
         let delta = |user: &str, ops: Vec<DeltaOp>| Delta {
             user_id: user.to_owned(),
             conversation_id: conversation_id.clone(),

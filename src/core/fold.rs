@@ -1045,9 +1045,9 @@ fn may_change_replies(op: &DeltaOp) -> bool {
     }
 }
 
-/// Notes in `stakes` what a delta just applied to its user's entry `c` gave the user a stake in ([`ConvState::keeps_stakes`]):
-/// everything when it became read-diffused for the user, else the seqs it sent or is named in and the threads it
-/// replied in.
+/// Notes in `stakes` what a delta just applied to its user's entry `c` gave the user a stake in
+/// ([`ConvState::keeps_stakes`]): everything when it became read-diffused for the user, else the seqs it sent or is
+/// named in and the threads it replied in.
 fn note_stakes(stakes: &mut Stakes, c: &ConvState, delta: &Delta) {
     if !c.keeps_stakes() {
         return;
