@@ -150,6 +150,15 @@ impl<'s> Ns<'s> {
         std::fs::read_to_string(std::env::temp_dir().join(format!("{}-{port}.log", self.name))).unwrap_or_default()
     }
 
+    /// Waits until the service on `port` has logged `needle` (up to `secs` s); panics with its log if not.
+    pub fn wait_for_log(&self, port: u16, needle: &str, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !self.log_of(port).contains(needle) {
+            assert!(Instant::now() < deadline, "no \"{needle}\" within {secs} s:\n{}", self.log_of(port));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Removes the namespace now (as `Drop` would).
     pub fn cleanup(self) {}
 
