@@ -20,6 +20,7 @@
 //! mute), at most [`MAX_DETACHED_PER_USER`] per user, least recently touched evicted first.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -514,7 +515,37 @@ fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
 /// A user's conversations by id. Each state is boxed: a map node holds 11 entries whatever its use, so unboxed a
 /// user of one conversation carried ten empty `ConvState`s (about 3.5 KiB; 1,000,000 followers of one feed took
 /// 4.4 GiB in the service), and boxed ten pointers.
-pub type Conversations = BTreeMap<String, Box<ConvState>>;
+pub type Conversations = BTreeMap<Arc<str>, Box<ConvState>>;
+
+/// A conversation's id as the fold gets it, from which a new entry's key is made: an id borrowed from an event is
+/// copied; the id a delta shares with the other deltas of its batch ([`Delta::conversation_id`]) is shared, so that
+/// the users of one conversation hold one copy of its id, not one each.
+pub trait ConvKey {
+    /// The id.
+    fn id(&self) -> &str;
+    /// The id as a map key.
+    fn key(&self) -> Arc<str>;
+}
+
+impl ConvKey for str {
+    fn id(&self) -> &str {
+        self
+    }
+
+    fn key(&self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl ConvKey for Arc<str> {
+    fn id(&self) -> &str {
+        self
+    }
+
+    fn key(&self) -> Arc<str> {
+        self.clone()
+    }
+}
 
 /// One user's state: per-conversation [`ConvState`]s and the [`Sums`] over them, broadcast cursors, and the
 /// notification [`Summary`]. Serializes for the user's checkpoint row; the remembered notifications
@@ -669,14 +700,14 @@ impl UserState {
                 totals.replace(c.contribution_of(counts, never), c.contribution_of((unread, mentions), today));
             }
             if !c.feed {
-                conversations.insert(id.clone(), c.view((unread, mentions), today));
+                conversations.insert(id.to_string(), c.view((unread, mentions), today));
                 let unread_threads: BTreeMap<u64, ThreadView> = c
                     .threads
                     .unread_at(&c.authored, today)
                     .map(|(root, unread, mentions)| (root, ThreadView { unread, mentions }))
                     .collect();
                 if !unread_threads.is_empty() {
-                    threads.insert(id.clone(), unread_threads);
+                    threads.insert(id.to_string(), unread_threads);
                 }
             }
         }
@@ -699,7 +730,7 @@ impl UserState {
     pub fn view_of<'a>(&self, user_id: &str, ids: impl IntoIterator<Item = &'a String>) -> UserView {
         let conversations = ids
             .into_iter()
-            .filter_map(|id| Some((id, self.conversations.get(id)?)))
+            .filter_map(|id| Some((id, self.conversations.get(id.as_str())?)))
             .filter(|(_, c)| c.is_member() && !c.feed)
             .map(|(id, c)| (id.clone(), c.view(c.counts(), crate::core::expiry::NEVER)))
             .collect();
@@ -785,8 +816,8 @@ impl UserState {
     }
 
     /// Every read-diffused conversation the user is a member of (what the projection stores as `r:` fields).
-    pub fn read_diffused(&self) -> impl Iterator<Item = (&String, &ConvState)> {
-        self.conversations.iter().filter(|(_, c)| c.index_from().is_some()).map(|(id, c)| (id, &**c))
+    pub fn read_diffused(&self) -> impl Iterator<Item = (&str, &ConvState)> {
+        self.conversations.iter().filter(|(_, c)| c.index_from().is_some()).map(|(id, c)| (&**id, &**c))
     }
 
     /// The notification counts equal what the remembered notifications give (a forgotten, done one counted 0).
@@ -804,9 +835,17 @@ impl UserState {
         }
     }
 
-    /// Applies one op about `conversation_id`; returns how many seqs became unread. Notes what changed in the
-    /// user's own seqs there ([`UserState::take_own_changes`]). `shared`: the fold's [`SharedReplies`].
-    pub fn apply_op(&mut self, user_id: &str, conversation_id: &str, op: &DeltaOp, shared: &mut SharedReplies) -> u64 {
+    /// Applies one op about the conversation `key` (its id: borrowed, or the `Arc` its delta shares, [`ConvKey`]);
+    /// returns how many seqs became unread. Notes what changed in the user's own seqs there
+    /// ([`UserState::take_own_changes`]). `shared`: the fold's [`SharedReplies`].
+    pub fn apply_op(
+        &mut self,
+        user_id: &str,
+        key: &(impl ConvKey + ?Sized),
+        op: &DeltaOp,
+        shared: &mut SharedReplies,
+    ) -> u64 {
+        let conversation_id = key.id();
         // Only a member's own messages add to its own seqs, and a non-member has none to lose (a join finds them
         // empty): most ops need no before-and-after copy.
         let has_own = || self.conversations.get(conversation_id).is_some_and(|c| !c.own.is_empty());
@@ -816,10 +855,10 @@ impl UserState {
             _ => false,
         };
         if !touches_own {
-            return self.apply_op_inner(user_id, conversation_id, op, shared);
+            return self.apply_op_inner(user_id, key, op, shared);
         }
         let own_before = self.conversations.get(conversation_id).map(|c| c.own.clone()).unwrap_or_default();
-        let added = self.apply_op_inner(user_id, conversation_id, op, shared);
+        let added = self.apply_op_inner(user_id, key, op, shared);
         let own_after = self.conversations.get(conversation_id).map(|c| &c.own);
         if own_after != Some(&own_before) && !(own_before.is_empty() && own_after.is_none()) {
             let after = own_after.cloned().unwrap_or_default();
@@ -838,29 +877,30 @@ impl UserState {
     fn apply_op_inner(
         &mut self,
         user_id: &str,
-        conversation_id: &str,
+        key: &(impl ConvKey + ?Sized),
         op: &DeltaOp,
         shared: &mut SharedReplies,
     ) -> u64 {
+        let conversation_id = key.id();
         if let Some(replies) = shared.get_mut(conversation_id) {
             replies.apply(op);
         }
         match op {
-            DeltaOp::Joined { head, reactions } => self.update(conversation_id, true, |c| {
+            DeltaOp::Joined { head, reactions } => self.update(key, true, |c| {
                 if c.joined_at.is_none() {
                     (c.joined_at, c.read_from, c.reactions.from) = (Some(*head), None, *reactions);
                     c.clear_seqs();
                 }
                 0
             }),
-            DeltaOp::Left => self.update(conversation_id, false, |c| {
+            DeltaOp::Left => self.update(key, false, |c| {
                 (c.joined_at, c.read_from, c.reactions.from) = (None, None, 0);
                 c.clear_seqs();
                 0
             }),
             DeltaOp::Messages { unread, mentions, read_to, expiry, own, threads } => {
                 let create = *read_to > 0 || !own.is_empty();
-                self.update(conversation_id, create, |c| {
+                self.update(key, create, |c| {
                     c.floor = c.floor.max(*read_to);
                     c.authored.union_above(own, 0);
                     let membership = (c.joined_at, !c.feed);
@@ -882,24 +922,24 @@ impl UserState {
                     added
                 })
             }
-            DeltaOp::Recalled { seqs } => self.update(conversation_id, false, |c| {
+            DeltaOp::Recalled { seqs } => self.update(key, false, |c| {
                 c.recalled(seqs);
                 0
             }),
-            DeltaOp::Named { seqs, threads } => self.update(conversation_id, true, |c| {
+            DeltaOp::Named { seqs, threads } => self.update(key, true, |c| {
                 let share = shared.get(conversation_id).filter(|_| c.takes_replies());
                 c.threads.named(seqs, threads, c.joined_at, share);
                 0
             }),
-            DeltaOp::Reactions { summaries } => self.update(conversation_id, false, |c| {
+            DeltaOp::Reactions { summaries } => self.update(key, false, |c| {
                 c.reactions.apply(user_id, &c.authored, summaries);
                 0
             }),
-            DeltaOp::ReadDiffusion { since } => self.update(conversation_id, false, |c| {
+            DeltaOp::ReadDiffusion { since } => self.update(key, false, |c| {
                 c.read_diffused_from(*since);
                 0
             }),
-            DeltaOp::Expiry { expiry } => self.update(conversation_id, false, |c| {
+            DeltaOp::Expiry { expiry } => self.update(key, false, |c| {
                 if c.is_member() {
                     c.add_expiry(expiry);
                     c.threads.add_expiry(expiry);
@@ -907,7 +947,7 @@ impl UserState {
                 0
             }),
             DeltaOp::WriteDiffusion { unread, mentions, expiry } => {
-                self.update(conversation_id, false, |c| c.back_to_write_diffusion(unread, mentions, expiry))
+                self.update(key, false, |c| c.back_to_write_diffusion(unread, mentions, expiry))
             }
         }
     }
@@ -946,7 +986,7 @@ impl UserState {
                 }
             }),
             UserEvent::Muted(e) => {
-                self.update(&e.conversation_id, true, |c| {
+                self.update(e.conversation_id.as_str(), true, |c| {
                     c.muted = e.muted;
                     0
                 });
@@ -955,21 +995,21 @@ impl UserState {
                 c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
             }),
             UserEvent::ThreadRead(e) => {
-                self.update(&e.conversation_id, true, |c| {
+                self.update(e.conversation_id.as_str(), true, |c| {
                     let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
                     c.threads.read(e.thread_root, e.read_seq, c.joined_at, share);
                     0
                 });
             }
             UserEvent::ThreadFollowed(e) => {
-                self.update(&e.conversation_id, true, |c| {
+                self.update(e.conversation_id.as_str(), true, |c| {
                     let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
                     c.threads.follow(e.thread_root, e.followed, c.joined_at, share);
                     0
                 });
             }
             UserEvent::ReactionsRead(e) => {
-                self.update(&e.conversation_id, true, |c| {
+                self.update(e.conversation_id.as_str(), true, |c| {
                     c.reactions.read = c.reactions.read.max(e.read_seq);
                     0
                 });
@@ -979,7 +1019,12 @@ impl UserState {
 
     /// Runs `f` on the conversation's entry (creating it if `create`; otherwise doing nothing when it is absent),
     /// then brings the totals, the detached count and retention up to date.
-    fn update(&mut self, conversation_id: &str, create: bool, f: impl FnOnce(&mut ConvState) -> u64) -> u64 {
+    fn update(
+        &mut self,
+        conversation_id: &(impl ConvKey + ?Sized),
+        create: bool,
+        f: impl FnOnce(&mut ConvState) -> u64,
+    ) -> u64 {
         self.update_with(conversation_id, create, false, f)
     }
 
@@ -994,15 +1039,16 @@ impl UserState {
 
     fn update_with(
         &mut self,
-        conversation_id: &str,
+        key: &(impl ConvKey + ?Sized),
         create: bool,
         main_only: bool,
         f: impl FnOnce(&mut ConvState) -> u64,
     ) -> u64 {
         self.clock += 1;
+        let conversation_id = key.id();
         let (c, existed) = match self.conversations.get_mut(conversation_id) {
             Some(c) => (c, true),
-            None if create => (self.conversations.entry(conversation_id.to_owned()).or_default(), false),
+            None if create => (self.conversations.entry(key.key()).or_default(), false),
             None => return 0,
         };
         // Every change to an entry goes through here, so the part kept since the last one is still its part.
@@ -1248,7 +1294,8 @@ impl Fold {
             UserEvent::ThreadFollowed(e) => Some((&e.conversation_id, e.thread_root)),
             _ => None,
         };
-        if let Some((id, root)) = thread.filter(|(id, _)| user.conversations.get(*id).is_some_and(|c| c.keeps_stakes()))
+        if let Some((id, root)) =
+            thread.filter(|(id, _)| user.conversations.get(id.as_str()).is_some_and(|c| c.keeps_stakes()))
         {
             self.stakes.add(id, event.user_id(), [root]);
         }
@@ -1273,7 +1320,7 @@ impl Fold {
     pub fn restore(&mut self, user_id: String, mut state: UserState) {
         for (id, c) in &mut state.conversations {
             if !c.threads.pending.is_empty() {
-                let replies = self.shared.entry_ref(id.as_str()).or_default();
+                let replies = self.shared.entry_ref(&**id).or_default();
                 std::mem::take(&mut c.threads.pending).into_iter().for_each(|p| replies.insert(p));
             }
             if c.keeps_stakes() {

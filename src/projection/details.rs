@@ -75,15 +75,15 @@ pub fn threads_value(c: &ConvState) -> Option<String> {
 
 /// The `d:` and `t:` fields of a user's `conversations` (all of them, or those a patch names), by conversation.
 pub fn detail_fields<'a>(
-    conversations: impl IntoIterator<Item = (&'a String, &'a ConvState)>,
+    conversations: impl IntoIterator<Item = (&'a str, &'a ConvState)>,
 ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let (mut details, mut threads) = (BTreeMap::new(), BTreeMap::new());
     for (id, c) in conversations {
         if let Some(value) = detail_value(c) {
-            details.insert(id.clone(), value);
+            details.insert(id.to_owned(), value);
         }
         if let Some(value) = threads_value(c) {
-            threads.insert(id.clone(), value);
+            threads.insert(id.to_owned(), value);
         }
     }
     (details, threads)

@@ -225,11 +225,9 @@ pub fn index_value(c: &ConvState) -> String {
 
 /// The `r:` fields of a user's `conversations` (all of them, or those a patch names): one per read-diffused
 /// conversation the user is a member of.
-pub fn index_fields<'a>(
-    conversations: impl IntoIterator<Item = (&'a String, &'a ConvState)>,
-) -> BTreeMap<String, String> {
+pub fn index_fields<'a>(conversations: impl IntoIterator<Item = (&'a str, &'a ConvState)>) -> BTreeMap<String, String> {
     let read_diffused = conversations.into_iter().filter(|(_, c)| c.index_from().is_some());
-    read_diffused.map(|(id, c)| (id.clone(), index_value(c))).collect()
+    read_diffused.map(|(id, c)| (id.to_owned(), index_value(c))).collect()
 }
 
 /// The Redis keys of a conversation's read receipts (contract v3, [`crate::core::receipts`]), all hash-tagged
@@ -357,9 +355,9 @@ pub fn expiry_value(c: &ConvState) -> Option<String> {
 /// The `e:` fields of a user's `conversations` (all of them, or those a patch names): one per member conversation
 /// whose counts expire.
 pub fn expiry_fields<'a>(
-    conversations: impl IntoIterator<Item = (&'a String, &'a ConvState)>,
+    conversations: impl IntoIterator<Item = (&'a str, &'a ConvState)>,
 ) -> BTreeMap<String, String> {
-    conversations.into_iter().filter_map(|(id, c)| Some((id.clone(), expiry_value(c)?))).collect()
+    conversations.into_iter().filter_map(|(id, c)| Some((id.to_owned(), expiry_value(c)?))).collect()
 }
 
 /// Subtracts from `view` what the `e:` fields say has expired by UTC day `today` (a conversation's counts and
@@ -456,11 +454,9 @@ pub fn conversation_value(c: &ConversationView, newest: Option<u64>) -> String {
 
 /// The newest unread seq of each member conversation among a user's `conversations` (all of them, or those a
 /// patch names): the fifth number of its `c:` field (0: nothing unread in the user's state).
-pub fn newest_fields<'a>(
-    conversations: impl IntoIterator<Item = (&'a String, &'a ConvState)>,
-) -> BTreeMap<String, u64> {
+pub fn newest_fields<'a>(conversations: impl IntoIterator<Item = (&'a str, &'a ConvState)>) -> BTreeMap<String, u64> {
     let members = conversations.into_iter().filter(|(_, c)| c.is_member());
-    members.map(|(id, c)| (id.clone(), c.unread.max().unwrap_or(0))).collect()
+    members.map(|(id, c)| (id.to_owned(), c.unread.max().unwrap_or(0))).collect()
 }
 
 /// A `c:` field's counts and the newest unread seq it holds (0: nothing unread, or a field an older build wrote
@@ -523,7 +519,7 @@ pub fn encode_state_view(
     state: &crate::core::fold::UserState,
 ) -> Vec<(String, String)> {
     let mut fields = encode_view(view, cursors);
-    let (d, t) = details::detail_fields(state.conversations().iter().map(|(id, c)| (id, &**c)));
+    let (d, t) = details::detail_fields(state.conversations().iter().map(|(id, c)| (&**id, &**c)));
     fields.extend(d.into_iter().map(|(id, v)| (format!("{}{id}", details::DETAIL_PREFIX), v)));
     fields.extend(t.into_iter().map(|(id, v)| (format!("{}{id}", details::THREADS_PREFIX), v)));
     fields

@@ -439,7 +439,7 @@ impl UserWrite {
             write.receipts = ReceiptWrite::changed(None, changed);
             return write;
         };
-        let named = || changed.iter().filter_map(|id| Some((id, &**s.conversations().get(id)?)));
+        let named = || changed.iter().filter_map(|id| Some((id.as_str(), &**s.conversations().get(id.as_str())?)));
         let (details, threads) = super::details::detail_fields(named());
         Self {
             user_id: user_id.to_owned(),
@@ -465,7 +465,7 @@ impl UserWrite {
             None => UserView { user_id: user_id.to_owned(), ..UserView::default() },
         };
         let cursors = state.map(|s| s.broadcasts().clone()).unwrap_or_default();
-        let all = || state.into_iter().flat_map(|s| s.conversations().iter().map(|(id, c)| (id, &**c)));
+        let all = || state.into_iter().flat_map(|s| s.conversations().iter().map(|(id, c)| (&**id, &**c)));
         let mut write = Self::replace(view, cursors, super::index_fields(all()), version);
         write.expiring = super::expiry_fields(all());
         (write.details, write.threads) = super::details::detail_fields(all());

@@ -309,23 +309,24 @@ impl Reader {
         let Newest { mut chats, indexed } = newest_in_redis(&at.projection, user_id).await;
         let picked = checkpointed.iter().filter(|(id, c)| c.is_member() && pick(id, c.feed, c.muted));
         let joined_since =
-            indexed.iter().filter(|(id, e)| !checkpointed.contains_key(*id) && pick(id, e.feed, e.muted));
-        let read_diffused: Vec<&str> = (picked.filter(|(id, c)| c.index_from().is_some() || indexed.contains_key(*id)))
-            .map(|(id, _)| id.as_str())
+            indexed.iter().filter(|(id, e)| !checkpointed.contains_key(id.as_str()) && pick(id, e.feed, e.muted));
+        let read_diffused: Vec<&str> = picked
+            .filter(|(id, c)| c.index_from().is_some() || indexed.contains_key(id.as_ref()))
+            .map(|(id, _)| id.as_ref())
             .chain(joined_since.clone().map(|(id, _)| id.as_str()))
             .collect();
         let heads = index_heads(&at.projection, &read_diffused).await;
         let mut newest = Vec::new();
         for (id, c) in checkpointed {
-            let (marked, shown) = chats.remove(id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
+            let (marked, shown) = chats.remove(&**id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
             if !c.is_member() || !pick(id, c.feed, c.muted) {
                 continue;
             }
-            let indexed = heads.get(id.as_str()).copied().filter(|&head| head > c.cursor());
+            let indexed = heads.get(&**id).copied().filter(|&head| head > c.cursor());
             let cursor = (c.is_marked() || marked || (at_cursor && c.cursor() > 0)).then(|| c.cursor());
             let shown = Some(shown).filter(|&seq| seq > 0);
             if let Some(seq) = c.unread.max().max(shown).max(indexed).or(cursor) {
-                newest.push((id.clone(), seq));
+                newest.push((id.to_string(), seq));
             }
         }
         // Joined since the checkpoint (a `c:` field is a chat's, never a feed's).

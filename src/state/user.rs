@@ -67,7 +67,7 @@ impl UserCheckpoint {
 ///
 /// Errors: PostgreSQL failing, or a corrupt list or conversation row.
 async fn view_from(store: &CheckpointStore, user_id: &str, state: &UserState, today: i64) -> StateResult<UserView> {
-    let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.clone()).collect();
+    let indexed: Vec<String> = state.read_diffused().map(|(id, _)| id.to_owned()).collect();
     Ok(state.view_at(user_id, &shared_lists(store, Some(&indexed)).await?, today))
 }
 

@@ -347,7 +347,7 @@ fn a_patch_carries_what_the_whole_write_carries_for_its_conversations() {
     let (mut patches, mut indexed, mut expiring) = (0, 0, 0);
     for (user, state) in pipeline.fold().users() {
         let whole = UserWrite::of_state(user, Some(state), version);
-        let ids: Vec<String> = state.conversations().keys().cloned().collect();
+        let ids: Vec<String> = state.conversations().keys().map(|id| id.to_string()).collect();
         let sets = ids
             .iter()
             .map(|c| BTreeSet::from([c.clone()]))

@@ -223,7 +223,7 @@ fn states<C>(
     rows: BTreeMap<String, C>,
     decode: impl Fn(C) -> Result<ConvState, CheckpointError>,
 ) -> Result<Conversations, CheckpointError> {
-    rows.into_iter().map(|(id, c)| Ok((id, Box::new(decode(c)?)))).collect()
+    rows.into_iter().map(|(id, c)| Ok((id.into(), Box::new(decode(c)?)))).collect()
 }
 
 /// A user row of version 1 (contract v1).
@@ -307,7 +307,7 @@ impl UserRowV5 {
 impl<C: for<'c> From<&'c ConvState>> From<&UserState> for UserRow<C, CountsRow> {
     fn from(s: &UserState) -> Self {
         UserRow {
-            conversations: s.conversations().iter().map(|(id, c)| (id.clone(), (&**c).into())).collect(),
+            conversations: s.conversations().iter().map(|(id, c)| (id.to_string(), (&**c).into())).collect(),
             totals: s.totals().into(),
             clock: s.clock(),
             detached: s.detached(),
@@ -564,7 +564,7 @@ impl UserRowV6 {
         let mut row = Self::from(state);
         for (id, conversation) in &mut row.conversations {
             let replies = shared.get(id.as_str()).filter(|r| !r.has_rows());
-            let (Some(c), Some(replies)) = (state.conversations().get(id), replies) else { continue };
+            let (Some(c), Some(replies)) = (state.conversations().get(id.as_str()), replies) else { continue };
             let Some(joined) = c.joined_at.filter(|_| c.takes_replies()) else { continue };
             let pending = replies.pending_of(&c.threads, joined).map(|p| (p.seq, p.root, p.day, p.mention));
             conversation.pending.extend(pending);

@@ -50,7 +50,9 @@ fn a_version_1_user_row_still_loads() {
     let convs: BTreeMap<String, ConvV1> = user
         .conversations()
         .iter()
-        .map(|(id, c)| (id.clone(), (c.floor, c.joined_at, c.muted, c.unread.clone(), c.mentions.clone(), c.touched)))
+        .map(|(id, c)| {
+            (id.to_string(), (c.floor, c.joined_at, c.muted, c.unread.clone(), c.mentions.clone(), c.touched))
+        })
         .collect();
     let t = user.totals();
     let v1 = (
@@ -80,7 +82,7 @@ fn version_2_user_and_conversation_rows_still_load() {
         .iter()
         .map(|(id, c)| {
             let (unread, mentions) = (c.unread.clone(), c.mentions.clone());
-            (id.clone(), (c.floor, c.joined_at, c.muted, unread, mentions, c.touched, c.feed))
+            (id.to_string(), (c.floor, c.joined_at, c.muted, unread, mentions, c.touched, c.feed))
         })
         .collect();
     let detached = user.conversations().values().filter(|c| !c.is_member()).count();
@@ -180,7 +182,7 @@ fn a_version_4_user_row_still_loads_and_a_newer_table_is_refused() {
     let (convs, (counts, memberships), clock, detached, lists, summary): Row<(Vec<u64>, u64)> =
         postcard::from_bytes(&bytes[1..]).unwrap();
     let convs4: BTreeMap<String, ConvRowV4> =
-        user.conversations().iter().map(|(id, c)| (id.clone(), (&**c).into())).collect();
+        user.conversations().iter().map(|(id, c)| (id.to_string(), (&**c).into())).collect();
     // Version 4's totals: total_unread, total_mentions, unread_conversations, memberships, feed_unread.
     let totals = (counts[0], counts[1], counts[2], memberships, counts[3]);
     let mut v4 = vec![4u8];
