@@ -27,7 +27,7 @@ pub struct ApiDeps {
     /// The metrics each request is counted in.
     pub metrics: Arc<Metrics>,
     /// The write gateway's producer ([`crate::kafka::gateway_producer`]); `None`: writes answer 503.
-    pub producer: Option<rdkafka::producer::FutureProducer>,
+    pub producer: Option<crate::kafka::producer::AsyncProducer>,
     /// Turns true when the process stops: the push hub and the server stop with it.
     pub stop: watch::Receiver<bool>,
 }

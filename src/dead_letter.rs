@@ -11,7 +11,8 @@ use std::time::Duration;
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use crate::kafka::producer::AsyncProducer;
+use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::kafka::{self, headers};
@@ -130,7 +131,7 @@ pub fn read_all(brokers: &str, topic: &str) -> anyhow::Result<Vec<DeadLetter>> {
 ///
 /// Errors: a record has no source topic, or a send fails.
 pub async fn replay(brokers: &str, records: &[DeadLetter]) -> anyhow::Result<usize> {
-    let producer: FutureProducer = kafka::producer_config(brokers).create().context("creating the Kafka producer")?;
+    let producer: AsyncProducer = kafka::producer_config(brokers).create().context("creating the Kafka producer")?;
     for d in records {
         anyhow::ensure!(!d.source_topic.is_empty(), "dead-letter record {:?} has no source topic", d.position);
         let mut kept = OwnedHeaders::new();

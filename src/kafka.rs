@@ -11,8 +11,11 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
+
+use producer::AsyncProducer;
+
+pub mod producer;
 
 pub use crate::partitioner::{Partitioner, Placement};
 
@@ -165,7 +168,7 @@ fn service_producer_config(brokers: &str) -> ClientConfig {
 /// The fold's producer of dead letters (lingers 5 ms; a delivery fails after 30 s).
 ///
 /// Errors: the client cannot be created (a setting is invalid).
-pub fn service_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+pub fn service_producer(brokers: &str) -> anyhow::Result<AsyncProducer> {
     service_producer_config(brokers).create().context("creating the Kafka producer")
 }
 
@@ -176,7 +179,7 @@ pub fn service_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
 /// gateway reaches its user's sockets in p50 2 ms instead of 7, and 64 clients POST 10,400/s instead of 7,700–8,300.
 ///
 /// Errors: the client cannot be created (a setting is invalid).
-pub fn gateway_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+pub fn gateway_producer(brokers: &str) -> anyhow::Result<AsyncProducer> {
     service_producer_config(brokers).set("linger.ms", "0").create().context("creating the gateway's Kafka producer")
 }
 
@@ -187,7 +190,7 @@ pub fn gateway_producer(brokers: &str) -> anyhow::Result<FutureProducer> {
 /// once when a successor initializes the same id.
 ///
 /// Errors: the client cannot be created (a setting is invalid).
-pub fn transactional_producer(brokers: &str, transactional_id: &str) -> KafkaResult<FutureProducer> {
+pub fn transactional_producer(brokers: &str, transactional_id: &str) -> KafkaResult<AsyncProducer> {
     service_producer_config(brokers)
         .set("transactional.id", transactional_id)
         .set("transaction.timeout.ms", "30000")
@@ -199,7 +202,7 @@ pub fn transactional_producer(brokers: &str, transactional_id: &str) -> KafkaRes
 /// (confluentinc/librdkafka#3009; seen here in `service::kafka_broker_restarted_mid_flow_is_exact`).
 pub struct ProducerSlot {
     brokers: String,
-    current: std::sync::Mutex<(u64, FutureProducer)>,
+    current: std::sync::Mutex<(u64, AsyncProducer)>,
 }
 
 impl ProducerSlot {
@@ -211,7 +214,7 @@ impl ProducerSlot {
     }
 
     /// The current producer (a cheap handle) and its generation, to pass to [`ProducerSlot::replace`].
-    pub fn get(&self) -> (u64, FutureProducer) {
+    pub fn get(&self) -> (u64, AsyncProducer) {
         self.current.lock().expect("not poisoned").clone()
     }
 

@@ -33,7 +33,7 @@ use crate::projection::idempotency::IdempotencyKeys;
 /// What the gateway needs beside the read side.
 pub struct Gateway {
     /// The idempotent producer.
-    pub producer: rdkafka::producer::FutureProducer,
+    pub producer: crate::kafka::producer::AsyncProducer,
     /// The input topic of user events.
     pub user_events: String,
     /// The idempotency keys, under the base Redis prefix (keys outlive namespaces).
@@ -45,7 +45,7 @@ pub struct Gateway {
 
 impl Gateway {
     /// A gateway publishing to `user_events` with `producer`.
-    pub fn new(producer: rdkafka::producer::FutureProducer, user_events: String, redis_prefix: String) -> Self {
+    pub fn new(producer: crate::kafka::producer::AsyncProducer, user_events: String, redis_prefix: String) -> Self {
         use std::hash::{BuildHasher, Hasher};
         let instance = std::collections::hash_map::RandomState::new().build_hasher().finish();
         let keys = IdempotencyKeys::new(&redis_prefix);

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use crate::kafka::producer::{AsyncProducer, DeliveryFuture};
+use rdkafka::producer::FutureRecord;
 use tracing::{debug, info};
 
 use super::context::{DeltaRecords, Shared};
@@ -124,7 +125,7 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
 /// `--producer-per-partition`: the producer is the instance's.
 ///
 /// Errors: as [`connected_producer`].
-async fn connect_own(shared: &Shared, p: i32) -> Result<Option<FutureProducer>, TaskError> {
+async fn connect_own(shared: &Shared, p: i32) -> Result<Option<AsyncProducer>, TaskError> {
     if shared.fanout.shared_transaction.is_some() {
         return Ok(None);
     }
@@ -148,7 +149,7 @@ async fn begin(
     shared: &Shared,
     p: i32,
     mut lease: load::Lease,
-    connected: Option<FutureProducer>,
+    connected: Option<AsyncProducer>,
     [lease_ms, connect_ms]: [u64; 2],
 ) -> Result<FanOutStart, TaskError> {
     let (leased, previous) = (Instant::now(), lease.unreleased.take());
@@ -362,7 +363,7 @@ impl StageTask for &mut FanOutTask {
 /// copies on both sides, about a seventh of the service's samples in a profile at 20,000 msg/s; without it the CPU
 /// per update fell about 5% (docs/performance.md, "The fan-out lingers under load").
 async fn produce(
-    producer: &FutureProducer,
+    producer: &AsyncProducer,
     topic: &str,
     deltas: &mut [crate::core::delta::Delta],
     source: DeltaSource,

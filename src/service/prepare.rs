@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use rdkafka::producer::FutureProducer;
+use crate::kafka::producer::AsyncProducer;
 
 use super::error::TaskError;
 use super::tx::producer::connected_producer;
@@ -61,7 +61,7 @@ pub struct Preparations {
 }
 
 /// A transactional producer being created and connected ([`connected_producer`]).
-type Connecting = JoinHandle<Result<FutureProducer, TaskError>>;
+type Connecting = JoinHandle<Result<AsyncProducer, TaskError>>;
 
 impl Default for Preparations {
     fn default() -> Self {

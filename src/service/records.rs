@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use crate::kafka::producer::AsyncProducer;
+use rdkafka::producer::FutureRecord;
 
 use super::error::TaskError;
 use crate::kafka::headers as names;
@@ -33,7 +34,7 @@ fn log_first(record: &OwnedMessage, error: &RecordError) {
 /// Errors: [`TaskError::Kafka`] when the dead-letter write fails; the caller must not move its offset past the
 /// record then.
 pub async fn dead_letter(
-    producer: &FutureProducer,
+    producer: &AsyncProducer,
     topic: &str,
     record: &OwnedMessage,
     error: &RecordError,

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::{FutureProducer, Producer};
+use crate::kafka::producer::AsyncProducer;
+use rdkafka::producer::Producer;
 use tracing::info;
 
 use super::producer::{discard, transactional_producer};
@@ -46,7 +47,7 @@ impl Fences {
 /// Errors: as [`transactional_producer`].
 pub async fn fence(
     fences: &Fences,
-    client: FutureProducer,
+    client: AsyncProducer,
     p: i32,
     previous: &Unreleased,
     leased: Instant,
@@ -73,7 +74,7 @@ pub async fn fence(
 /// name ([`crate::kafka::Membership::client_id`]). Asked of the group coordinator with the classic protocol's
 /// DescribeGroups (up to 2 s); a group it cannot describe (an error) counts as no member. KIP-848 groups, which
 /// that request cannot describe, run with a producer per partition ([`crate::service::RunOptions::one_producer`]).
-async fn live_member(client: FutureProducer, group: &str, owner: &str) -> bool {
+async fn live_member(client: AsyncProducer, group: &str, owner: &str) -> bool {
     let (group, owner) = (group.to_owned(), owner.to_owned());
     let ask = move || {
         let groups = client.client().fetch_group_list(Some(&group), Duration::from_secs(2)).ok()?;

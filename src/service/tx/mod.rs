@@ -16,7 +16,8 @@ pub mod shared;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::{FutureProducer, Producer};
+use crate::kafka::producer::AsyncProducer;
+use rdkafka::producer::Producer;
 
 use crate::service::error::TaskError;
 use producer::{blocking, discard, fenced_or, initialized, transactional_producer};
@@ -24,7 +25,7 @@ pub use shared::{Open, SharedTransaction};
 
 /// A fan-out task's transactional producer and where its transaction stands.
 pub struct TxProducer {
-    producer: FutureProducer,
+    producer: AsyncProducer,
     /// The instance's shared transaction; `None`: the task's own (`--producer-per-partition`).
     shared: Option<Arc<SharedTransaction>>,
     /// Since when a transaction holds this task's records (begun at its first record after a commit), if one does.
@@ -40,7 +41,7 @@ impl TxProducer {
     ///
     /// Errors: the producer cannot be created or initialized (the broker unreachable, say).
     pub async fn initialize(
-        connected: Option<FutureProducer>,
+        connected: Option<AsyncProducer>,
         shared: Option<Arc<SharedTransaction>>,
         brokers: &str,
         id: &str,
@@ -54,7 +55,7 @@ impl TxProducer {
     }
 
     /// The producer, to send records into the transaction [`TxProducer::begin`] opened.
-    pub fn producer(&self) -> &FutureProducer {
+    pub fn producer(&self) -> &AsyncProducer {
         &self.producer
     }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, Producer};
+use crate::kafka::producer::AsyncProducer;
+use rdkafka::producer::Producer;
 use tracing::debug;
 
 use crate::service::error::{is_fenced_code, TaskError};
@@ -15,7 +16,7 @@ use crate::service::error::{is_fenced_code, TaskError};
 /// `error`, or the producer's fatal error when Kafka fenced it: once a successor initializes the partition's
 /// transactional id, the old producer's sends and commit fail with a fatal error whose cause only the client
 /// keeps (`rd_kafka_fatal_error`).
-pub fn fenced_or(producer: &FutureProducer, error: TaskError) -> TaskError {
+pub fn fenced_or(producer: &AsyncProducer, error: TaskError) -> TaskError {
     match producer.client().fatal_error() {
         Some((code, reason)) if is_fenced_code(code) => {
             debug!(%reason, "the transactional producer was fenced");
@@ -27,7 +28,7 @@ pub fn fenced_or(producer: &FutureProducer, error: TaskError) -> TaskError {
 
 /// Drops a producer off the async threads: dropping waits for its queue (up to 500 ms) and, when a transaction
 /// is open, for its abort.
-pub fn discard(producer: FutureProducer) {
+pub fn discard(producer: AsyncProducer) {
     tokio::task::spawn_blocking(move || drop(producer));
 }
 
@@ -35,7 +36,7 @@ pub fn discard(producer: FutureProducer) {
 /// instance's shared one), [`connected_producer`], then [`initialized`].
 ///
 /// Errors: as those two.
-pub async fn transactional_producer(brokers: &str, id: &str) -> Result<FutureProducer, TaskError> {
+pub async fn transactional_producer(brokers: &str, id: &str) -> Result<AsyncProducer, TaskError> {
     initialized(connected_producer(brokers.to_owned(), id.to_owned(), Arc::default()).await?).await
 }
 
@@ -49,7 +50,7 @@ pub async fn connected_producer(
     brokers: String,
     id: String,
     abandoned: Arc<AtomicBool>,
-) -> Result<FutureProducer, TaskError> {
+) -> Result<AsyncProducer, TaskError> {
     let producer = crate::kafka::transactional_producer(&brokers, &id)
         .map_err(TaskError::kafka("creating the transactional producer"))?;
     let fetch = producer.clone();
@@ -73,7 +74,7 @@ pub async fn connected_producer(
 /// its id and aborts their open transaction.
 ///
 /// Errors: the initialization fails (the broker is unreachable, say); the producer is then discarded.
-pub async fn initialized(producer: FutureProducer) -> Result<FutureProducer, TaskError> {
+pub async fn initialized(producer: AsyncProducer) -> Result<AsyncProducer, TaskError> {
     let init = producer.clone();
     let result = tokio::task::spawn_blocking(move || init_in_slices(&init, Duration::from_secs(60)))
         .await
@@ -105,7 +106,7 @@ const INIT_SLICE_MAX: Duration = Duration::from_millis(500);
 /// pause"). A call that resumes while a request is in flight adds none.
 ///
 /// Errors: a non-retriable error, or a retriable one once `limit` has passed.
-fn init_in_slices(producer: &FutureProducer, limit: Duration) -> Result<(), KafkaError> {
+fn init_in_slices(producer: &AsyncProducer, limit: Duration) -> Result<(), KafkaError> {
     let deadline = Instant::now() + limit;
     let mut slice = INIT_SLICE;
     loop {
@@ -122,8 +123,8 @@ fn init_in_slices(producer: &FutureProducer, limit: Duration) -> Result<(), Kafk
 /// `call` on the producer off the async threads (commits and aborts block); `Canceled` when the runtime shut down
 /// under it.
 pub async fn blocking(
-    producer: FutureProducer,
-    call: impl FnOnce(&FutureProducer) -> rdkafka::error::KafkaResult<()> + Send + 'static,
+    producer: AsyncProducer,
+    call: impl FnOnce(&AsyncProducer) -> rdkafka::error::KafkaResult<()> + Send + 'static,
 ) -> rdkafka::error::KafkaResult<()> {
     tokio::task::spawn_blocking(move || call(&producer)).await.unwrap_or(Err(KafkaError::Canceled))
 }

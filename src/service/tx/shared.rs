@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, Producer};
+use crate::kafka::producer::AsyncProducer;
+use rdkafka::producer::Producer;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::producer::{blocking, transactional_producer};
@@ -36,7 +37,7 @@ pub struct SharedTransaction {
     id: String,
     /// Created and initialized by the first task that starts, and again by the first that starts after Kafka
     /// fenced it ([`SharedTransaction::producer`]).
-    producer: Mutex<Option<FutureProducer>>,
+    producer: Mutex<Option<AsyncProducer>>,
     state: Arc<Mutex<Transaction>>,
     /// Set when a begin or an abort failed without making the client fatal: the client's transaction state is no
     /// longer the one kept here (an abort that timed out leaves librdkafka in a transaction this side counts as
@@ -73,7 +74,7 @@ impl SharedTransaction {
     /// initialization fences the old one and aborts what it left open.
     ///
     /// Errors: as [`transactional_producer`] (on `brokers`).
-    pub async fn producer(&self, brokers: &str) -> Result<FutureProducer, TaskError> {
+    pub async fn producer(&self, brokers: &str) -> Result<AsyncProducer, TaskError> {
         let mut slot = self.producer.lock().await;
         let stale = self.stale.swap(false, Ordering::SeqCst);
         let fatal = slot.as_ref().is_some_and(|p| p.client().fatal_error().is_some());
@@ -97,7 +98,7 @@ impl SharedTransaction {
     }
 
     /// The producer now, if initialized.
-    async fn current(&self) -> Option<FutureProducer> {
+    async fn current(&self) -> Option<AsyncProducer> {
         self.producer.lock().await.clone()
     }
 
@@ -174,7 +175,7 @@ impl Open {
     /// produce or commit and restarts from its checkpoint. Without the abort the tasks restarted forever into the
     /// same refused transaction. An abort that fails (fatal or not) leaves the producer to be replaced at the
     /// next task's start ([`SharedTransaction::producer`]).
-    pub async fn abort(mut self, producer: &FutureProducer) {
+    pub async fn abort(mut self, producer: &AsyncProducer) {
         let t = &mut *self.transaction;
         if t.open && t.epoch == self.epoch {
             tracing::warn!(epoch = self.epoch, "a delta was refused: aborting the shared transaction");
