@@ -8,10 +8,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::kafka::producer::AsyncProducer;
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
-use crate::kafka::producer::AsyncProducer;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 

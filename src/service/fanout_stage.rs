@@ -17,9 +17,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::kafka::producer::{AsyncProducer, DeliveryFuture};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
-use crate::kafka::producer::{AsyncProducer, DeliveryFuture};
 use rdkafka::producer::FutureRecord;
 use tracing::{debug, info};
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use crate::kafka::producer::AsyncProducer;
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureRecord;
 
 use super::error::TaskError;

@@ -9,6 +9,7 @@ mod dataset;
 mod decoder;
 mod hybrid;
 mod inbox;
+mod kafka;
 mod monitoring;
 mod producers;
 mod properties;

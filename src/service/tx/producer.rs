@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::error::KafkaError;
 use crate::kafka::producer::AsyncProducer;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use tracing::debug;
 
