@@ -42,7 +42,7 @@ impl ProducerContext for Deliveries {
             Ok(m) => Ok(Delivery { partition: m.partition(), offset: m.offset(), timestamp: m.timestamp() }),
             Err((e, m)) => Err((e.clone(), m.detach())),
         };
-        let _ = tx.send(owned); // the sender may have stopped waiting
+        let _ = tx.send(owned); // its caller may have stopped waiting
     }
 }
 
