@@ -219,7 +219,7 @@ impl ProducerSlot {
     }
 
     /// Replaces the producer of generation `failed` with a new one, unless another task already did. The old one is
-    /// dropped off the async threads (dropping waits up to 500 ms for its queue).
+    /// dropped; its client goes on its polling thread ([`AsyncProducer`]).
     pub fn replace(&self, failed: u64) {
         let mut current = self.current.lock().expect("not poisoned");
         if current.0 != failed {
@@ -227,9 +227,8 @@ impl ProducerSlot {
         }
         match service_producer(&self.brokers) {
             Ok(new) => {
-                let old = std::mem::replace(&mut *current, (failed + 1, new));
+                *current = (failed + 1, new);
                 tracing::warn!(generation = failed + 1, "deliveries failed: replaced the Kafka producer");
-                tokio::task::spawn_blocking(move || drop(old));
             }
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "could not create a new Kafka producer"),
         }

@@ -29,7 +29,7 @@ use super::group::{PartitionInput, Verdict};
 use super::prepare::FanOutStart;
 use super::records;
 use super::task::{self, StageTask};
-use super::tx::producer::{connected_producer, discard};
+use super::tx::producer::connected_producer;
 use super::tx::{fence, Open, TxProducer};
 use crate::checkpoint::Stage;
 use crate::core::contract::ConversationEvent;
@@ -89,12 +89,7 @@ async fn start(shared: &Shared, p: i32) -> Result<FanOutStart, TaskError> {
     let connected = connected?;
     match lease {
         Ok(lease) => begin(shared, p, lease, connected, [lease_ms, connect_ms]).await,
-        Err(e) => {
-            if let Some(producer) = connected {
-                discard(producer);
-            }
-            Err(e.into())
-        }
+        Err(e) => Err(e.into()), // a producer connected meanwhile is dropped
     }
 }
 
@@ -110,12 +105,7 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
     let connected = connected?;
     let lease = match lease {
         Ok(Some(lease)) => lease,
-        not_held => {
-            if let Some(producer) = connected {
-                discard(producer);
-            }
-            return Ok(not_held?.and(None)); // another owner, or failing
-        }
+        not_held => return Ok(not_held?.and(None)), // another owner, or failing
     };
     begin(&shared, p, lease, connected, [lease_ms, connect_ms]).await.map(Some)
 }
@@ -144,7 +134,7 @@ async fn connect_own(shared: &Shared, p: i32) -> Result<Option<AsyncProducer>, T
 /// fenced from here on, and the initializations, which fence the earlier producers, follow the lease too.
 ///
 /// Errors: as [`load::fanout_partition`], [`initialized`] and [`fence`]; a producer initialized beside a failure
-/// is discarded.
+/// is dropped.
 async fn begin(
     shared: &Shared,
     p: i32,
@@ -170,15 +160,8 @@ async fn begin(
         (Ok(loaded), Ok(producer), Ok(())) => {
             Ok(FanOutStart { loaded, producer, ms: [lease_ms, connect_ms, load_ms, producer_ms] })
         }
-        (Err(e), producer, _) => {
-            producer.map(TxProducer::discard).ok();
-            Err(e.into())
-        }
-        (Ok(_), Err(e), _) => Err(e),
-        (Ok(_), Ok(producer), Err(e)) => {
-            producer.discard();
-            Err(e)
-        }
+        (Err(e), _, _) => Err(e.into()),
+        (Ok(_), Err(e), _) | (Ok(_), Ok(_), Err(e)) => Err(e),
     }
 }
 

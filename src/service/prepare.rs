@@ -103,15 +103,13 @@ impl Preparations {
         held
     }
 
-    /// Drops what no task took (state, producers), off the async threads.
+    /// Drops what no task took (state, off the async threads; producers).
     pub async fn expire(&self) {
         self.fanout.expire().await;
         self.fold.expire().await;
         let left: Vec<_> = self.producers.lock().expect("not poisoned").drain().collect();
         for (_, connecting) in left {
-            if let Ok(Ok(producer)) = connecting.await {
-                tokio::task::spawn_blocking(move || drop(producer));
-            }
+            let _ = connecting.await; // waits for the connection under way, then drops the producer
         }
     }
 
@@ -161,7 +159,7 @@ impl<T: Send + 'static> Prepared<T> {
         }
     }
 
-    /// Drops what no task took, off the async threads (dropping a producer waits for its queue).
+    /// Drops what no task took, off the async threads (a partition's state can be large to free).
     async fn expire(&self) {
         let left: Vec<_> = self.tasks.lock().expect("not poisoned").drain().map(|(_, task)| task).collect();
         for task in left {

@@ -9,7 +9,7 @@ use crate::kafka::producer::AsyncProducer;
 use rdkafka::producer::Producer;
 use tracing::info;
 
-use super::producer::{discard, transactional_producer};
+use super::producer::transactional_producer;
 use crate::checkpoint::store::Unreleased;
 use crate::service::error::TaskError;
 
@@ -63,7 +63,7 @@ pub async fn fence(
         return Ok(());
     }
     let began = Instant::now();
-    discard(transactional_producer(&fences.brokers, id).await?);
+    drop(transactional_producer(&fences.brokers, id).await?);
     *last = Some(began);
     let ms = began.elapsed().as_millis() as u64;
     info!(partition = p, transactional_id = %id, ms, "the previous owner's producer is fenced");

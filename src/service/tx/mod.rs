@@ -20,7 +20,7 @@ use crate::kafka::producer::AsyncProducer;
 use rdkafka::producer::Producer;
 
 use crate::service::error::TaskError;
-use producer::{blocking, discard, fenced_or, initialized, transactional_producer};
+use producer::{blocking, fenced_or, initialized, transactional_producer};
 pub use shared::{Open, SharedTransaction};
 
 /// A fan-out task's transactional producer and where its transaction stands.
@@ -110,16 +110,9 @@ impl TxProducer {
     }
 
     /// Ends the task's use of the producer: `result`, or Kafka's fencing when it fenced the producer (the cause
-    /// only the client keeps, [`fenced_or`]); the producer is dropped off the async threads, aborting a
-    /// transaction of its own still open.
+    /// only the client keeps, [`fenced_or`]); the producer is dropped, which aborts a transaction of its own still
+    /// open.
     pub fn finish<T>(self, result: Result<T, TaskError>) -> Result<T, TaskError> {
-        let result = result.map_err(|e| fenced_or(&self.producer, e));
-        discard(self.producer);
-        result
-    }
-
-    /// Drops the producer unused (a start that failed beside it), off the async threads.
-    pub fn discard(self) {
-        discard(self.producer);
+        result.map_err(|e| fenced_or(&self.producer, e))
     }
 }

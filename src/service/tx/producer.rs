@@ -1,6 +1,7 @@
-//! A transactional producer's lifecycle: created and connected ([`connected_producer`], which fences nothing),
-//! initialized ([`initialized`], which fences every earlier producer of its transactional id), and discarded off
-//! the async threads ([`discard`]); a fenced producer's error told apart ([`fenced_or`]).
+//! A transactional producer's lifecycle: created and connected ([`connected_producer`], which fences nothing) and
+//! initialized ([`initialized`], which fences every earlier producer of its transactional id); a fenced producer's
+//! error told apart ([`fenced_or`]). Dropping one never blocks: its client is destroyed (its queue purged, a
+//! transaction of its own still open aborted) on its polling thread ([`AsyncProducer`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,12 +25,6 @@ pub fn fenced_or(producer: &AsyncProducer, error: TaskError) -> TaskError {
         }
         _ => error,
     }
-}
-
-/// Drops a producer off the async threads: dropping waits for its queue (up to 500 ms) and, when a transaction
-/// is open, for its abort.
-pub fn discard(producer: AsyncProducer) {
-    tokio::task::spawn_blocking(move || drop(producer));
 }
 
 /// Creates the transactional producer of transactional id `id` (partition p's `{group}.fanout.{p}`, or the
@@ -73,7 +68,7 @@ pub async fn connected_producer(
 /// Initializes a transactional producer (up to 60 s, `init_in_slices`), which fences every earlier producer of
 /// its id and aborts their open transaction.
 ///
-/// Errors: the initialization fails (the broker is unreachable, say); the producer is then discarded.
+/// Errors: the initialization fails (the broker is unreachable, say); the producer is then dropped.
 pub async fn initialized(producer: AsyncProducer) -> Result<AsyncProducer, TaskError> {
     let init = producer.clone();
     let result = tokio::task::spawn_blocking(move || init_in_slices(&init, Duration::from_secs(60)))
@@ -82,7 +77,7 @@ pub async fn initialized(producer: AsyncProducer) -> Result<AsyncProducer, TaskE
     match result {
         Ok(()) => Ok(producer),
         Err(e) => {
-            discard(producer);
+            drop(producer);
             Err(TaskError::kafka("initializing transactions")(e))
         }
     }
