@@ -8,13 +8,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::kafka::producer::AsyncProducer;
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::kafka::producer::AsyncProducer;
 use crate::kafka::{self, headers};
 
 /// One dead-lettered record.

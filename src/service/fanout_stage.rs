@@ -17,7 +17,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::kafka::producer::{AsyncProducer, DeliveryFuture};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::FutureRecord;
@@ -34,6 +33,7 @@ use super::tx::{fence, Open, TxProducer};
 use crate::checkpoint::Stage;
 use crate::core::contract::ConversationEvent;
 use crate::core::delta::DeltaSource;
+use crate::kafka::producer::{AsyncProducer, DeliveryFuture};
 use crate::metrics::Step;
 use crate::pipeline::MAX_BATCH;
 use crate::state::commit::{publish, Commit, RedisWrites};

@@ -27,13 +27,12 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::kafka::producer::AsyncProducer;
-
 use super::error::TaskError;
 use super::tx::producer::connected_producer;
 use super::tx::TxProducer;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::Stage;
+use crate::kafka::producer::AsyncProducer;
 
 /// How long a prepared partition waits for its task before it is dropped: 30 s.
 pub const PREPARED_FOR: Duration = Duration::from_secs(30);

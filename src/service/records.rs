@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use crate::kafka::producer::AsyncProducer;
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureRecord;
 
 use super::error::TaskError;
 use crate::kafka::headers as names;
+use crate::kafka::producer::AsyncProducer;
 pub use crate::records::*;
 
 /// Logs the first refusal of each kind on each topic in this process, with its reason and [`RecordError::fix`];

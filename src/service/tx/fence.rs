@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::kafka::producer::AsyncProducer;
 use rdkafka::producer::Producer;
 use tracing::info;
 
 use super::producer::transactional_producer;
 use crate::checkpoint::store::Unreleased;
+use crate::kafka::producer::AsyncProducer;
 use crate::service::error::TaskError;
 
 /// The previous owners' transactional ids this instance fenced, each with when its last fencing began: tasks that

@@ -16,9 +16,9 @@ pub mod shared;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::kafka::producer::AsyncProducer;
 use rdkafka::producer::Producer;
 
+use crate::kafka::producer::AsyncProducer;
 use crate::service::error::TaskError;
 use producer::{blocking, fenced_or, initialized, transactional_producer};
 pub use shared::{Open, SharedTransaction};

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::kafka::producer::AsyncProducer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use tracing::debug;
 
+use crate::kafka::producer::AsyncProducer;
 use crate::service::error::{is_fenced_code, TaskError};
 
 /// `error`, or the producer's fatal error when Kafka fenced it: once a successor initializes the partition's

@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::kafka::producer::AsyncProducer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::producer::{blocking, transactional_producer};
+use crate::kafka::producer::AsyncProducer;
 use crate::service::error::TaskError;
 
 /// How long a commit waits for the deltas in flight to be acknowledged before it commits (which then flushes
