@@ -1019,13 +1019,8 @@ impl UserState {
 
     /// Runs `f` on the conversation's entry (creating it if `create`; otherwise doing nothing when it is absent),
     /// then brings the totals, the detached count and retention up to date.
-    fn update(
-        &mut self,
-        conversation_id: &(impl ConvKey + ?Sized),
-        create: bool,
-        f: impl FnOnce(&mut ConvState) -> u64,
-    ) -> u64 {
-        self.update_with(conversation_id, create, false, f)
+    fn update(&mut self, key: &(impl ConvKey + ?Sized), create: bool, f: impl FnOnce(&mut ConvState) -> u64) -> u64 {
+        self.update_with(key, create, false, f)
     }
 
     /// [`UserState::update`] for a change `f` that leaves the user's threads, reactions, mute, kind and membership
