@@ -255,7 +255,8 @@ pub fn eof_reader(brokers: &str, name: &str) -> ClientConfig {
 /// markers, aborted records or records of open transactions lie there). Offsets are not contiguous on a
 /// transactional topic, so this is how a reader tells "the records in between are invisible" from "the records in
 /// between were skipped" ([`crate::service::group::PartitionInput::accept`]) and a real lag from a trailing
-/// commit marker ([`crate::ops::lag`]). A blocking call: one short-lived consumer, one fetch per partition.
+/// commit marker ([`crate::ops::lag`]). A blocking call: one short-lived consumer ([`VisibilityProbe`]), one fetch
+/// per partition.
 ///
 /// Errors: the client cannot be created, the read fails, or some partition gives no answer within `timeout`.
 pub fn first_visible(
@@ -264,35 +265,70 @@ pub fn first_visible(
     from: &[(i32, i64)],
     timeout: Duration,
 ) -> anyhow::Result<HashMap<i32, Option<i64>>> {
-    let consumer: BaseConsumer<EofContext> =
-        eof_reader(brokers, "unread-visibility-probe").create_with_context(EofContext)?;
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for (p, offset) in from {
-        tpl.add_partition_offset(topic, *p, rdkafka::Offset::Offset(*offset))?;
+    VisibilityProbe::new(brokers)?.first_visible(topic, from, timeout)
+}
+
+/// The reader behind [`first_visible`], kept by a caller that asks again and again (`unread lag --wait`), so that
+/// each question costs a fetch on an open connection: a new reader took about 50 ms to connect and fetch, and up
+/// to 100 ms more to close.
+pub struct VisibilityProbe {
+    consumer: BaseConsumer<EofContext>,
+}
+
+impl VisibilityProbe {
+    /// A probe reading `brokers` (not connected until its first question).
+    ///
+    /// Errors: the client cannot be created (its configuration).
+    pub fn new(brokers: &str) -> anyhow::Result<Self> {
+        let consumer = eof_reader(brokers, "unread-visibility-probe").create_with_context(EofContext)?;
+        Ok(Self { consumer })
     }
-    consumer.assign(&tpl).with_context(|| format!("assigning {topic} to the visibility probe"))?;
-    let mut found = HashMap::new();
-    let deadline = std::time::Instant::now() + timeout;
-    while found.len() < from.len() {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        anyhow::ensure!(
-            !left.is_zero(),
-            "{topic}: no answer for {} of {} partitions",
-            from.len() - found.len(),
-            from.len()
-        );
-        match consumer.poll(left) {
-            None => {}
-            Some(Ok(m)) => {
-                found.entry(rdkafka::Message::partition(&m)).or_insert(Some(rdkafka::Message::offset(&m)));
-            }
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                found.entry(p).or_insert(None);
-            }
-            Some(Err(e)) => return Err(e).with_context(|| format!("probing {topic}")),
+
+    /// [`first_visible`] with this probe's reader. The reader is assigned exactly `from`; what it fetched for an
+    /// earlier question is dropped first, and a record below a partition's `from` is never an answer.
+    ///
+    /// Errors: the read fails, or some partition gives no answer within `timeout`.
+    pub fn first_visible(
+        &self,
+        topic: &str,
+        from: &[(i32, i64)],
+        timeout: Duration,
+    ) -> anyhow::Result<HashMap<i32, Option<i64>>> {
+        let consumer = &self.consumer;
+        consumer.unassign().with_context(|| format!("unassigning the visibility probe from {topic}"))?;
+        while consumer.poll(Duration::ZERO).is_some() {}
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (p, offset) in from {
+            tpl.add_partition_offset(topic, *p, rdkafka::Offset::Offset(*offset))?;
         }
+        consumer.assign(&tpl).with_context(|| format!("assigning {topic} to the visibility probe"))?;
+        let start: HashMap<i32, i64> = from.iter().copied().collect();
+        let mut found = HashMap::new();
+        let deadline = std::time::Instant::now() + timeout;
+        while found.len() < from.len() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            anyhow::ensure!(
+                !left.is_zero(),
+                "{topic}: no answer for {} of {} partitions",
+                from.len() - found.len(),
+                from.len()
+            );
+            match consumer.poll(left) {
+                None => {}
+                Some(Ok(m)) => {
+                    let (p, offset) = (rdkafka::Message::partition(&m), rdkafka::Message::offset(&m));
+                    if start.get(&p).is_some_and(|from| offset >= *from) {
+                        found.entry(p).or_insert(Some(offset));
+                    }
+                }
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    found.entry(p).or_insert(None);
+                }
+                Some(Err(e)) => return Err(e).with_context(|| format!("probing {topic}")),
+            }
+        }
+        Ok(found)
     }
-    Ok(found)
 }
 
 /// A client for metadata and watermark queries only.

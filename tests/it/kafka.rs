@@ -52,3 +52,56 @@ fn the_async_producer_acknowledges_each_record_with_its_offset_and_refuses_a_par
     assert!(high >= 101, "the partition's high watermark {high} counts every record acknowledged");
     ns.cleanup();
 }
+
+#[test]
+fn a_kept_visibility_probe_answers_each_question_afresh_past_commit_markers_and_aborted_records() {
+    use rdkafka::producer::Producer;
+    let Some(stack) =
+        stack("a_kept_visibility_probe_answers_each_question_afresh_past_commit_markers_and_aborted_records")
+    else {
+        return;
+    };
+    let ns = Ns::new(&stack, "visprobe");
+    let topic = unread::topology::Topics::new(&format!("{}.", ns.name)).dead_letter;
+    let mut config = unread::kafka::producer_config(&stack.brokers);
+    config.set("transactional.id", format!("{}-visprobe", ns.name));
+    let producer: AsyncProducer = config.create().unwrap();
+    let t = Duration::from_secs(30);
+    producer.init_transactions(t).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // One transaction of `n` records on partition 0, committed or aborted: the offset of its first record.
+    let transaction = |n: usize, commit: bool| -> i64 {
+        producer.begin_transaction().unwrap();
+        let first = rt.block_on(async {
+            let mut first = None;
+            for _ in 0..n {
+                let record = FutureRecord::<(), _>::to(&topic).partition(0).payload("x");
+                let sent = producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+                first = first.or(Some(sent.offset));
+            }
+            first.unwrap()
+        });
+        match commit {
+            true => producer.commit_transaction(t).unwrap(),
+            false => producer.abort_transaction(t).unwrap(),
+        }
+        first
+    };
+    let probe = unread::kafka::VisibilityProbe::new(&stack.brokers).unwrap();
+    let ask = |from: i64| probe.first_visible(&topic, &[(0, from)], Duration::from_secs(10)).unwrap()[&0];
+    // Records 0..3, then the commit marker at 3.
+    let first = transaction(3, true);
+    assert_eq!(ask(first), Some(first));
+    assert_eq!(ask(first + 1), Some(first + 1));
+    assert_eq!(ask(first + 3), None, "only the commit marker lies at the end");
+    // The same question after a new committed record: the probe does not answer from what it read before.
+    let next = transaction(1, true);
+    assert_eq!(next, first + 4);
+    assert_eq!(ask(first + 3), Some(next));
+    // An aborted record and its marker, then nothing: invisible.
+    let aborted = transaction(1, false);
+    assert_eq!(ask(aborted), None, "an aborted record is not visible");
+    assert_eq!(ask(next + 1), None, "past the last commit marker only the aborted transaction lies");
+    assert_eq!(ask(next), Some(next));
+    ns.cleanup();
+}
