@@ -269,8 +269,11 @@ pub fn first_visible(
 }
 
 /// The reader behind [`first_visible`], kept by a caller that asks again and again (`unread lag --wait`), so that
-/// each question costs a fetch on an open connection: a new reader took about 50 ms to connect and fetch, and up
-/// to 100 ms more to close.
+/// each question costs a fetch on an open connection, not a new client (which took up to 100 ms more to close).
+///
+/// Its fetches wait at most 5 ms for records (`fetch.wait.max.ms`): an answer ends with a fetch at a partition's
+/// end, which the broker holds until that wait passes. With librdkafka's default a question took 54–76 ms on an
+/// open connection; with 5 ms, 6–11 ms.
 pub struct VisibilityProbe {
     consumer: BaseConsumer<EofContext>,
 }
@@ -280,8 +283,9 @@ impl VisibilityProbe {
     ///
     /// Errors: the client cannot be created (its configuration).
     pub fn new(brokers: &str) -> anyhow::Result<Self> {
-        let consumer = eof_reader(brokers, "unread-visibility-probe").create_with_context(EofContext)?;
-        Ok(Self { consumer })
+        let mut config = eof_reader(brokers, "unread-visibility-probe");
+        config.set("fetch.wait.max.ms", "5");
+        Ok(Self { consumer: config.create_with_context(EofContext)? })
     }
 
     /// [`first_visible`] with this probe's reader. The reader is assigned exactly `from`; what it fetched for an
