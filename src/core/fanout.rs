@@ -213,6 +213,11 @@ impl FanOut {
         Self { diffusion, ..Self::default() }
     }
 
+    /// Whether it holds no conversation and no broadcast list (a partition that was never checkpointed).
+    pub fn is_empty(&self) -> bool {
+        self.conversations.is_empty() && self.lists.is_empty()
+    }
+
     /// The state of one conversation, if it has had any event.
     pub fn conversation(&self, conversation_id: &str) -> Option<&ConversationState> {
         self.conversations.get(conversation_id)

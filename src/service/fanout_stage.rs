@@ -74,8 +74,12 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     );
     input.rewind(&shared.topics.conversation_events, next).await;
     let (in_flight, read) = (Vec::new(), Vec::new());
+    let empty = loaded.fanout().is_empty();
     let mut task = FanOutTask { shared, input, tx, state: loaded, in_flight, read };
-    let result = task::run(&mut task).await;
+    let result = match task::mark_if_empty(&task.shared, Stage::FanOut, p, empty).await {
+        Ok(()) => task::run(&mut task).await,
+        Err(e) => Err(e),
+    };
     task.tx.finish(result)
 }
 

@@ -53,6 +53,7 @@ pub async fn run(shared: Arc<Shared>, mut input: PartitionInput) -> Result<(), T
     let (generation, next, ms) = (loaded.generation, loaded.next, started.elapsed().as_millis() as u64);
     let (user_events, user_deltas) = (next.user_events, next.user_deltas);
     info!(partition = p, generation, user_events, user_deltas, ms, prepared, "fold task started");
+    task::mark_if_empty(&shared, Stage::Fold, p, loaded.fold.users().next().is_none()).await?;
     input.rewind(&shared.topics.user_events, next.user_events).await;
     input.rewind(&shared.topics.user_deltas, next.user_deltas).await;
     task::run(FoldTask { shared, input, state: loaded, read: Vec::new() }).await

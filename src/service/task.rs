@@ -32,7 +32,7 @@ use super::context::Shared;
 use super::error::TaskError;
 use super::group::PartitionInput;
 use crate::checkpoint::Stage;
-use crate::state::commit::{checkpoint, publish, Commit};
+use crate::state::commit::{checkpoint, publish, Commit, RedisWrites};
 use crate::state::Input;
 
 /// How often an idle task checks that Redis still holds its partition (and rewrites it when not): 1 s.
@@ -121,6 +121,20 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
             last_commit = Instant::now();
         }
     }
+}
+
+/// Marks partition `p`'s projection whole in Redis when its task starts with nothing loaded (`empty`: a partition
+/// never checkpointed), before anything is published: an empty state is all written. Without it, the first commit
+/// found no marker, took Redis for having lost the projection, and rewrote every user (or list) folded by then,
+/// with a warning, on every first start. A marker that goes missing later (Redis flushed) is still found by the
+/// commit, which then rewrites everything.
+///
+/// Errors: Redis still failing after retries.
+pub async fn mark_if_empty(shared: &Shared, stage: Stage, p: i32, empty: bool) -> Result<(), TaskError> {
+    if empty {
+        publish(shared.home(), stage, p, &RedisWrites::Nothing, true).await?;
+    }
+    Ok(())
 }
 
 /// How long a task waits for more records after its next batch begins, given that its previous batch took `taken`
