@@ -213,7 +213,7 @@ impl FanOut {
         Self { diffusion, ..Self::default() }
     }
 
-    /// Whether it holds no conversation and no broadcast list (a partition that was never checkpointed).
+    /// Whether it holds no conversation and no broadcast list (as a partition that was never checkpointed).
     pub fn is_empty(&self) -> bool {
         self.conversations.is_empty() && self.lists.is_empty()
     }

@@ -189,7 +189,7 @@ pub async fn wait_for_zero_lag(
 
 /// The pause between two polls of [`wait_for_zero_lag`]. A poll on open connections takes 13–28 ms here during a
 /// catch-up (a metadata and two watermark requests per partition, one query of PostgreSQL, a fetch of 6–11 ms
-/// when the delta topic ends in transaction markers), so `unread lag --wait` returns 43–66 ms after the last
-/// checkpoint; with new clients per poll, 100 ms between polls and the clients closed before returning, it took
-/// 215–225 ms.
+/// when the delta topic ends in transaction markers), so `unread lag --wait` returns 31–66 ms after the last
+/// checkpoint (five catch-ups of `scripts/bench-e2e`); with new clients per poll, 100 ms between polls and the
+/// clients closed before returning, it took 171–173 ms.
 pub const WAIT_POLL: Duration = Duration::from_millis(25);
