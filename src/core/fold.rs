@@ -17,7 +17,11 @@
 //! script). The incremental [`Sums`] cover the user's own part; the view adds the index's.
 //!
 //! Conversations the user is not a member of are kept only while they carry information (a floor above 0 or a
-//! mute), at most [`MAX_DETACHED_PER_USER`] per user, least recently touched evicted first.
+//! mute), least recently touched evicted first beyond a bound per user: [`MAX_DETACHED_PER_USER`] of those the
+//! fan-out has said something about (most of them left), and apart from them [`MAX_AWAITING_PER_USER`] that only
+//! the user's own events made, whose join is still on its way ([`ConvState::awaiting`]). Kept apart, the second
+//! kind never pushes out the first, so which entry goes does not depend on how the two inputs interleave until a
+//! user has that many joins in flight.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,8 +44,15 @@ use crate::core::Map;
 /// ([`Replies`]).
 pub type SharedReplies = Map<String, Replies>;
 
-/// Most conversations a user is not a member of whose floor and mute are kept (the retention bound).
+/// Most conversations a user is not a member of, and that a delta has reached, whose floor and mute are kept (the
+/// retention bound; docs/semantics.md, "Retention of conversations U is not a member of").
 pub const MAX_DETACHED_PER_USER: usize = 1024;
+
+/// Most conversations a user is not a member of that only the user's own events made ([`ConvState::awaiting`]),
+/// kept apart from [`MAX_DETACHED_PER_USER`]: in a catch-up the fold can take a user's read acks, mutes and thread
+/// follows long before the fan-out's joins arrive (the v4 full set's `ubottu` waits for up to 1,412), and an
+/// entry evicted then would lose what the join needs.
+pub const MAX_AWAITING_PER_USER: usize = 16_384;
 
 /// One user's state in one conversation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +112,11 @@ pub struct ConvState {
     /// v4: the conversation's team (§ v4, "Teams"), from the deltas.
     #[serde(default)]
     pub team: Option<String>,
+    /// No delta has reached this entry yet: only the user's own events made it (a read ack, a mute, a thread
+    /// follow ahead of the join the fan-out has not delivered yet). A delta clears it. Such entries are retained
+    /// under [`MAX_AWAITING_PER_USER`], not [`MAX_DETACHED_PER_USER`].
+    #[serde(default)]
+    pub awaiting: bool,
     /// What the conversation added to the user's totals after the last change the fold made to it, so that the
     /// next change need not compute it again. Not part of the state's value: a state loaded from its checkpoint
     /// has none, and two states are equal whatever they hold here.
@@ -208,6 +224,15 @@ impl ConvState {
     /// `None` otherwise.
     pub fn receipt_entry(&self) -> Option<(u64, u64)> {
         self.is_member().then(|| (self.joined_at.unwrap_or(0), self.cursor()))
+    }
+
+    /// The retention bound a non-member entry counts under; `None` for a member's.
+    fn held(&self) -> Option<Held> {
+        match (self.is_member(), self.awaiting) {
+            (true, _) => None,
+            (false, true) => Some(Held::Awaiting),
+            (false, false) => Some(Held::Detached),
+        }
     }
 
     /// A non-member entry with nothing worth keeping.
@@ -555,7 +580,11 @@ pub struct UserState {
     conversations: Conversations,
     totals: Sums,
     clock: u64,
+    /// Non-member entries a delta has reached ([`MAX_DETACHED_PER_USER`]).
     detached: usize,
+    /// Non-member entries only the user's own events made ([`MAX_AWAITING_PER_USER`]); counted again on load.
+    #[serde(skip)]
+    awaiting: usize,
     /// Broadcast list → the largest `read_seq` of the user's `broadcast.read` in it.
     broadcasts: BTreeMap<String, u64>,
     notifications: Summary,
@@ -579,10 +608,27 @@ impl PartialEq for Pending {
 
 impl Eq for Pending {}
 
+/// Who changes a conversation's entry: the fan-out through a delta, or the user through one of its own events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    Delta,
+    User,
+}
+
+/// The retention bound a non-member entry counts under ([`ConvState::held`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// A delta reached it: [`MAX_DETACHED_PER_USER`].
+    Detached,
+    /// Only the user's own events made it: [`MAX_AWAITING_PER_USER`].
+    Awaiting,
+}
+
 impl UserState {
     /// A state from its parts (a v1 checkpoint has no broadcasts and no notifications).
     pub(crate) fn from_parts(conversations: Conversations, totals: Sums, clock: u64, detached: usize) -> Self {
-        Self { conversations, totals, clock, detached, ..Self::default() }
+        let awaiting = conversations.values().filter(|c| c.held() == Some(Held::Awaiting)).count();
+        Self { conversations, totals, clock, detached, awaiting, ..Self::default() }
     }
 
     /// A version-2 checkpoint's state: `self` with its broadcast cursors and notification summary.
@@ -595,7 +641,8 @@ impl UserState {
         self.clock
     }
 
-    /// Conversations kept while the user is not a member (their floor or mute is remembered).
+    /// Conversations kept while the user is not a member (their floor or mute is remembered) that a delta has
+    /// reached (the row stores the count; those awaiting their first delta are counted again on load).
     pub(crate) fn detached(&self) -> usize {
         self.detached
     }
@@ -808,9 +855,11 @@ impl UserState {
         if self.recount() != self.totals {
             return Err(format!("totals {:?} differ from the sums {:?}", self.totals, self.recount()));
         }
-        let detached = self.conversations.values().filter(|c| !c.is_member()).count();
-        if detached != self.detached {
-            return Err(format!("detached count {} differs from {detached}", self.detached));
+        let held = |h| self.conversations.values().filter(|c| c.held() == Some(h)).count();
+        let (detached, awaiting) = (held(Held::Detached), held(Held::Awaiting));
+        if (detached, awaiting) != (self.detached, self.awaiting) {
+            let kept = (self.detached, self.awaiting);
+            return Err(format!("detached and awaiting counts {kept:?} differ from {:?}", (detached, awaiting)));
         }
         Ok(())
     }
@@ -985,48 +1034,43 @@ impl UserState {
                     c.drop_read();
                 }
             }),
-            UserEvent::Muted(e) => {
-                self.update(e.conversation_id.as_str(), true, |c| {
-                    c.muted = e.muted;
-                    0
-                });
-            }
+            UserEvent::Muted(e) => self.update_own(&e.conversation_id, |c| c.muted = e.muted),
             UserEvent::MarkedUnread(e) => self.update_main(&e.conversation_id, |c| {
                 c.mark = e.marked.then_some(Mark { from_seq: e.from_seq });
             }),
-            UserEvent::ThreadRead(e) => {
-                self.update(e.conversation_id.as_str(), true, |c| {
-                    let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
-                    c.threads.read(e.thread_root, e.read_seq, c.joined_at, share);
-                    0
-                });
-            }
-            UserEvent::ThreadFollowed(e) => {
-                self.update(e.conversation_id.as_str(), true, |c| {
-                    let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
-                    c.threads.follow(e.thread_root, e.followed, c.joined_at, share);
-                    0
-                });
-            }
+            UserEvent::ThreadRead(e) => self.update_own(&e.conversation_id, |c| {
+                let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
+                c.threads.read(e.thread_root, e.read_seq, c.joined_at, share);
+            }),
+            UserEvent::ThreadFollowed(e) => self.update_own(&e.conversation_id, |c| {
+                let share = shared.get(&e.conversation_id).filter(|_| c.takes_replies());
+                c.threads.follow(e.thread_root, e.followed, c.joined_at, share);
+            }),
             UserEvent::ReactionsRead(e) => {
-                self.update(e.conversation_id.as_str(), true, |c| {
-                    c.reactions.read = c.reactions.read.max(e.read_seq);
-                    0
-                });
+                self.update_own(&e.conversation_id, |c| c.reactions.read = c.reactions.read.max(e.read_seq))
             }
         }
     }
 
-    /// Runs `f` on the conversation's entry (creating it if `create`; otherwise doing nothing when it is absent),
-    /// then brings the totals, the detached count and retention up to date.
+    /// Runs a delta's change `f` on the conversation's entry (creating it if `create`; otherwise doing nothing when
+    /// it is absent), then brings the totals, the retention counts and retention up to date.
     fn update(&mut self, key: &(impl ConvKey + ?Sized), create: bool, f: impl FnOnce(&mut ConvState) -> u64) -> u64 {
-        self.update_with(key, create, false, f)
+        self.update_with(key, create, By::Delta, false, f)
     }
 
-    /// [`UserState::update`] for a change `f` that leaves the user's threads, reactions, mute, kind and membership
-    /// in the conversation as they were (`main_only`: a read ack, a mark), whose v4 counters need no walk.
+    /// [`UserState::update`] for one of the user's own events, which makes the entry when absent.
+    fn update_own(&mut self, conversation_id: &str, f: impl FnOnce(&mut ConvState)) {
+        self.update_with(conversation_id, true, By::User, false, |c| {
+            f(c);
+            0
+        });
+    }
+
+    /// [`UserState::update_own`] for a change `f` that leaves the user's threads, reactions, mute, kind and
+    /// membership in the conversation as they were (`main_only`: a read ack, a mark), whose v4 counters need no
+    /// walk.
     fn update_main(&mut self, conversation_id: &str, f: impl FnOnce(&mut ConvState)) {
-        self.update_with(conversation_id, true, true, |c| {
+        self.update_with(conversation_id, true, By::User, true, |c| {
             f(c);
             0
         });
@@ -1036,6 +1080,7 @@ impl UserState {
         &mut self,
         key: &(impl ConvKey + ?Sized),
         create: bool,
+        by: By,
         main_only: bool,
         f: impl FnOnce(&mut ConvState) -> u64,
     ) -> u64 {
@@ -1046,6 +1091,9 @@ impl UserState {
             None if create => (self.conversations.entry(key.key()).or_default(), false),
             None => return 0,
         };
+        let held_before = c.held().filter(|_| existed);
+        // An entry only the user's events made awaits its first delta; any delta ends the wait.
+        c.awaiting = by == By::User && (c.awaiting || !existed);
         // Every change to an entry goes through here, so the part kept since the last one is still its part.
         let before = c.part.0.unwrap_or_else(|| c.contribution());
         let result = f(c);
@@ -1055,24 +1103,42 @@ impl UserState {
             false => c.contribution(),
         };
         c.part = Part(Some(after));
-        let (was_detached, is_detached, remove) =
-            (existed && before.memberships == 0, !c.is_member(), c.is_empty_detached());
+        let remove = c.is_empty_detached();
+        let held_after = c.held().filter(|_| !remove);
         self.totals.replace(before, after);
         if remove {
             self.conversations.remove(conversation_id);
         }
-        self.detached = self.detached + usize::from(is_detached && !remove) - usize::from(was_detached);
-        if self.detached > MAX_DETACHED_PER_USER {
-            self.evict_oldest_detached();
-        }
+        self.count_held(held_before, held_after);
         result
     }
 
-    fn evict_oldest_detached(&mut self) {
-        let oldest = self.conversations.iter().filter(|(_, c)| !c.is_member()).min_by_key(|(_, c)| c.touched);
+    /// Moves an entry's count from the retention bound it was held under to the one it is held under now, and
+    /// evicts the least recently touched entry of a bound gone over.
+    fn count_held(&mut self, before: Option<Held>, after: Option<Held>) {
+        for (held, add) in before.map(|h| (h, false)).into_iter().chain(after.map(|h| (h, true))) {
+            let count = match held {
+                Held::Detached => &mut self.detached,
+                Held::Awaiting => &mut self.awaiting,
+            };
+            *count = if add { *count + 1 } else { *count - 1 };
+        }
+        if self.detached > MAX_DETACHED_PER_USER {
+            self.evict_oldest(Held::Detached);
+        }
+        if self.awaiting > MAX_AWAITING_PER_USER {
+            self.evict_oldest(Held::Awaiting);
+        }
+    }
+
+    fn evict_oldest(&mut self, held: Held) {
+        let oldest = self.conversations.iter().filter(|(_, c)| c.held() == Some(held)).min_by_key(|(_, c)| c.touched);
         if let Some(id) = oldest.map(|(id, _)| id.clone()) {
             self.conversations.remove(&id);
-            self.detached -= 1;
+            match held {
+                Held::Detached => self.detached -= 1,
+                Held::Awaiting => self.awaiting -= 1,
+            }
         }
     }
 }

@@ -14,7 +14,8 @@
 //!   4 adds contract v3 (per conversation, the mark with its "unread from" seq, the read history, the expiry
 //!   buckets); 5 stores the totals as the table of counts in its order ([`Counts`]), so that a counter added to
 //!   the table needs no new version; 6 adds contract v4 (per conversation, the seqs sent and naming the user, the
-//!   threads, the reaction cursor and reacted messages, the team);
+//!   threads, the reaction cursor and reacted messages, the team); 7 marks each conversation that awaits its first
+//!   delta (only the user's own events made it), retained apart from the others;
 //! - conversations: 1 and 2 (kind, head, members); 3 adds the read-diffusion index; 4 adds `unread_ttl_days`; 5
 //!   the index's expiry; 6 leaves the members out; 7 adds contract v4 (team, replies' roots, recalled seqs,
 //!   reaction head, live reactions);
@@ -40,7 +41,7 @@ use crate::core::seqset::SeqSet;
 use crate::core::threads::Pending;
 
 /// The version byte of a user row written now.
-pub const USER_ROW: u8 = 6;
+pub const USER_ROW: u8 = 7;
 /// The version byte of a conversation row written now: 7, version 6's (version 5's layout with its members left
 /// out, empty: they have rows of their own, `fanout_members`, [`crate::checkpoint::store::MemberRow`]) and contract
 /// v4's fields.
@@ -103,7 +104,7 @@ use rows::*;
 /// Encodes one user's fold state (its remembered notifications have rows of their own), with its pending replies
 /// from `shared`, the fold's ([`crate::core::fold::Fold::shared_replies`]; an empty one for a state on its own).
 pub fn encode_user(state: &UserState, shared: &SharedReplies) -> Vec<u8> {
-    encode(USER_ROW, &UserRowV6::of(state, shared))
+    encode(USER_ROW, &UserRowV7::of(state, shared))
 }
 
 /// Decodes one user's fold state.
@@ -117,7 +118,8 @@ pub fn decode_user(bytes: &[u8]) -> Result<UserState, CheckpointError> {
         (3, payload) => postcard::from_bytes::<UserRowV3>(payload)?.into_state()?,
         (4, payload) => postcard::from_bytes::<UserRowV4>(payload)?.into_state()?,
         (5, payload) => postcard::from_bytes::<UserRowV5>(payload)?.into_state()?,
-        (_, payload) => postcard::from_bytes::<UserRowV6>(payload)?.into_state()?,
+        (6, payload) => postcard::from_bytes::<UserRowV6>(payload)?.into_state()?,
+        (_, payload) => postcard::from_bytes::<UserRowV7>(payload)?.into_state()?,
     };
     state.check_own().map_err(CheckpointError::Inconsistent)?;
     Ok(state)

@@ -743,6 +743,70 @@ fn an_ack_before_the_messages_it_covers_still_clears_them() {
     assert_eq!((before[0].total_unread, before[0].total_mentions), (1, 1), "only seq 5 is left");
 }
 
+/// `member.joined` of `user` in `conversation`, or `member.left` when `left`.
+fn membership(conversation: &str, user: &str, left: bool) -> ConversationEvent {
+    let (event_id, occurred_at) = (format!("{}-{conversation}-{user}", u8::from(left)), "2024-01-01T00:00:00Z".into());
+    let (conversation_id, user_id) = (conversation.to_owned(), user.to_owned());
+    match left {
+        false => ConversationEvent::Joined(MemberJoined { event_id, occurred_at, conversation_id, user_id }),
+        true => ConversationEvent::Left(MemberLeft { event_id, occurred_at, conversation_id, user_id }),
+    }
+}
+
+/// `conversation.muted` (true) of `user` in `conversation`.
+fn muted(conversation: &str, user: &str) -> UserEvent {
+    UserEvent::Muted(ConversationMuted {
+        event_id: format!("m-{conversation}-{user}"),
+        occurred_at: "2024-01-01T00:00:00Z".into(),
+        user_id: user.into(),
+        conversation_id: conversation.into(),
+        muted: true,
+    })
+}
+
+/// A user's own events can reach the fold long before the fan-out's joins (in a catch-up the fold takes user events
+/// first). A user who mutes more conversations than [`MAX_DETACHED_PER_USER`] before any of their joins arrives
+/// keeps every mute, as in the events' own order. The entries waiting for their joins used to share that bound
+/// with the conversations left, and the least recently touched lost its mute: the v4 full set through the service
+/// lost some of `ubottu`'s.
+#[test]
+fn own_events_ahead_of_more_joins_than_the_retention_bound_are_all_kept() {
+    use unread::core::fold::MAX_DETACHED_PER_USER;
+    let ids: Vec<String> = (0..MAX_DETACHED_PER_USER + 100).map(|i| format!("c{i}")).collect();
+    let (mut fanout, mut fold) = (FanOut::new(), Fold::new());
+    ids.iter().for_each(|c| fold.apply_user_event(&muted(c, "u")));
+    let joins: Vec<ConversationEvent> = ids.iter().map(|c| membership(c, "u", false)).collect();
+    fanout.process_batch(&joins).0.iter().for_each(|d| fold.apply_delta(d));
+    let user = fold.user("u").unwrap();
+    user.check().unwrap();
+    let kept = user.conversations().values().filter(|c| c.muted && c.is_member() && !c.awaiting).count();
+    assert_eq!(kept, ids.len(), "every conversation joined and muted");
+}
+
+/// The retention bounds still hold, each apart: of the conversations a user left, the
+/// [`MAX_DETACHED_PER_USER`] touched last are kept; of those only the user's own events named, the
+/// [`MAX_AWAITING_PER_USER`] touched last. Neither kind pushes out the other.
+#[test]
+fn left_conversations_and_those_never_joined_are_each_kept_up_to_their_bound() {
+    use unread::core::fold::{MAX_AWAITING_PER_USER, MAX_DETACHED_PER_USER};
+    let left: Vec<String> = (0..MAX_DETACHED_PER_USER + 10).map(|i| format!("left{i:05}")).collect();
+    let (mut fanout, mut fold) = (FanOut::new(), Fold::new());
+    let joins: Vec<ConversationEvent> = left.iter().map(|c| membership(c, "u", false)).collect();
+    fanout.process_batch(&joins).0.iter().for_each(|d| fold.apply_delta(d));
+    // A mute makes each worth keeping once left.
+    left.iter().for_each(|c| fold.apply_user_event(&muted(c, "u")));
+    let leaves: Vec<ConversationEvent> = left.iter().map(|c| membership(c, "u", true)).collect();
+    fanout.process_batch(&leaves).0.iter().for_each(|d| fold.apply_delta(d));
+    let never: Vec<String> = (0..MAX_AWAITING_PER_USER + 10).map(|i| format!("never{i:05}")).collect();
+    never.iter().for_each(|c| fold.apply_user_event(&muted(c, "u")));
+    let user = fold.user("u").unwrap();
+    user.check().unwrap();
+    let kept = |prefix: &str| user.conversations().keys().filter(|id| id.starts_with(prefix)).count();
+    assert_eq!((kept("left"), kept("never")), (MAX_DETACHED_PER_USER, MAX_AWAITING_PER_USER));
+    let gone = |id: &String| !user.conversations().contains_key(id.as_str());
+    assert!(left[..10].iter().all(gone) && never[..10].iter().all(gone), "the ten touched first go");
+}
+
 #[test]
 fn a_batch_of_many_messages_is_one_delta_per_member_with_ranges() {
     let mut conv = vec![joined("a"), joined("b"), joined("c")];

@@ -555,6 +555,37 @@ impl UserRowV6 {
     pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
         self.state_with(ConvRowV5::into_state)
     }
+}
+
+/// Version 6's conversation: version 5's fields, then whether the entry awaits its first delta
+/// ([`ConvState::awaiting`]). A version 5 conversation was never awaiting: those entries were all counted in the
+/// row's `detached`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ConvRowV6 {
+    v5: ConvRowV5,
+    awaiting: bool,
+}
+
+impl From<&ConvState> for ConvRowV6 {
+    fn from(c: &ConvState) -> Self {
+        ConvRowV6 { v5: c.into(), awaiting: c.awaiting }
+    }
+}
+
+impl ConvRowV6 {
+    fn into_state(self) -> Result<ConvState, CheckpointError> {
+        Ok(ConvState { awaiting: self.awaiting, ..self.v5.into_state()? })
+    }
+}
+
+/// A user row of version 7: version 6's, with version 6's conversations; `detached` counts only the non-member
+/// entries a delta has reached.
+pub(super) type UserRowV7 = UserRow<ConvRowV6, CountsRow>;
+
+impl UserRowV7 {
+    pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
+        self.state_with(ConvRowV6::into_state)
+    }
 
     /// The row of `state` in a fold whose pending replies are `shared`: each conversation's row carries the
     /// user's pending replies ([`crate::core::threads::Replies::pending_of`]), so that a fold restored from rows
@@ -562,7 +593,7 @@ impl UserRowV6 {
     /// ([`crate::core::threads::Replies::has_rows`]), written in the same commit, which hold them all.
     pub(super) fn of(state: &UserState, shared: &SharedReplies) -> Self {
         let mut row = Self::from(state);
-        for (id, conversation) in &mut row.conversations {
+        for (id, ConvRowV6 { v5: conversation, .. }) in &mut row.conversations {
             let replies = shared.get(id.as_str()).filter(|r| !r.has_rows());
             let (Some(c), Some(replies)) = (state.conversations().get(id.as_str()), replies) else { continue };
             let Some(joined) = c.joined_at.filter(|_| c.takes_replies()) else { continue };

@@ -105,6 +105,7 @@ fn version_2_user_and_conversation_rows_still_load() {
         threads: Default::default(),
         reactions: Default::default(),
         team: None,
+        awaiting: false,
         ..c.clone()
     };
     let expected: Conversations =
@@ -178,15 +179,17 @@ fn a_version_4_user_row_still_loads_and_a_newer_table_is_refused() {
     let user = fold.user("a/b").unwrap();
     let bytes = encode_user(user, fold.shared_replies());
     type Row<T> =
-        (BTreeMap<String, ConvRowV5>, T, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
+        (BTreeMap<String, ConvRowV6>, T, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
     let (convs, (counts, memberships), clock, detached, lists, summary): Row<(Vec<u64>, u64)> =
         postcard::from_bytes(&bytes[1..]).unwrap();
     let convs4: BTreeMap<String, ConvRowV4> =
         user.conversations().iter().map(|(id, c)| (id.to_string(), (&**c).into())).collect();
     // Version 4's totals: total_unread, total_mentions, unread_conversations, memberships, feed_unread.
     let totals = (counts[0], counts[1], counts[2], memberships, counts[3]);
+    // Before version 7, `detached` counted every non-member entry (none awaited its first delta).
+    let detached4 = user.conversations().values().filter(|c| !c.is_member()).count();
     let mut v4 = vec![4u8];
-    v4.extend(postcard::to_allocvec(&(convs4, totals, clock, detached, lists.clone(), summary.clone())).unwrap());
+    v4.extend(postcard::to_allocvec(&(convs4, totals, clock, detached4, lists.clone(), summary.clone())).unwrap());
     let loaded = decode_user(&v4).unwrap();
     assert_eq!(loaded.totals(), user.totals());
     assert_eq!(
@@ -211,7 +214,7 @@ fn rejects_other_versions_truncation_and_inconsistency() {
     assert!(matches!(decode_user(&bytes[..bytes.len() / 2]), Err(CheckpointError::Corrupt(_))));
     // Same layout as UserState (postcard is positional), with a total that no longer equals the sum.
     type Mirror =
-        (BTreeMap<String, ConvRowV5>, Totals, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
+        (BTreeMap<String, ConvRowV6>, Totals, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
     // The totals row of version 5: the table of counts in its order, and the memberships.
     type Totals = (Vec<u64>, u64);
     let mut mirror: Mirror = postcard::from_bytes(&bytes[1..]).unwrap();
