@@ -579,42 +579,52 @@ fn the_v4_dev_set_over_partition_states_equals_one_fold() {
 
 /// The fold is order-proof across its two inputs (docs/guarantees.md): the v4 full set with every user event folded
 /// before any delta, the far end of a catch-up in which the fold's user events run ahead of the fan-out's deltas,
-/// gives every user the state of the file's order. Some users wait for many joins then: `ubottu` joins 1,412
-/// conversations, and its read acks, mutes and thread follows reach each of them first.
+/// and with every delta before any user event, the other end, gives every user the state of the file's order. Some
+/// users wait for many joins in the first: `ubottu` joins 1,412 conversations, and its read acks, mutes and thread
+/// follows reach each of them first.
 #[test]
 fn v4_full_set_with_every_user_event_before_the_deltas_is_exact_when_present() {
-    use unread::core::contract::Event;
+    use unread::core::contract::{Event, UserEvent};
     let (Some(events), Some(expected)) = (shared_dataset("v4-events.jsonl.gz"), shared_dataset("v4-expected.jsonl.gz"))
     else {
         println!("SKIPPED v4_full_set_with_every_user_event_before_the_deltas_is_exact_when_present: no dataset");
         return;
     };
     let mut fanout = unread::core::fanout::FanOut::with_diffusion(Diffusion::default().for_one_fold());
-    let (mut fold, mut deltas) = (Fold::new().without_own_changes(), Vec::new());
+    let (mut deltas, mut user_events): (Vec<_>, Vec<UserEvent>) = (Vec::new(), Vec::new());
     let input = open_input(events.to_str().unwrap()).unwrap();
-    let conversation = |e: &Event| match e {
-        Event::Conversation(c) => Some(c.clone()),
-        Event::User(_) => None,
-    };
     for_each_batch(
         input,
         MAX_BATCH,
         |bad| panic!("{bad}"),
         |batch| {
+            let conversation = |e: &Event| match e {
+                Event::Conversation(c) => Some(c.clone()),
+                Event::User(_) => None,
+            };
             let conversation_events: Vec<_> = batch.iter().filter_map(conversation).collect();
             deltas.extend(fanout.process_batch(&conversation_events).0);
-            for event in batch {
-                if let Event::User(u) = event {
-                    fold.apply_user_event(u);
-                }
-            }
+            user_events.extend(batch.iter().filter_map(|e| match e {
+                Event::User(u) => Some(u.clone()),
+                Event::Conversation(_) => None,
+            }));
         },
     )
     .unwrap();
-    deltas.iter().for_each(|d| fold.apply_delta(d));
-    let now = unread::core::expiry::seconds_of("2011-02-25T12:00:00Z").unwrap();
-    let mut views = Vec::new();
-    write_views_shaped(&fold.views_at(&fanout, unread::core::expiry::day_of(now)), Shape::V4, &mut views).unwrap();
     let expected = parse_views(&read_expected(expected.to_str().unwrap()));
-    assert_same_views(&parse_views(&String::from_utf8(views).unwrap()), &expected);
+    let today = unread::core::expiry::day_of(unread::core::expiry::seconds_of("2011-02-25T12:00:00Z").unwrap());
+    for user_events_first in [true, false] {
+        let mut fold = Fold::new().without_own_changes();
+        let apply_user_events = |fold: &mut Fold| user_events.iter().for_each(|u| fold.apply_user_event(u));
+        if user_events_first {
+            apply_user_events(&mut fold);
+        }
+        deltas.iter().for_each(|d| fold.apply_delta(d));
+        if !user_events_first {
+            apply_user_events(&mut fold);
+        }
+        let mut views = Vec::new();
+        write_views_shaped(&fold.views_at(&fanout, today), Shape::V4, &mut views).unwrap();
+        assert_same_views(&parse_views(&String::from_utf8(views).unwrap()), &expected);
+    }
 }
