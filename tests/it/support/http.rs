@@ -164,7 +164,8 @@ pub fn sigkill_mid_flow_then_replay(ns: &Ns, events: &str, expected: &[UserView]
     svc.kill();
     assert!(at_kill > 0, "the service had already finished when killed; the test proves nothing");
     let svc = ns.start(flags);
-    ns.ok(&["lag", "--wait", "2m"]);
+    // The v4 full set's catch-up in a debug build, beside other tests, takes about a minute.
+    ns.ok(&["lag", "--wait", "5m"]);
     assert_matches_at(svc.port, expected, query);
     let replayed = "replayed";
     let out = ns.ok(&["replay", "--into", replayed]);
