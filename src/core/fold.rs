@@ -1116,12 +1116,11 @@ impl UserState {
     /// Moves an entry's count from the retention bound it was held under to the one it is held under now, and
     /// evicts the least recently touched entry of a bound gone over.
     fn count_held(&mut self, before: Option<Held>, after: Option<Held>) {
-        for (held, add) in before.map(|h| (h, false)).into_iter().chain(after.map(|h| (h, true))) {
-            let count = match held {
-                Held::Detached => &mut self.detached,
-                Held::Awaiting => &mut self.awaiting,
-            };
-            *count = if add { *count + 1 } else { *count - 1 };
+        if let Some(held) = before {
+            *self.count_of(held) -= 1;
+        }
+        if let Some(held) = after {
+            *self.count_of(held) += 1;
         }
         if self.detached > MAX_DETACHED_PER_USER {
             self.evict_oldest(Held::Detached);
@@ -1135,10 +1134,15 @@ impl UserState {
         let oldest = self.conversations.iter().filter(|(_, c)| c.held() == Some(held)).min_by_key(|(_, c)| c.touched);
         if let Some(id) = oldest.map(|(id, _)| id.clone()) {
             self.conversations.remove(&id);
-            match held {
-                Held::Detached => self.detached -= 1,
-                Held::Awaiting => self.awaiting -= 1,
-            }
+            *self.count_of(held) -= 1;
+        }
+    }
+
+    /// The count of the entries held under `held`'s bound.
+    fn count_of(&mut self, held: Held) -> &mut usize {
+        match held {
+            Held::Detached => &mut self.detached,
+            Held::Awaiting => &mut self.awaiting,
         }
     }
 }

@@ -1,13 +1,12 @@
 //! Real `#ubuntu` IRC traffic: every user's final state must equal the expected file exactly.
-
-use std::io::Read;
-
 use unread::core::fanout::BatchStats;
 use unread::core::fold::Fold;
 use unread::core::hybrid::Diffusion;
 use unread::pipeline::{for_each_batch, open_input, write_views_shaped, Pipeline, Shape, MAX_BATCH};
 
-use crate::support::{assert_same_views, churned_v2_dev_events, fold_text, parse_views, repo_path, shared_dataset};
+use crate::support::{
+    assert_same_views, churned_v2_dev_events, fold_text, parse_views, read_expected, repo_path, shared_dataset,
+};
 
 fn fold_file(path: &str, batch: usize) -> (Vec<unread::core::contract::UserView>, Vec<u8>) {
     let (views, bytes, _) = fold_file_with(path, batch, Diffusion::OFF);
@@ -46,12 +45,6 @@ fn fold_pipeline(rel: &str) -> Pipeline {
     let input = open_input(path.to_str().unwrap()).unwrap();
     for_each_batch(input, MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).unwrap();
     pipeline
-}
-
-fn read_expected(path: &str) -> String {
-    let mut text = String::new();
-    open_input(path).expect("open expected").read_to_string(&mut text).expect("read expected");
-    text
 }
 
 #[test]
@@ -598,16 +591,14 @@ fn v4_full_set_with_every_user_event_before_the_deltas_is_exact_when_present() {
         MAX_BATCH,
         |bad| panic!("{bad}"),
         |batch| {
-            let conversation = |e: &Event| match e {
-                Event::Conversation(c) => Some(c.clone()),
-                Event::User(_) => None,
-            };
-            let conversation_events: Vec<_> = batch.iter().filter_map(conversation).collect();
+            let mut conversation_events = Vec::new();
+            for event in batch {
+                match event {
+                    Event::Conversation(c) => conversation_events.push(c.clone()),
+                    Event::User(u) => user_events.push(u.clone()),
+                }
+            }
             deltas.extend(fanout.process_batch(&conversation_events).0);
-            user_events.extend(batch.iter().filter_map(|e| match e {
-                Event::User(u) => Some(u.clone()),
-                Event::Conversation(_) => None,
-            }));
         },
     )
     .unwrap();

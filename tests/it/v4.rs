@@ -250,17 +250,12 @@ fn v4_full_set_through_the_service_after_a_sigkill_read_diffused_when_present() 
     };
     let Some(stack) = stack(name) else { return };
     let ns = Ns::new(&stack, "v4full");
-    let read = |path: &std::path::Path| {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut unread::pipeline::open_input(path.to_str().unwrap()).unwrap(), &mut text)
-            .unwrap();
-        text
-    };
-    let expected = parse_views(&read(&expected));
+    let expected = parse_views(&read_expected(expected.to_str().unwrap()));
     assert_eq!(expected.len(), 25_360);
     let now = "?now=2011-02-25T12:00:00Z";
     sigkill_mid_flow_then_replay(&ns, events.to_str().unwrap(), &expected, now, &["--read-diffusion-threshold", "64"]);
-    let receipts: Vec<serde_json::Value> = read(&receipts).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let receipts = read_expected(receipts.to_str().unwrap());
+    let receipts: Vec<serde_json::Value> = receipts.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(receipts.len(), 270_400);
     let api = ns.start(&["--roles", "api"]);
     crate::v3::assert_receipts(api.port, &receipts, 10);

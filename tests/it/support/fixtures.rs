@@ -17,6 +17,15 @@ pub fn shared_dataset(name: &str) -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// The whole text of a file, gzipped (`.gz`) or not (`unread::pipeline::open_input`): an expected-state or
+/// receipts file of the datasets.
+pub fn read_expected(path: &str) -> String {
+    let mut text = String::new();
+    let mut input = unread::pipeline::open_input(path).expect("open expected");
+    std::io::Read::read_to_string(&mut input, &mut text).expect("read expected");
+    text
+}
+
 /// Parses JSON Lines of reader views.
 pub fn parse_views(text: &str) -> Vec<UserView> {
     text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad view line {l:?}: {e}"))).collect()
