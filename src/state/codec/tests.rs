@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::core::contract::{ConversationEvent, MemberJoined, MessageSent, ReadAck, UserEvent};
+use crate::core::delta::{Delta, DeltaOp};
 use crate::core::fanout::FanOut;
 use crate::core::fold::Fold;
 
@@ -130,6 +131,31 @@ fn user_and_conversation_states_round_trip() {
     let conv = fanout.conversation("c {1}").unwrap();
     let without_members = ConversationState { members: BTreeMap::new(), ..conv.clone() };
     assert_eq!(decode_conversation(&encode_conversation(conv)).unwrap(), without_members);
+}
+
+#[test]
+fn rows_are_postcards_own_bytes() {
+    // Seqs near the contract's bound (2^53) take the longest varints.
+    let (fanout, mut fold) = sample();
+    let far = (1u64 << 53) - 3;
+    fold.apply_delta(&Delta {
+        user_id: "a/b".into(),
+        conversation_id: "far".into(),
+        ops: vec![DeltaOp::Joined { head: far - 100, reactions: 0 }],
+        feed: false,
+        source: None,
+        team: Some("t".into()),
+    });
+    // The reference: postcard's own output into a Vec.
+    fn postcard_of<T: Serialize>(version: u8, row: &T) -> Vec<u8> {
+        [vec![version], postcard::to_allocvec(row).unwrap()].concat()
+    }
+    for (_, user) in fold.users() {
+        let row = rows::UserRowV7::of(user, fold.shared_replies());
+        assert_eq!(encode_user(user, fold.shared_replies()), postcard_of(USER_ROW, &row));
+    }
+    let conv = fanout.conversation("c {1}").unwrap();
+    assert_eq!(encode_conversation(conv), postcard_of(CONVERSATION_ROW, &ConversationRowV7::from(conv)));
 }
 
 #[test]
