@@ -135,7 +135,7 @@ use rows::*;
 /// Encodes one user's fold state (its remembered notifications have rows of their own), with its pending replies
 /// from `shared`, the fold's ([`crate::core::fold::Fold::shared_replies`]; an empty one for a state on its own).
 pub fn encode_user(state: &UserState, shared: &SharedReplies) -> Vec<u8> {
-    encode(USER_ROW, &UserRowV7::of(state, shared))
+    encode(USER_ROW, &UserRowV7Of::of(state, shared))
 }
 
 /// Decodes one user's fold state.

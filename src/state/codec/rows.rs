@@ -121,21 +121,23 @@ impl From<SummaryRow> for Summary {
 
 /// A user's conversation in rows of every version: the version-1 fields.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ConvRowV1 {
+pub(super) struct ConvRowV1<R = Ranges> {
     floor: u64,
     joined_at: Option<u64>,
     muted: bool,
-    unread: Ranges,
-    mentions: Ranges,
+    unread: R,
+    mentions: R,
     touched: u64,
 }
 
-impl ConvRowV1 {
-    fn of(c: &ConvState) -> Self {
-        let (unread, mentions) = (ranges(&c.unread), ranges(&c.mentions));
+impl<'a> ConvRowV1<&'a SeqSet> {
+    fn of(c: &'a ConvState) -> Self {
+        let (unread, mentions) = (&c.unread, &c.mentions);
         ConvRowV1 { floor: c.floor, joined_at: c.joined_at, muted: c.muted, unread, mentions, touched: c.touched }
     }
+}
 
+impl ConvRowV1 {
     fn into_state(self) -> Result<ConvState, CheckpointError> {
         let ConvRowV1 { floor, joined_at, muted, unread, mentions, touched } = self;
         let (unread, mentions) = (set(unread)?, set(mentions)?);
@@ -146,8 +148,8 @@ impl ConvRowV1 {
 /// Version 2's conversation: version 1's fields, then the feed flag (postcard writes a nested struct's fields in
 /// line, so this is the same bytes as the seven fields flat).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ConvRowV2 {
-    v1: ConvRowV1,
+pub(super) struct ConvRowV2<R = Ranges> {
+    v1: ConvRowV1<R>,
     feed: bool,
 }
 
@@ -159,16 +161,16 @@ impl ConvRowV2 {
 
 /// Version 3's conversation: version 2's fields, then the read-diffusion switch and the named mentions above it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ConvRowV3 {
-    v2: ConvRowV2,
+pub(super) struct ConvRowV3<R = Ranges> {
+    v2: ConvRowV2<R>,
     read_from: Option<u64>,
-    named: Ranges,
+    named: R,
 }
 
-impl From<&ConvState> for ConvRowV3 {
-    fn from(c: &ConvState) -> Self {
+impl<'a> From<&'a ConvState> for ConvRowV3<&'a SeqSet> {
+    fn from(c: &'a ConvState) -> Self {
         let v2 = ConvRowV2 { v1: ConvRowV1::of(c), feed: c.feed };
-        ConvRowV3 { v2, read_from: c.read_from, named: ranges(&c.named) }
+        ConvRowV3 { v2, read_from: c.read_from, named: &c.named }
     }
 }
 
@@ -181,24 +183,24 @@ impl ConvRowV3 {
 /// Version 4's conversation (contract v3): version 3's fields, then the mark (with its "unread from" seq), the read
 /// history with its mentions, and the expiry buckets (day, seqs).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ConvRowV4 {
-    v3: ConvRowV3,
+pub(super) struct ConvRowV4<R = Ranges> {
+    v3: ConvRowV3<R>,
     mark: Option<Option<u64>>,
-    read: Ranges,
-    read_mentions: Ranges,
-    expiry: Vec<(i64, Ranges)>,
-    own: Ranges,
+    read: R,
+    read_mentions: R,
+    expiry: Vec<(i64, R)>,
+    own: R,
 }
 
-impl From<&ConvState> for ConvRowV4 {
-    fn from(c: &ConvState) -> Self {
+impl<'a> From<&'a ConvState> for ConvRowV4<&'a SeqSet> {
+    fn from(c: &'a ConvState) -> Self {
         ConvRowV4 {
             v3: c.into(),
             mark: c.mark.map(|m| m.from_seq),
-            read: ranges(&c.read),
-            read_mentions: ranges(&c.read_mentions),
-            expiry: c.expiry.iter().map(|(day, seqs)| (*day, ranges(seqs))).collect(),
-            own: ranges(&c.own),
+            read: &c.read,
+            read_mentions: &c.read_mentions,
+            expiry: buckets_row(&c.expiry),
+            own: &c.own,
         }
     }
 }
@@ -304,8 +306,8 @@ impl UserRowV5 {
 }
 
 /// A user row of version 5 on (the table of counts), with its conversations as rows `C`.
-impl<C: for<'c> From<&'c ConvState>> From<&UserState> for UserRow<C, CountsRow> {
-    fn from(s: &UserState) -> Self {
+impl<'a, C: From<&'a ConvState>> From<&'a UserState> for UserRow<C, CountsRow> {
+    fn from(s: &'a UserState) -> Self {
         UserRow {
             conversations: s.conversations().iter().map(|(id, c)| (id.to_string(), (&**c).into())).collect(),
             totals: s.totals().into(),
@@ -459,18 +461,20 @@ impl From<NoteRowV1> for Note {
 
 /// One thread of a user's conversation in a row (contract v4, [`crate::core::threads::ThreadState`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ThreadRow {
+pub(super) struct ThreadRow<R = Ranges> {
     root: u64,
     floor: u64,
     follow: Option<bool>,
     involved: bool,
-    unread: Ranges,
-    mentions: Ranges,
-    expiry: Vec<(i64, Ranges)>,
+    unread: R,
+    mentions: R,
+    expiry: Vec<(i64, R)>,
 }
 
-fn buckets_row(buckets: &BTreeMap<i64, SeqSet>) -> Vec<(i64, Ranges)> {
-    buckets.iter().map(|(day, seqs)| (*day, ranges(seqs))).collect()
+/// Expiry buckets as a row writes them: (day, seqs), ascending by day. A `SeqSet` serializes as its ranges, the
+/// same bytes as [`Ranges`].
+fn buckets_row(buckets: &BTreeMap<i64, SeqSet>) -> Vec<(i64, &SeqSet)> {
+    buckets.iter().map(|(day, seqs)| (*day, seqs)).collect()
 }
 
 fn buckets(rows: Vec<(i64, Ranges)>) -> Result<BTreeMap<i64, SeqSet>, CheckpointError> {
@@ -480,11 +484,11 @@ fn buckets(rows: Vec<(i64, Ranges)>) -> Result<BTreeMap<i64, SeqSet>, Checkpoint
 /// Version 5's conversation (contract v4): version 4's fields, then the seqs the user sent and those naming the
 /// user, the threads, the replies of threads not the user's yet, the reaction cursor's parts and the reacted messages, and the team.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ConvRowV5 {
-    v4: ConvRowV4,
-    authored: Ranges,
-    named_in: Ranges,
-    threads: Vec<ThreadRow>,
+pub(super) struct ConvRowV5<R = Ranges> {
+    v4: ConvRowV4<R>,
+    authored: R,
+    named_in: R,
+    threads: Vec<ThreadRow<R>>,
     /// The replies of threads not the user's yet: (seq, root, expiry day, mention).
     pending: Vec<(u64, u64, i64, bool)>,
     reactions_from: u64,
@@ -493,21 +497,21 @@ pub(super) struct ConvRowV5 {
     team: Option<String>,
 }
 
-impl From<&ConvState> for ConvRowV5 {
-    fn from(c: &ConvState) -> Self {
+impl<'a> From<&'a ConvState> for ConvRowV5<&'a SeqSet> {
+    fn from(c: &'a ConvState) -> Self {
         let threads = c.threads.by_root.iter().map(|(root, t)| ThreadRow {
             root: *root,
             floor: t.floor,
             follow: t.follow,
             involved: t.involved,
-            unread: ranges(&t.unread),
-            mentions: ranges(&t.mentions),
+            unread: &t.unread,
+            mentions: &t.mentions,
             expiry: buckets_row(&t.expiry),
         });
         ConvRowV5 {
             v4: c.into(),
-            authored: ranges(&c.authored),
-            named_in: ranges(&c.threads.named_in),
+            authored: &c.authored,
+            named_in: &c.threads.named_in,
             threads: threads.collect(),
             pending: c.threads.pending.iter().map(|p| (p.seq, p.root, p.day, p.mention)).collect(),
             reactions_from: c.reactions.from,
@@ -561,13 +565,13 @@ impl UserRowV6 {
 /// ([`ConvState::awaiting`]). A version 5 conversation was never awaiting: those entries were all counted in the
 /// row's `detached`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct ConvRowV6 {
-    v5: ConvRowV5,
+pub(super) struct ConvRowV6<R = Ranges> {
+    v5: ConvRowV5<R>,
     awaiting: bool,
 }
 
-impl From<&ConvState> for ConvRowV6 {
-    fn from(c: &ConvState) -> Self {
+impl<'a> From<&'a ConvState> for ConvRowV6<&'a SeqSet> {
+    fn from(c: &'a ConvState) -> Self {
         ConvRowV6 { v5: c.into(), awaiting: c.awaiting }
     }
 }
@@ -586,12 +590,18 @@ impl UserRowV7 {
     pub(super) fn into_state(self) -> Result<UserState, CheckpointError> {
         self.state_with(ConvRowV6::into_state)
     }
+}
 
-    /// The row of `state` in a fold whose pending replies are `shared`: each conversation's row carries the
+/// A user row of version 7 as it is written: borrowing the state's range sets.
+pub(super) type UserRowV7Of<'a> = UserRow<ConvRowV6<&'a SeqSet>, CountsRow>;
+
+impl<'a> UserRowV7Of<'a> {
+    /// The row of `state` in a fold whose pending replies are `shared`, borrowing its range sets (the same bytes
+    /// as a [`UserRowV7`]'s): each conversation's row carries the
     /// user's pending replies ([`crate::core::threads::Replies::pending_of`]), so that a fold restored from rows
     /// holds them again, unless the conversation's replies have rows of their own
     /// ([`crate::core::threads::Replies::has_rows`]), written in the same commit, which hold them all.
-    pub(super) fn of(state: &UserState, shared: &SharedReplies) -> Self {
+    pub(super) fn of(state: &'a UserState, shared: &SharedReplies) -> Self {
         let mut row = Self::from(state);
         for (id, ConvRowV6 { v5: conversation, .. }) in &mut row.conversations {
             let replies = shared.get(id.as_str()).filter(|r| !r.has_rows());

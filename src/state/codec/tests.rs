@@ -151,8 +151,12 @@ fn rows_are_postcards_own_bytes() {
         [vec![version], postcard::to_allocvec(row).unwrap()].concat()
     }
     for (_, user) in fold.users() {
-        let row = rows::UserRowV7::of(user, fold.shared_replies());
-        assert_eq!(encode_user(user, fold.shared_replies()), postcard_of(USER_ROW, &row));
+        let row = rows::UserRowV7Of::of(user, fold.shared_replies());
+        let bytes = encode_user(user, fold.shared_replies());
+        assert_eq!(bytes, postcard_of(USER_ROW, &row));
+        // The row as written borrows the state's range sets; read back as the owned row, it writes the same bytes.
+        let owned: rows::UserRowV7 = postcard::from_bytes(&bytes[1..]).unwrap();
+        assert_eq!(bytes, postcard_of(USER_ROW, &owned));
     }
     let conv = fanout.conversation("c {1}").unwrap();
     assert_eq!(encode_conversation(conv), postcard_of(CONVERSATION_ROW, &ConversationRowV7::from(conv)));
@@ -208,7 +212,7 @@ fn a_version_4_user_row_still_loads_and_a_newer_table_is_refused() {
         (BTreeMap<String, ConvRowV6>, T, u64, usize, BTreeMap<String, u64>, crate::core::notifications::Summary);
     let (convs, (counts, memberships), clock, detached, lists, summary): Row<(Vec<u64>, u64)> =
         postcard::from_bytes(&bytes[1..]).unwrap();
-    let convs4: BTreeMap<String, ConvRowV4> =
+    let convs4: BTreeMap<String, ConvRowV4<&SeqSet>> =
         user.conversations().iter().map(|(id, c)| (id.to_string(), (&**c).into())).collect();
     // Version 4's totals: total_unread, total_mentions, unread_conversations, memberships, feed_unread.
     let totals = (counts[0], counts[1], counts[2], memberships, counts[3]);
