@@ -1,7 +1,7 @@
 //! Core benchmark: `unread fold`'s whole job (read, decode, fan-out, fold, write every user's state) over the
 //! Ubuntu IRC set, next to a parse-only pass (read and decode the same file, nothing else) and a gunzip-only pass,
 //! all measured in the same run on one thread. Prints events/s, per-recipient increments/s, the ratio to the
-//! parse-only pass and the peak RSS.
+//! parse-only pass and the peak RSS; then the time to encode every user's checkpoint row.
 //!
 //! Run: `scripts/bench-core` (pins one core), or `cargo bench --bench core [-- FILE [RUNS]]`. Default input: the
 //! full set `../shared/datasets/ubuntu-irc/events.jsonl.gz`, else the bundled dev set; 5 runs of each.
@@ -149,4 +149,27 @@ fn main() {
     if let Some(mib) = peak_rss_mib() {
         println!("peak RSS of the bench process: {mib:.0} MiB");
     }
+    checkpoint_rows(&path, runs);
+}
+
+/// Encoding every user's checkpoint row once, as the service holds the state (own changes noted, so a large
+/// conversation's replies are in rows of their own and not in its members' rows): what a checkpoint repeats for
+/// each user it carries. Prints the fastest of `runs` passes, beside the parse-only pass of the same file.
+fn checkpoint_rows(path: &str, runs: usize) {
+    let mut pipeline = Pipeline::new();
+    for_each_batch(open_input(path).unwrap(), MAX_BATCH, |bad| panic!("{bad}"), |b| pipeline.process_batch(b)).unwrap();
+    let (fold, mut best, mut bytes) = (pipeline.fold(), Duration::MAX, 0);
+    let (parse, _) = time(|| parse_only(path));
+    for _ in 0..runs {
+        let (t, b) =
+            time(|| fold.users().map(|(_, u)| unread::state::codec::encode_user(u, fold.shared_replies()).len()).sum());
+        (best, bytes) = (best.min(t.wall), b);
+    }
+    println!(
+        "checkpoint rows: {} users, {:.1} MB encoded in {:.0} ms (fastest of {runs}; parse-only pass {:.0} ms)",
+        fold.users().count(),
+        bytes as f64 / 1e6,
+        best.as_secs_f64() * 1e3,
+        parse.wall.as_secs_f64() * 1e3
+    );
 }
