@@ -119,7 +119,9 @@ impl From<SummaryRow> for Summary {
     }
 }
 
-/// A user's conversation in rows of every version: the version-1 fields.
+/// A user's conversation in rows of every version: the version-1 fields. Every conversation row's range sets are
+/// of type `R`: [`Ranges`] when a row is read, `&SeqSet` when one is written (a `SeqSet` serializes as its ranges,
+/// so both are the same bytes), which spares collecting each set into a `Vec` for every checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct ConvRowV1<R = Ranges> {
     floor: u64,
