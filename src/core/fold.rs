@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::broadcast::{Lists, NoLists};
 use crate::core::contract::{BroadcastView, ConversationView, NotificationView, ThreadView, UserEvent, UserView};
 use crate::core::delta::{Delta, DeltaOp};
+use crate::core::expiry::Buckets;
 use crate::core::hybrid::{IndexShare, ShareQuery};
 use crate::core::notifications::{NoteBook, Summary};
 use crate::core::reactions::Reactions;
@@ -94,7 +95,7 @@ pub struct ConvState {
     /// v3, conversations with a ttl: the seqs of `unread` and `read` by the UTC day they expire
     /// ([`crate::core::expiry`]): at day D, the buckets up to D no longer count. Empty buckets are not kept.
     #[serde(default)]
-    pub expiry: BTreeMap<i64, SeqSet>,
+    pub expiry: Buckets,
     /// v3: the seqs the user sent during this membership, not recalled (countable or not): the messages whose read
     /// receipts leave the user out ([`crate::core::receipts`]). Empty for a non-member.
     #[serde(default)]
@@ -269,7 +270,7 @@ impl ConvState {
 
     /// Of [`ConvState::counts`], the (unread, mentions) that have expired at UTC day `today`.
     pub fn expired(&self, today: i64) -> (u64, u64) {
-        let buckets = self.bucket_counts(self.expiry.range(..=today));
+        let buckets = self.bucket_counts(self.expiry.expired_at(today));
         buckets.fold((0, 0), |(u, m), (_, bu, bm)| (u + bu, m + bm))
     }
 
@@ -340,7 +341,7 @@ impl ConvState {
     /// v4: the lowest seq counted in `unread` at UTC day `today` (marks applied), `None` when nothing is
     /// (`CONTRACT.md` § v4, "First unread"). A read-diffused conversation's index may hold a lower one.
     pub fn first_unread(&self, today: i64) -> Option<u64> {
-        self.first_counted_outside(self.expiry.range(..=today).map(|(_, bucket)| bucket))
+        self.first_counted_outside(self.expiry.expired_at(today).map(|(_, bucket)| bucket))
     }
 
     /// The lowest seq `unread` counts (marks applied, nothing expired) that is in `seqs`, `None` for none.
@@ -399,7 +400,7 @@ impl ConvState {
             kept.union_above(&bucket.intersection(read), 0);
             *bucket = kept;
         }
-        self.expiry.retain(|_, b| !b.is_empty());
+        self.expiry.drop_empty();
     }
 
     /// Adds the op's expiry buckets for the seqs now held.
@@ -408,7 +409,7 @@ impl ConvState {
             let mut held = seqs.intersection(&self.unread);
             held.union_above(&seqs.intersection(&self.read), 0);
             if !held.is_empty() {
-                self.expiry.entry(*day).or_default().union_above(&held, 0);
+                self.expiry.bucket(*day).union_above(&held, 0);
             }
         }
     }

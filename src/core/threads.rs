@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::core::delta::{DeltaOp, ThreadRun};
+use crate::core::expiry::Buckets;
 use crate::core::seqset::SeqSet;
 
 /// One user's state of one thread.
@@ -44,7 +45,7 @@ pub struct ThreadState {
     pub mentions: SeqSet,
     /// The seqs of `unread` by the UTC day they expire (v3's expiry applies to replies); no empty bucket.
     #[serde(default)]
-    pub expiry: BTreeMap<i64, SeqSet>,
+    pub expiry: Buckets,
 }
 
 impl ThreadState {
@@ -56,7 +57,7 @@ impl ThreadState {
     /// (unread, mentions) at UTC day `today`: what has expired by then counts nowhere.
     pub fn counts_at(&self, today: i64) -> (u64, u64) {
         let (mut unread, mut mentions) = (self.unread.len(), self.mentions.len());
-        for bucket in self.expiry.range(..=today).map(|(_, b)| b) {
+        for bucket in self.expiry.expired_at(today).map(|(_, b)| b) {
             unread -= bucket.len();
             mentions -= bucket.intersection(&self.mentions).len();
         }
@@ -80,7 +81,7 @@ impl ThreadState {
         for bucket in self.expiry.values_mut() {
             *bucket = bucket.intersection(&self.unread);
         }
-        self.expiry.retain(|_, b| !b.is_empty());
+        self.expiry.drop_empty();
     }
 
     /// Adds the buckets' seqs this thread holds.
@@ -88,7 +89,7 @@ impl ThreadState {
         for (day, seqs) in expiry {
             let held = seqs.intersection(&self.unread);
             if !held.is_empty() {
-                self.expiry.entry(*day).or_default().union_above(&held, 0);
+                self.expiry.bucket(*day).union_above(&held, 0);
             }
         }
     }
@@ -268,7 +269,7 @@ impl Threads {
                 thread.mentions.insert(p.seq);
             }
             if p.day != NO_EXPIRY {
-                thread.expiry.entry(p.day).or_default().insert(p.seq);
+                thread.expiry.bucket(p.day).insert(p.seq);
             }
         }
         thread

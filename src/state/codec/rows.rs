@@ -2,6 +2,7 @@
 //! field of a row type; add a new row type and version instead.
 
 use super::*;
+use crate::core::expiry::Buckets;
 
 /// A conversation's kind in a row (variant order is the format).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -475,11 +476,11 @@ pub(super) struct ThreadRow<R = Ranges> {
 
 /// Expiry buckets as a row writes them: (day, seqs), ascending by day. A `SeqSet` serializes as its ranges, the
 /// same bytes as [`Ranges`].
-fn buckets_row(buckets: &BTreeMap<i64, SeqSet>) -> Vec<(i64, &SeqSet)> {
+fn buckets_row(buckets: &Buckets) -> Vec<(i64, &SeqSet)> {
     buckets.iter().map(|(day, seqs)| (*day, seqs)).collect()
 }
 
-fn buckets(rows: Vec<(i64, Ranges)>) -> Result<BTreeMap<i64, SeqSet>, CheckpointError> {
+fn buckets(rows: Vec<(i64, Ranges)>) -> Result<Buckets, CheckpointError> {
     rows.into_iter().map(|(day, r)| Ok((day, set(r)?))).collect()
 }
 

@@ -99,7 +99,7 @@ fn version_2_user_and_conversation_rows_still_load() {
     let before_v3 = |c: &ConvState| ConvState {
         read: SeqSet::new(),
         read_mentions: SeqSet::new(),
-        expiry: BTreeMap::new(),
+        expiry: Default::default(),
         mark: None,
         own: SeqSet::new(),
         authored: SeqSet::new(),
