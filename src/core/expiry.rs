@@ -56,7 +56,9 @@ pub const NEVER: i64 = i64::MIN;
 ///
 /// Held in one sorted `Vec`: a conversation with a ttl holds one bucket per day of messages still unread, most often
 /// one (16,503 of the 18,309 conversations with buckets at the end of the v4 full set), where a `BTreeMap` took a
-/// node of eleven entries (about 530 bytes) for it. Serialized as a map of day to seqs, as that `BTreeMap` was.
+/// node of eleven entries (about 530 bytes) for it. Messages come in day order, so a new bucket is most often the
+/// last and costs no move; one added before others moves those after it (48 bytes each). Serialized as a map of day
+/// to seqs, as that `BTreeMap` was.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Buckets(Vec<(i64, SeqSet)>);
 
