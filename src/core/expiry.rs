@@ -70,7 +70,7 @@ impl Buckets {
 
     /// The buckets, ascending by day: (day, seqs).
     pub fn iter(&self) -> impl Iterator<Item = (&i64, &SeqSet)> {
-        self.0.iter().map(|(day, seqs)| (day, seqs))
+        self.into_iter()
     }
 
     /// The buckets expired at UTC day `today` (day at or before it; [`is_expired`]), ascending by day.
@@ -115,15 +115,17 @@ impl Buckets {
 impl FromIterator<(i64, SeqSet)> for Buckets {
     fn from_iter<I: IntoIterator<Item = (i64, SeqSet)>>(buckets: I) -> Self {
         let mut v: Vec<(i64, SeqSet)> = buckets.into_iter().collect();
-        v.sort_by_key(|(day, _)| *day); // stable: of one day's buckets, the later stays last
-        let mut out: Vec<(i64, SeqSet)> = Vec::with_capacity(v.len());
-        for (day, seqs) in v {
-            match out.last_mut() {
-                Some(last) if last.0 == day => last.1 = seqs,
-                _ => out.push((day, seqs)),
+        // Stable: of one day's buckets, the later stays last. `dedup_by` keeps the first of a run of equal days, which
+        // takes the later one's seqs.
+        v.sort_by_key(|(day, _)| *day);
+        v.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(&mut later.1, &mut kept.1);
             }
-        }
-        Buckets(out)
+            same
+        });
+        Buckets(v)
     }
 }
 

@@ -210,8 +210,7 @@ impl<'a> From<&'a ConvState> for ConvRowV4<&'a SeqSet> {
 
 impl ConvRowV4 {
     fn into_state(self) -> Result<ConvState, CheckpointError> {
-        let expiry =
-            self.expiry.into_iter().map(|(day, r)| Ok((day, set(r)?))).collect::<Result<_, CheckpointError>>()?;
+        let expiry = buckets(self.expiry)?;
         Ok(ConvState {
             mark: self.mark.map(|from_seq| Mark { from_seq }),
             read: set(self.read)?,
