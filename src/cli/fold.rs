@@ -28,7 +28,7 @@ pub struct FoldArgs {
     /// Report invalid lines on stderr and go on, instead of failing.
     #[arg(long)]
     skip_invalid: bool,
-    /// Events per fan-out batch, 1 to 4000 (the service's fan-out takes at most as many).
+    /// Events per fan-out batch, 1 to 4000 (the counts are the same whatever the batches).
     #[arg(long, default_value_t = MAX_BATCH as u64, value_parser = clap::value_parser!(u64).range(1..=MAX_BATCH as u64))]
     batch_size: u64,
     /// The instant the counts are at (RFC 3339; `CONTRACT.md` § v3, "Expiry"); default: the latest `occurred_at`

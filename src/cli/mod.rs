@@ -185,4 +185,19 @@ mod tests {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
     }
+
+    /// `unread run --fanout-batch`: 1,000 unless given, at most `unread fold`'s bound.
+    #[test]
+    fn the_fanout_batch_defaults_to_1000_and_is_bounded_by_the_fold_s() {
+        use clap::Parser;
+        let batch = |args: &[&str]| {
+            let cli = super::Cli::try_parse_from([&["unread", "run"], args].concat())?;
+            let super::Command::Run(opts) = cli.command else { panic!("not run") };
+            Ok::<_, clap::Error>(opts.fanout_batch)
+        };
+        assert_eq!(batch(&[]).unwrap(), crate::service::options::DEFAULT_FANOUT_BATCH);
+        assert_eq!(batch(&["--fanout-batch", "4000"]).unwrap(), crate::pipeline::MAX_BATCH as u64);
+        assert!(batch(&["--fanout-batch", "0"]).is_err());
+        assert!(batch(&["--fanout-batch", "4001"]).is_err());
+    }
 }

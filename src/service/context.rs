@@ -181,6 +181,7 @@ pub async fn connect(opts: &RunOptions) -> anyhow::Result<(Arc<Shared>, Option<p
             transaction: opts.transaction_interval.min(opts.flush_interval),
             publish: opts.publish_interval.min(opts.flush_interval),
             linger: opts.fanout_linger.min(opts.flush_interval),
+            fanout_batch: opts.fanout_batch as usize,
         },
         deltas: DeltaRecords { partitions: delta_partitions, max_bytes: opts.delta_record_bytes, partitioner },
         metrics: Arc::new(Metrics::default()),

@@ -35,7 +35,6 @@ use crate::core::contract::ConversationEvent;
 use crate::core::delta::DeltaSource;
 use crate::kafka::producer::{AsyncProducer, DeliveryFuture};
 use crate::metrics::Step;
-use crate::pipeline::MAX_BATCH;
 use crate::state::commit::{publish, Commit, RedisWrites};
 use crate::state::load;
 use crate::state::partition::{FanOutPartition, Write};
@@ -289,11 +288,14 @@ impl FanOutTask {
 
 impl StageTask for &mut FanOutTask {
     const STAGE: Stage = Stage::FanOut;
-    const MAX_BATCH: usize = MAX_BATCH;
     const LINGERS: bool = true;
 
     fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>) {
         (&mut self.input, &self.shared)
+    }
+
+    fn max_batch(&self) -> usize {
+        self.shared.flush.fanout_batch
     }
 
     fn generation(&self) -> i64 {

@@ -71,13 +71,16 @@ pub async fn prepare(shared: Arc<Shared>, p: i32, prefix: String) -> Result<Opti
 
 impl StageTask for FoldTask {
     const STAGE: Stage = Stage::Fold;
-    /// 4,000 delta records (packed: a record holds many deltas in a backlog). Four times as many added about 80 MiB
-    /// to a catch-up's peak RSS and saved no CPU (`docs/performance.md`, "Fan-out batches of 4,000 events").
-    const MAX_BATCH: usize = 4_000;
     const LINGERS: bool = false;
 
     fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>) {
         (&mut self.input, &self.shared)
+    }
+
+    /// 4,000 delta records (packed: a record holds many deltas in a backlog). Four times as many added about 80 MiB
+    /// to a catch-up's peak RSS and saved no CPU (`docs/performance.md`, "Fan-out batches of 4,000 events").
+    fn max_batch(&self) -> usize {
+        4_000
     }
 
     fn generation(&self) -> i64 {

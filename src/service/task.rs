@@ -43,7 +43,7 @@ pub trait StageTask: Send {
     /// The stage.
     const STAGE: Stage;
     /// Most records taken in one batch.
-    const MAX_BATCH: usize;
+    fn max_batch(&self) -> usize;
     /// Whether the task waits for more records under load ([`linger`]): the fan-out's does; the fold's does not
     /// (a user's own events are on its path).
     const LINGERS: bool;
@@ -83,14 +83,14 @@ pub trait StageTask: Send {
 /// Errors: as the stage's steps, or the commit's ([`crate::state::commit::commit`]); the dispatcher restarts the
 /// task from its checkpoint.
 pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
-    let flush = task.parts().1.flush;
+    let (flush, max_batch) = (task.parts().1.flush, task.max_batch());
     let (mut pending, mut last_commit, mut running) = (0usize, Instant::now(), None);
     let mut first = true; // the first output is logged: where a restart's pause of the partition ends
     let mut waits = Duration::ZERO; // how long the next batch lingers
     loop {
         let commit_in = if pending > 0 { flush.interval.saturating_sub(last_commit.elapsed()) } else { flush.interval };
         let wait = task.publish_due_in().map_or(commit_in, |due| due.min(commit_in));
-        let Some(mut batch) = task.parts().0.next_batch(T::MAX_BATCH, wait).await else {
+        let Some(mut batch) = task.parts().0.next_batch(max_batch, wait).await else {
             let mut done = commit_task(&mut task, false, &mut running).await;
             done = done.and(finish(&mut task, &mut running).await);
             let generation = task.generation();
@@ -101,9 +101,9 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
             }
             return done;
         };
-        if !waits.is_zero() && !batch.is_empty() && batch.len() < T::MAX_BATCH {
+        if !waits.is_zero() && !batch.is_empty() && batch.len() < max_batch {
             tokio::time::sleep(waits).await;
-            task.parts().0.take_more(&mut batch, T::MAX_BATCH);
+            task.parts().0.take_more(&mut batch, max_batch);
         }
         if T::LINGERS {
             waits = linger(batch.len(), flush.linger);
