@@ -42,11 +42,12 @@ pub const IDLE_CHECK: Duration = Duration::from_secs(1);
 pub trait StageTask: Send {
     /// The stage.
     const STAGE: Stage;
-    /// Most records taken in one batch.
-    fn max_batch(&self) -> usize;
     /// Whether the task waits for more records under load ([`linger`]): the fan-out's does; the fold's does not
     /// (a user's own events are on its path).
     const LINGERS: bool;
+
+    /// Most records taken in one batch.
+    fn max_batch(&self) -> usize;
 
     /// The task's input and what it shares with the other tasks.
     fn parts(&mut self) -> (&mut PartitionInput, &Arc<Shared>);
