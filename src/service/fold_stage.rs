@@ -78,7 +78,8 @@ impl StageTask for FoldTask {
     }
 
     /// 4,000 delta records (packed: a record holds many deltas in a backlog). Four times as many added about 80 MiB
-    /// to a catch-up's peak RSS and saved no CPU beyond two runs' spread (`docs/performance.md`, "Fan-out batches of 4,000 events").
+    /// to a catch-up's peak RSS and saved no CPU beyond two runs' spread (`docs/performance.md`, "Fan-out batches
+    /// of 4,000 events").
     fn max_batch(&self) -> usize {
         4_000
     }

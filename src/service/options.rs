@@ -87,10 +87,10 @@ pub struct RunOptions {
     pub fanout_linger: Duration,
     /// The most input records a fan-out task applies as one batch, 1 to 4000. A conversation's messages in one
     /// batch reach each member as one delta, so larger batches drain a backlog (a catch-up after an outage, a
-    /// deployment reading its input from the start) with fewer deltas, Redis writes and checkpoint bytes; but each batch holds a worker and its Kafka
-    /// transaction longer, so during a burst the users' own reads reach their sockets later (4000 against 1000:
-    /// catch-up of the v1 set 20–25% sooner, probes during a burst p99 333 against 271 ms; docs/performance.md,
-    /// "Fan-out batches of 4,000 events").
+    /// deployment reading its input from the start) with fewer deltas, Redis writes and checkpoint bytes; but each
+    /// batch holds a worker and its Kafka transaction longer, so during a burst the users' own reads reach their
+    /// sockets later (4000 against 1000: catch-up of the v1 set 20–25% sooner, probes during a burst p99 333
+    /// against 271 ms; docs/performance.md, "Fan-out batches of 4,000 events").
     #[arg(help_heading = "Latency and batching", long, env = "UNREAD_FANOUT_BATCH", default_value_t = DEFAULT_FANOUT_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=crate::pipeline::MAX_BATCH as u64))]
     pub fanout_batch: u64,
