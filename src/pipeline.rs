@@ -19,11 +19,12 @@ use crate::core::fold::Fold;
 use crate::core::hybrid::Diffusion;
 use crate::core::receipts::Receipts;
 
-/// Largest batch of events the fan-out takes at once: `unread fold`'s batch, and the most `unread run
-/// --fanout-batch` allows (its default is 1,000, for a burst's latency). A conversation's messages in one batch
-/// reach each member as one delta, so when every batch is full (a file, a backlog) the bound decides how many
-/// deltas there are: the v4 full set fans out into 212,000 deltas in batches of 4,000 against 417,000 in batches
-/// of 1,000 (`docs/performance.md`, "Fan-out batches of 4,000 events").
+/// Largest batch of events the fan-out takes at once: `unread fold`'s batch, a service's fan-out task's once its
+/// partition is a backlog behind (`task::BACKLOG_BATCH`), and the most `unread run --fanout-batch` allows (its
+/// default is 1,000, for a burst's latency). A conversation's messages in one batch reach each member as one delta,
+/// so when every batch is full (a file, a backlog) the bound decides how many deltas there are: the v4 full set
+/// fans out into 212,000 deltas in batches of 4,000 against 417,000 in batches of 1,000 (`docs/performance.md`,
+/// "Fan-out batches of 4,000 events").
 pub const MAX_BATCH: usize = 4_000;
 
 /// The fan-out and the fold of every conversation and user, in one process.

@@ -25,12 +25,13 @@ pub struct FlushPolicy {
     /// The most a fan-out task waits for more records before it applies a batch that did not fill
     /// ([`super::task::linger`]; zero: never).
     pub linger: Duration,
-    /// The most input records a fan-out task applies as one batch (`--fanout-batch`).
+    /// The most input records a fan-out task applies as one batch while it keeps up (`--fanout-batch`; a backlog
+    /// takes more: [`super::task::batch_bound`]).
     pub fanout_batch: usize,
 }
 
-/// `--fanout-batch`'s default: 1,000 records, which keeps a burst's own reads quick; `unread fold` batches
-/// [`crate::pipeline::MAX_BATCH`].
+/// `--fanout-batch`'s default: 1,000 records, which keeps a burst's own reads quick; `unread fold`, and a task
+/// whose partition is a backlog behind, batch [`crate::pipeline::MAX_BATCH`].
 pub const DEFAULT_FANOUT_BATCH: u64 = 1_000;
 
 /// Options of `unread run`.
@@ -85,12 +86,12 @@ pub struct RunOptions {
     #[arg(help_heading = "Latency and batching", long, env = "UNREAD_FANOUT_LINGER", default_value = "100ms",
           value_parser = crate::config::parse_duration_or_zero)]
     pub fanout_linger: Duration,
-    /// The most input records a fan-out task applies as one batch, 1 to 4000. A conversation's messages in one
-    /// batch reach each member as one delta, so larger batches drain a backlog (a catch-up after an outage, a
-    /// deployment reading its input from the start) with fewer deltas, Redis writes and checkpoint bytes; but each
-    /// batch holds a worker and its Kafka transaction longer, so during a burst the users' own reads reach their
-    /// sockets later (4000 against 1000: catch-up of the v1 set 20–25% sooner, probes during a burst p99 333
-    /// against 271 ms; docs/performance.md, "Fan-out batches of 4,000 events").
+    /// The most input records a fan-out task applies as one batch while its partition keeps up, 1 to 4000. A
+    /// partition 8,000 records or more behind (a catch-up, a restart) takes 4,000 whatever this says: there a
+    /// conversation's messages in one batch reach each member as one delta, so fewer deltas, Redis writes and
+    /// checkpoint bytes. Live, a batch holds a worker and its Kafka transaction while it runs, so a burst's own
+    /// reads reach their sockets sooner in small ones (4000 against 1000: probes during a burst p99 333 against
+    /// 271 ms; docs/performance.md, "Batches that follow the backlog").
     #[arg(help_heading = "Latency and batching", long, env = "UNREAD_FANOUT_BATCH", default_value_t = DEFAULT_FANOUT_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=crate::pipeline::MAX_BATCH as u64))]
     pub fanout_batch: u64,

@@ -46,7 +46,7 @@ pub trait StageTask: Send {
     /// (a user's own events are on its path).
     const LINGERS: bool;
 
-    /// Most records taken in one batch.
+    /// Most records taken in one batch while the partition keeps up (a backlog may take more: [`batch_bound`]).
     fn max_batch(&self) -> usize;
 
     /// The task's input and what it shares with the other tasks.
@@ -91,7 +91,8 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
     loop {
         let commit_in = if pending > 0 { flush.interval.saturating_sub(last_commit.elapsed()) } else { flush.interval };
         let wait = task.publish_due_in().map_or(commit_in, |due| due.min(commit_in));
-        let Some(mut batch) = task.parts().0.next_batch(max_batch, wait).await else {
+        let bound = batch_bound(max_batch, task.parts().0.records.len());
+        let Some(mut batch) = task.parts().0.next_batch(bound, wait).await else {
             let mut done = commit_task(&mut task, false, &mut running).await;
             done = done.and(finish(&mut task, &mut running).await);
             let generation = task.generation();
@@ -102,9 +103,9 @@ pub async fn run<T: StageTask>(mut task: T) -> Result<(), TaskError> {
             }
             return done;
         };
-        if !waits.is_zero() && !batch.is_empty() && batch.len() < max_batch {
+        if !waits.is_zero() && !batch.is_empty() && batch.len() < bound {
             tokio::time::sleep(waits).await;
-            task.parts().0.take_more(&mut batch, max_batch);
+            task.parts().0.take_more(&mut batch, bound);
         }
         if T::LINGERS {
             waits = linger(batch.len(), flush.linger);
@@ -137,6 +138,30 @@ pub async fn mark_if_empty(shared: &Shared, stage: Stage, p: i32, empty: bool) -
     }
     Ok(())
 }
+
+/// The most records a task's next batch takes, given its stage's bound while it keeps up (`live`, the fan-out's
+/// `--fanout-batch`) and how many records its bulk lane already holds (`queued`): `live`, or [`BACKLOG_BATCH`]
+/// (4,000) when the lane holds [`BACKLOG`] (8,000) records or more, two such batches.
+///
+/// A batch holds its tokio worker and, in the fan-out, its Kafka transaction while it runs, so a live burst is
+/// served in small ones: a read ack or a probe waits behind less (`scripts/bench-push`). In a backlog (a
+/// catch-up, a restart, a replayed topic) a new record waits behind the whole queue anyway, and larger batches
+/// cost less per record: a conversation's messages in one batch reach each member as one delta
+/// (`docs/performance.md`, "Batches that follow the backlog").
+pub fn batch_bound(live: usize, queued: usize) -> usize {
+    if queued >= BACKLOG {
+        live.max(BACKLOG_BATCH)
+    } else {
+        live
+    }
+}
+
+/// The batch a task takes in a backlog ([`batch_bound`]): 4,000 records, as `unread fold`'s; more saved no CPU.
+pub const BACKLOG_BATCH: usize = crate::pipeline::MAX_BATCH;
+
+/// Records queued in a task's bulk lane from which it takes [`BACKLOG_BATCH`]es: 8,000. The push benchmark's whole
+/// burst puts at most 4,713 conversation events on one partition; a catch-up fills the lane (20,000 records).
+pub const BACKLOG: usize = 2 * BACKLOG_BATCH;
 
 /// How long a task waits for more records after its next batch begins, given that its previous batch took `taken`
 /// records: 1 ms per record, at most `most` (`--fanout-linger`). Under light load a batch is a record or two, so
@@ -233,7 +258,7 @@ async fn finish<T: StageTask>(task: &mut T, running: &mut Option<Checkpointing>)
 mod tests {
     use std::time::Duration;
 
-    use super::linger;
+    use super::{batch_bound, linger, BACKLOG, BACKLOG_BATCH};
 
     #[test]
     fn a_batch_lingers_a_millisecond_per_record_of_the_previous_one_up_to_the_flag() {
@@ -242,5 +267,16 @@ mod tests {
         assert_eq!(linger(3, ms(100)), ms(3), "light load: a few milliseconds");
         assert_eq!(linger(250, ms(100)), ms(100), "heavy load: the flag's bound");
         assert_eq!(linger(250, ms(0)), ms(0), "--fanout-linger 0ms: never");
+    }
+
+    #[test]
+    fn a_batch_takes_4000_records_only_when_its_lane_holds_two_such_batches() {
+        assert_eq!(batch_bound(1_000, 0), 1_000, "keeping up: the live bound");
+        assert_eq!(batch_bound(1_000, 2_300), 1_000, "a live burst: still the live bound");
+        assert_eq!(batch_bound(1_000, BACKLOG - 1), 1_000);
+        assert_eq!(batch_bound(1_000, BACKLOG), BACKLOG_BATCH, "a backlog: the backlog's batch");
+        assert_eq!(batch_bound(1_000, 20_000), 4_000, "a full lane");
+        assert_eq!(batch_bound(10, 20_000), 4_000, "whatever the live bound");
+        assert_eq!(batch_bound(4_000, 20_000), 4_000, "the fold's bound is already the backlog's");
     }
 }
