@@ -86,12 +86,12 @@ pub struct RunOptions {
     #[arg(help_heading = "Latency and batching", long, env = "UNREAD_FANOUT_LINGER", default_value = "100ms",
           value_parser = crate::config::parse_duration_or_zero)]
     pub fanout_linger: Duration,
-    /// The most input records a fan-out task applies as one batch while its partition keeps up, 1 to 4000. A
-    /// partition 8,000 records or more behind (a catch-up, a restart) takes 4,000 whatever this says: there a
-    /// conversation's messages in one batch reach each member as one delta, so fewer deltas, Redis writes and
-    /// checkpoint bytes. Live, a batch holds a worker and its Kafka transaction while it runs, so a burst's own
-    /// reads reach their sockets sooner in small ones (4000 against 1000: probes during a burst p99 333 against
-    /// 271 ms; docs/performance.md, "Batches that follow the backlog").
+    /// The most input records a fan-out task applies as one batch while its partition keeps up, 1 to 4000. A partition
+    /// 8,000 records or more behind (a catch-up, a restart) takes 4,000 whatever this says: there a conversation's
+    /// messages in one batch reach each member as one delta, so fewer deltas, Redis writes and checkpoint bytes. Live,
+    /// a batch holds a worker and its Kafka transaction while it runs, and a burst's own reads reached their sockets
+    /// later in larger ones (4000 against 1000: probes during a burst p99 333 against 271 ms) and in smaller ones (500:
+    /// 344 against 308 ms; docs/performance.md, "Batches that follow the backlog").
     #[arg(help_heading = "Latency and batching", long, env = "UNREAD_FANOUT_BATCH", default_value_t = DEFAULT_FANOUT_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=crate::pipeline::MAX_BATCH as u64))]
     pub fanout_batch: u64,

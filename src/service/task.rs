@@ -144,10 +144,10 @@ pub async fn mark_if_empty(shared: &Shared, stage: Stage, p: i32, empty: bool) -
 /// (4,000) when the lane holds [`BACKLOG`] (8,000) records or more, two such batches.
 ///
 /// A batch holds its tokio worker and, in the fan-out, its Kafka transaction while it runs, so a live burst is
-/// served in small ones: a read ack or a probe waits behind less (`scripts/bench-push`). In a backlog (a
-/// catch-up, a restart, a replayed topic) a new record waits behind the whole queue anyway, and larger batches
-/// cost less per record: a conversation's messages in one batch reach each member as one delta
-/// (`docs/performance.md`, "Batches that follow the backlog").
+/// served in batches of `live`: in `scripts/bench-push` a read ack reached its sockets later in batches of 4,000
+/// (and of 500, each costing a publish). In a backlog (a catch-up, a restart, a replayed topic) a new record waits
+/// behind the whole queue anyway, and larger batches cost less per record: a conversation's messages in one batch
+/// reach each member as one delta (`docs/performance.md`, "Batches that follow the backlog").
 pub fn batch_bound(live: usize, queued: usize) -> usize {
     if queued >= BACKLOG {
         live.max(BACKLOG_BATCH)
