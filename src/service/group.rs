@@ -406,7 +406,7 @@ pub struct Dispatcher {
 }
 
 /// Records a task holds per partition: 20,000 per topic.
-const QUEUE: usize = 20_000;
+pub(super) const QUEUE: usize = 20_000;
 
 /// How long a task that ended, its partition still assigned, waits before it starts again: 1 s.
 const RESTART_AFTER: Duration = Duration::from_secs(1);

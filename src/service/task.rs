@@ -163,6 +163,9 @@ pub const BACKLOG_BATCH: usize = crate::pipeline::MAX_BATCH;
 /// burst puts at most 4,713 conversation events on one partition; a catch-up fills the lane (20,000 records).
 pub const BACKLOG: usize = 2 * BACKLOG_BATCH;
 
+// A lane that could not hold a backlog would never take a backlog's batch.
+const _: () = assert!(BACKLOG <= super::group::QUEUE, "a task's lane holds fewer records than a backlog");
+
 /// How long a task waits for more records after its next batch begins, given that its previous batch took `taken`
 /// records: 1 ms per record, at most `most` (`--fanout-linger`). Under light load a batch is a record or two, so
 /// the wait is a few milliseconds; from about 1,000 records/s on a partition it grows to `most`, and the batches
