@@ -273,7 +273,9 @@ pub fn first_visible(
 ///
 /// Its fetches wait at most 5 ms for records (`fetch.wait.max.ms`): an answer ends with a fetch at a partition's
 /// end, which the broker holds until that wait passes. With librdkafka's default a question took 54–76 ms on an
-/// open connection; with 5 ms, 6–11 ms.
+/// open connection; with 5 ms, 6–11 ms. They take at most 64 KiB a partition (`fetch.message.max.bytes`; the
+/// broker still sends a larger first batch whole): a question needs one record, and with librdkafka's 1 MiB each
+/// question asked during a catch-up fetched megabytes it then dropped.
 pub struct VisibilityProbe {
     consumer: BaseConsumer<EofContext>,
 }
@@ -284,7 +286,7 @@ impl VisibilityProbe {
     /// Errors: the client cannot be created (its configuration).
     pub fn new(brokers: &str) -> anyhow::Result<Self> {
         let mut config = eof_reader(brokers, "unread-visibility-probe");
-        config.set("fetch.wait.max.ms", "5");
+        config.set("fetch.wait.max.ms", "5").set("fetch.message.max.bytes", "65536");
         Ok(Self { consumer: config.create_with_context(EofContext)? })
     }
 
@@ -469,11 +471,14 @@ pub fn watermarks<C: ConsumerContext>(
     topic: &str,
     n: i32,
 ) -> anyhow::Result<Vec<(i64, i64)>> {
-    (0..n)
-        .map(|p| {
-            client.fetch_watermarks(topic, p, QUERY_TIMEOUT).with_context(|| format!("watermarks of {topic}[{p}]"))
-        })
-        .collect()
+    (0..n).map(|p| watermark(client, topic, p)).collect()
+}
+
+/// The (low, high) watermarks of partition `p` of `topic` ([`watermarks`] of one partition).
+///
+/// Errors: the broker does not answer within [`QUERY_TIMEOUT`].
+pub fn watermark<C: ConsumerContext>(client: &impl Consumer<C>, topic: &str, p: i32) -> anyhow::Result<(i64, i64)> {
+    client.fetch_watermarks(topic, p, QUERY_TIMEOUT).with_context(|| format!("watermarks of {topic}[{p}]"))
 }
 
 impl Partitioner {

@@ -1,4 +1,5 @@
-//! The service's Kafka producer (`unread::kafka::producer::AsyncProducer`) against the real broker.
+//! The service's Kafka producer (`unread::kafka::producer::AsyncProducer`), the visibility probe and `unread lag`
+//! against the real broker.
 
 use std::time::Duration;
 
@@ -6,7 +7,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureRecord;
 use unread::kafka::producer::AsyncProducer;
 
-use crate::support::{stack, Ns};
+use crate::support::{dev_events, stack, Ns};
 
 #[test]
 fn the_async_producer_acknowledges_each_record_with_its_offset_and_refuses_a_partition_the_topic_lacks() {
@@ -103,5 +104,32 @@ fn a_kept_visibility_probe_answers_each_question_afresh_past_commit_markers_and_
     assert_eq!(ask(aborted), None, "an aborted record is not visible");
     assert_eq!(ask(next + 1), None, "past the last commit marker only the aborted transaction lies");
     assert_eq!(ask(next), Some(next));
+    ns.cleanup();
+}
+
+/// `unread lag --wait` ends each poll at the first partition that shows lag (during a catch-up, one watermark query
+/// instead of a fetch from every delta partition), but a wait that runs out prints the whole table: every
+/// partition of the three input topics, and the total `unread lag` reports.
+#[test]
+fn a_lag_wait_that_runs_out_prints_every_partition_and_the_whole_lag() {
+    let Some(stack) = stack("a_lag_wait_that_runs_out_prints_every_partition_and_the_whole_lag") else { return };
+    let ns = Ns::new(&stack, "lagwait");
+    ns.ok(&["produce", &dev_events()]);
+    // No service runs: nothing is folded, so the wait runs out.
+    let out = ns.cmd(&["lag", "--wait", "1s"]).output().unwrap();
+    assert!(!out.status.success(), "no service ran, yet the lag reached zero");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let whole: serde_json::Value = serde_json::from_str(&ns.ok(&["lag", "--output", "json"])).unwrap();
+    let topics = unread::topology::Topics::new(&format!("{}.", ns.name));
+    for topic in [&topics.conversation_events, &topics.user_events, &topics.user_deltas] {
+        let partitions = whole["rows"].as_array().unwrap().iter().filter(|r| r["topic"] == topic.as_str()).count();
+        let rows = err.lines().filter(|l| l.split_whitespace().nth(1) == Some(topic.as_str())).count();
+        assert!(partitions > 0);
+        assert_eq!(rows, partitions, "{topic}: a row per partition in\n{err}");
+    }
+    let total = ns.total_lag();
+    assert!(total > 0);
+    assert!(err.contains(&format!("lag is still {total} after 1s")), "{err}");
+    assert!(err.trim_end().ends_with(&format!("total lag: {total}")), "{err}");
     ns.cleanup();
 }
