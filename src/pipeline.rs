@@ -70,8 +70,10 @@ impl Pipeline {
         self.stats.early_recalls += stats.early_recalls;
         (self.stats.to_read, self.stats.to_write) =
             (self.stats.to_read + stats.to_read, self.stats.to_write + stats.to_write);
-        for delta in &deltas {
-            self.fold.apply_delta(delta);
+        // Each delta is dropped as soon as it is applied, while its ops are still in the caches: dropped together
+        // after the batch, their heap parts were cold again (docs/performance.md, "Where the fold's cache misses are").
+        for delta in deltas {
+            self.fold.apply_delta(&delta);
         }
         for event in events {
             if let Event::User(u) = event {
