@@ -23,6 +23,10 @@ pub struct Assignment {
     pub(crate) partitions: Mutex<HashSet<i32>>,
     /// Rebalance events seen (assignments and revocations).
     pub rebalances: std::sync::atomic::AtomicUsize,
+    /// Partitions paused in the consumer because their task's channel was full. librdkafka drops what it had
+    /// prefetched for a partition it pauses and fetches it again on resume (`docs/performance.md`, "What a
+    /// catch-up reads twice").
+    pub pauses: std::sync::atomic::AtomicUsize,
 }
 
 impl Assignment {
@@ -162,6 +166,7 @@ pub struct Metrics {
     lag_labels: Mutex<HashSet<LagLabels>>,
     assigned: Family<StageLabel, Gauge>,
     rebalances: Family<StageLabel, Counter>,
+    consumer_pauses: Family<StageLabel, Counter>,
     assignments: Mutex<Vec<(Stage, Arc<Assignment>)>>,
     verify_runs: Counter,
     verify_failures: Counter,
@@ -215,6 +220,7 @@ impl Default for Metrics {
             lag_labels: Mutex::new(HashSet::new()),
             assigned: Family::default(),
             rebalances: Family::default(),
+            consumer_pauses: Family::default(),
             assignments: Mutex::new(Vec::new()),
             verify_runs: Counter::default(),
             verify_failures: Counter::default(),
@@ -306,6 +312,12 @@ impl Metrics {
         );
         r.register("assigned_partitions", "Partitions assigned to this instance, by stage", self.assigned.clone());
         r.register("rebalances", "Rebalance events seen, by stage", self.rebalances.clone());
+        r.register(
+            "consumer_pauses",
+            "Partitions paused in the consumer because their task's channel was full, by stage (each drops what \
+             the consumer had prefetched for the partition, fetched again on resume)",
+            self.consumer_pauses.clone(),
+        );
         self.register_verify();
         self.register_api();
     }
@@ -561,9 +573,10 @@ impl Metrics {
         for (stage, a) in self.assignments.lock().expect("not poisoned").iter() {
             let label = StageLabel { stage: stage.as_str() };
             self.assigned.get_or_create(&label).set(a.partitions().len() as i64);
-            let seen = a.rebalances.load(Ordering::Relaxed) as u64;
-            let counter = self.rebalances.get_or_create(&label);
-            counter.inc_by(seen.saturating_sub(counter.get()));
+            for (seen, family) in [(&a.rebalances, &self.rebalances), (&a.pauses, &self.consumer_pauses)] {
+                let (seen, counter) = (seen.load(Ordering::Relaxed) as u64, family.get_or_create(&label));
+                counter.inc_by(seen.saturating_sub(counter.get()));
+            }
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");

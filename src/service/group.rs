@@ -440,19 +440,25 @@ impl Lane {
     }
 
     /// Hands `m` over, or keeps it behind the records already waiting (pausing its partition when it is the first).
-    fn push(&mut self, m: OwnedMessage, consumer: &GroupConsumer) {
+    /// Returns whether it paused the partition.
+    fn push(&mut self, m: OwnedMessage, consumer: &GroupConsumer) -> bool {
         if !self.stalled.is_empty() {
-            return self.stalled.push_back(m);
+            self.stalled.push_back(m);
+            return false;
         }
         match self.tx.try_send(m) {
-            Ok(()) => {}
+            Ok(()) => false,
             Err(TrySendError::Full(m)) => {
                 let tp = (m.topic().to_owned(), m.partition());
                 set_paused(consumer, &tp, true);
                 (self.paused, _) = (Some(tp), self.stalled.push_back(m));
+                true
             }
             // The task ended; note_ended starts it again and it seeks back to its checkpoint.
-            Err(TrySendError::Closed(_)) => tracing::debug!("task input closed"),
+            Err(TrySendError::Closed(_)) => {
+                tracing::debug!("task input closed");
+                false
+            }
         }
     }
 
@@ -506,6 +512,8 @@ struct Tasks {
     revoked: HashMap<i32, Running>,
     /// Partitions whose task ended while still assigned, and when each starts again ([`Tasks::note_ended`]).
     restarting: HashMap<i32, Instant>,
+    /// Where the pauses of full lanes are counted (`unread_consumer_pauses_total`).
+    assignment: Arc<Assignment>,
 }
 
 impl Tasks {
@@ -655,7 +663,9 @@ impl Tasks {
         }
         let t = self.running.get_mut(&p).or(self.revoked.get_mut(&p)).expect("started");
         let lane = if self.priority.as_deref() == Some(m.topic()) { &mut t.priority } else { &mut t.records };
-        lane.push(m, &self.consumer);
+        if lane.push(m, &self.consumer) {
+            self.assignment.pauses.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A record or error from the consumer: the record to its task ([`Tasks::dispatch`]), the error to the log.
@@ -695,7 +705,9 @@ impl Dispatcher {
         let (eager, revoked) = (self.eager, HashMap::new());
         let restarting = HashMap::new();
         let running = HashMap::new();
-        let mut tasks = Tasks { stage, spawn, consumer, brokers, running, priority, eager, revoked, restarting };
+        let assignment = self.assignment.clone();
+        let mut tasks =
+            Tasks { stage, spawn, consumer, brokers, running, priority, eager, revoked, restarting, assignment };
         let mut health = tokio::time::interval(Duration::from_secs(1));
         loop {
             // Records waiting for a full channel go first, each turn (and every STALLED_RETRY while idle).
@@ -802,12 +814,12 @@ mod tests {
     async fn a_user_event_is_taken_before_a_backlog_of_deltas_and_each_topic_keeps_its_order() {
         let c = consumer();
         let (mut deltas, mut events, mut input) = input(c.clone());
-        for offset in 0..QUEUE as i64 + 500 {
-            deltas.push(record("deltas", offset), &c); // the channel holds QUEUE, 500 wait in the lane
-        }
+        // The channel holds QUEUE, 500 wait in the lane; the push that found it full paused the partition, once.
+        let paused: Vec<i64> =
+            (0..QUEUE as i64 + 500).filter(|offset| deltas.push(record("deltas", *offset), &c)).collect();
+        assert_eq!(paused, [QUEUE as i64], "one pause, by the first record that found the channel full");
         assert_eq!((deltas.stalled.len(), deltas.paused.as_ref().map(|(t, _)| t.as_str())), (500, Some("deltas")));
-        events.push(record("events", 0), &c);
-        events.push(record("events", 1), &c);
+        assert!(!events.push(record("events", 0), &c) && !events.push(record("events", 1), &c));
         let batch = input.next_batch(100, Duration::from_secs(1)).await.unwrap();
         let taken: Vec<(&str, i64)> = batch.iter().map(|m| (m.topic(), m.offset())).collect();
         assert_eq!(taken[..3], [("events", 0), ("events", 1), ("deltas", 0)]);
@@ -842,7 +854,19 @@ mod tests {
         });
         let (consumer, brokers, stage) = (consumer(), "127.0.0.1:9".into(), crate::checkpoint::Stage::Fold);
         let (running, revoked, restarting) = (HashMap::new(), HashMap::new(), HashMap::new());
-        Tasks { stage, spawn, consumer, brokers, running, priority: None, eager: false, revoked, restarting }
+        let assignment = Arc::default();
+        Tasks {
+            stage,
+            spawn,
+            consumer,
+            brokers,
+            running,
+            priority: None,
+            eager: false,
+            revoked,
+            restarting,
+            assignment,
+        }
     }
 
     #[tokio::test]

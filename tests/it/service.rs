@@ -61,6 +61,7 @@ fn dev_set_end_to_end_is_exact_over_http() {
         r#"unread_partition_lag{stage="fold",topic="#,
         r#"unread_assigned_partitions{stage="fold"} 8"#,
         "unread_rebalances_total{stage=",
+        r#"unread_consumer_pauses_total{stage="fanout"}"#,
         "unread_increments_total ",
     ] {
         assert!(metrics.contains(family), "/metrics lacks {family}:\n{metrics}");
