@@ -105,6 +105,10 @@ pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig 
     // librdkafka's 5 s, a task that takes over a partition (a restart: the old member's last commit may come after
     // the new one read them) skips at most that much of the records its checkpoint covers.
     c.set("enable.auto.commit", "true").set("auto.commit.interval.ms", "200").set("auto.offset.reset", "earliest");
+    // Each assigned partition has a queue of its own (`service::group`), and these bounds apply to each: 4 MiB
+    // fetched ahead per partition (64 MiB over the fold's 16 queues), fetched again 10 ms after its task made room
+    // rather than librdkafka's 1 s.
+    c.set("queued.max.messages.kbytes", "4096").set("fetch.queue.backoff.ms", "10");
     match m.protocol {
         GroupProtocol::Classic => c
             .set("partition.assignment.strategy", "range")

@@ -23,9 +23,8 @@ pub struct Assignment {
     pub(crate) partitions: Mutex<HashSet<i32>>,
     /// Rebalance events seen (assignments and revocations).
     pub rebalances: std::sync::atomic::AtomicUsize,
-    /// Partitions paused in the consumer because their task's channel was full. librdkafka drops what it had
-    /// prefetched for a partition it pauses and fetches it again on resume (`docs/performance.md`, "What a
-    /// catch-up reads twice").
+    /// Times a partition's records waited for room in its task's full channel ([`crate::service::group`]'s feeds):
+    /// a backlog. librdkafka stops fetching that partition meanwhile, once its queue holds its bound.
     pub pauses: std::sync::atomic::AtomicUsize,
 }
 
@@ -314,8 +313,8 @@ impl Metrics {
         r.register("rebalances", "Rebalance events seen, by stage", self.rebalances.clone());
         r.register(
             "consumer_pauses",
-            "Partitions paused in the consumer because their task's channel was full, by stage (each drops what \
-             the consumer had prefetched for the partition, fetched again on resume)",
+            "Times a partition's records waited for room in its task's full channel, by stage (the consumer stops \
+             fetching that partition meanwhile; nothing is fetched twice)",
             self.consumer_pauses.clone(),
         );
         self.register_verify();

@@ -2,12 +2,14 @@
 //!
 //! The member subscribes to one or more topics with the **range** assignor: for topics with the same partition
 //! count and the same subscribers, range gives partition p of every topic to the same member, so the fold task p
-//! owns partition p of both `unread.user-events` and `unread.user-deltas` (co-partitioning). A dispatcher loop
-//! polls the consumer and hands each record to the task of its partition number, in order, through a bounded
-//! channel per topic kind; rebalance callbacks tell it which tasks to start and stop. A full channel never stops
-//! the dispatcher: the record waits in the dispatcher and its partition is paused in the consumer until the task
-//! takes it ([`Lane`]), so one busy partition holds back neither the others nor the priority topic, whose records
-//! a task takes first (the fold's user events: a read ack does not queue behind a burst of deltas).
+//! owns partition p of both `unread.user-events` and `unread.user-deltas` (co-partitioning). When partitions are
+//! assigned, the rebalance callback splits each topic-partition's queue from the consumer's, before librdkafka
+//! fetches it; a feed of its own ([`feed`]) reads it into the task of its partition number, in order, through a
+//! bounded channel per topic kind. A full channel stops only its feed, and librdkafka stops fetching that partition
+//! once its queue holds its bound: one busy partition holds back neither the others nor the priority topic, whose
+//! records a task takes first (the fold's user events: a read ack does not queue behind a burst of deltas), and
+//! nothing is paused, so nothing fetched ahead is dropped and fetched again. The dispatcher loop serves the
+//! consumer's own queue (rebalance callbacks, errors) and starts, stops and restarts the tasks.
 //!
 //! Offsets belong to the tasks' checkpoints in PostgreSQL. Kafka's committed offsets are only a hint, stored after
 //! each checkpoint: a task drops records below its checkpoint, and seeks back ([`PartitionInput::accept`]) when the
@@ -15,20 +17,20 @@
 //! delta topic) are not contiguous: commit markers and aborted records take offsets a `read_committed` consumer
 //! never gets.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -37,10 +39,15 @@ use super::error::TaskError;
 use crate::checkpoint::Stage;
 use crate::metrics::Assignment;
 
+/// A partition's own queue in the consumer ([`StreamConsumer::split_partition_queue`]): its records, fetched ahead
+/// and bounded on their own (`queued.max.messages.kbytes` per partition, [`crate::kafka::group_member`]).
+type PartitionQueue = StreamPartitionQueue<GroupContext>;
+
 /// What the rebalance callbacks report to the dispatcher.
-#[derive(Debug)]
 enum RebalanceEvent {
-    Assigned(HashSet<i32>),
+    /// Partitions assigned, with the queue of each topic-partition, split from the consumer's before the assignment
+    /// started fetching them ([`GroupContext::split`]).
+    Assigned(HashSet<i32>, Vec<(String, i32, PartitionQueue)>),
     Revoked(HashSet<i32>),
 }
 
@@ -50,6 +57,8 @@ pub struct GroupContext {
     /// Whether the member subscribed. Created while the process checks that Kafka answers, it keeps quiet until
     /// then: that check says why Kafka refused, in the one line the process exits with.
     subscribed: AtomicBool,
+    /// The consumer itself, set once it is made: an assignment splits each partition's queue from it.
+    consumer: OnceLock<Weak<GroupConsumer>>,
 }
 
 impl ClientContext for GroupContext {
@@ -70,17 +79,33 @@ fn partitions(tpl: &TopicPartitionList) -> HashSet<i32> {
     tpl.elements().iter().map(|e| e.partition()).collect()
 }
 
+impl GroupContext {
+    /// Splits the queue of every topic-partition in `tpl` from the consumer's. Done before the assignment, so no
+    /// record of them ever reaches the consumer's own queue (librdkafka forwards a partition's records there when
+    /// it starts fetching it, unless the application took its queue first). A partition whose queue cannot be
+    /// split (librdkafka refuses only a topic name it cannot hold) keeps to the consumer's queue ([`Tasks::dispatch`]).
+    fn split(&self, tpl: &TopicPartitionList) -> Vec<(String, i32, PartitionQueue)> {
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else { return Vec::new() };
+        let split = |e: rdkafka::topic_partition_list::TopicPartitionListElem<'_>| {
+            let (topic, p) = (e.topic(), e.partition());
+            let queue = consumer.split_partition_queue(topic, p);
+            if queue.is_none() {
+                warn!(topic, partition = p, "could not split the partition's queue; it goes through the consumer's");
+            }
+            queue.map(|q| (topic.to_owned(), p, q))
+        };
+        tpl.elements().into_iter().filter_map(split).collect()
+    }
+}
+
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            let _ = self.events.send(RebalanceEvent::Revoked(partitions(tpl)));
-        }
-    }
-
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            let _ = self.events.send(RebalanceEvent::Assigned(partitions(tpl)));
-        }
+        let event = match rebalance {
+            Rebalance::Revoke(tpl) => RebalanceEvent::Revoked(partitions(tpl)),
+            Rebalance::Assign(tpl) => RebalanceEvent::Assigned(partitions(tpl), self.split(tpl)),
+            Rebalance::Error(_) => return,
+        };
+        let _ = self.events.send(event);
     }
 }
 
@@ -366,11 +391,12 @@ pub fn member(
     membership: &crate::kafka::Membership,
 ) -> anyhow::Result<Dispatcher> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let context = GroupContext { events: tx, subscribed: AtomicBool::new(false) };
+    let context = GroupContext { events: tx, subscribed: AtomicBool::new(false), consumer: OnceLock::new() };
     let consumer: GroupConsumer = crate::kafka::group_member(brokers, group, membership)
         .create_with_context(context)
         .with_context(|| format!("creating consumer of group {group}"))?;
     let (consumer, brokers) = (Arc::new(consumer), brokers.into());
+    let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
     // The metadata, fetched on a thread of its own, connects the client at once (librdkafka connects lazily). Not
     // on the runtime's blocking pool, which a process that exits at once (Kafka refused it) would wait for.
     let warm = consumer.clone();
@@ -411,88 +437,70 @@ pub(super) const QUEUE: usize = 20_000;
 /// How long a task that ended, its partition still assigned, waits before it starts again: 1 s.
 const RESTART_AFTER: Duration = Duration::from_secs(1);
 
-/// Most records the dispatcher hands over in one turn of its loop: 512.
-const DRAIN: usize = 512;
+/// Room a feed waits for in its task's channel before it moves records again, and the most it moves in one turn:
+/// 512 records. A feed whose task is behind wakes once per 512 records the task takes, not once per record.
+const FEED_ROOM: usize = 512;
 
-/// How often records that found a full channel try again: 2 ms.
-const STALLED_RETRY: Duration = Duration::from_millis(2);
+/// Reads one partition's queue into its task's channel, as the channel has room: a full channel stops the reading,
+/// and with it librdkafka's fetching of that partition once its queue holds `queued.max.messages.kbytes`. Nothing
+/// is paused in the consumer, so nothing prefetched is dropped and fetched again (`docs/performance.md`, "What a
+/// catch-up reads twice"). The dispatcher aborts it when the partition is revoked or its task ends.
+async fn feed(queue: PartitionQueue, tx: mpsc::Sender<OwnedMessage>, waits: Arc<Assignment>) {
+    forward(queue.stream(), tx, waits, owned).await;
+}
 
+/// A record of a partition's queue, detached from the consumer; an error goes to the log.
+fn owned(record: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) -> Option<OwnedMessage> {
+    record.map(|m| m.detach()).map_err(|e| warn!(error = %e, "consumer error")).ok()
+}
+
+/// Moves `records` into `tx` in order, each through `own` (`None`: not moved), waiting for room for
+/// [`FEED_ROOM`] records whenever the channel has less, and counting each such wait in `waits.pauses`
+/// (`unread_consumer_pauses_total`). Ends when `records` ends or the channel closes (the task ended).
+async fn forward<T>(
+    mut records: impl Stream<Item = T> + Unpin,
+    tx: mpsc::Sender<OwnedMessage>,
+    waits: Arc<Assignment>,
+    own: impl Fn(T) -> Option<OwnedMessage>,
+) {
+    loop {
+        if tx.capacity() < FEED_ROOM {
+            waits.pauses.fetch_add(1, Ordering::Relaxed);
+        }
+        let Ok(room) = tx.reserve_many(FEED_ROOM).await else { return };
+        let mut next = records.next().await;
+        if next.is_none() {
+            return;
+        }
+        // A record is taken from the queue only when a permit waits for it.
+        for permit in room {
+            let Some(record) = next.take().or_else(|| records.next().now_or_never().flatten()) else { break };
+            if let Some(m) = own(record) {
+                permit.send(m);
+            }
+        }
+    }
+}
+
+/// A running task: its two channels, and per topic the feed that reads the partition's queue into one of them.
 struct Running {
-    records: Lane,
-    priority: Lane,
+    records: mpsc::Sender<OwnedMessage>,
+    priority: mpsc::Sender<OwnedMessage>,
+    feeds: HashMap<String, JoinHandle<()>>,
     handle: JoinHandle<Result<(), TaskError>>,
 }
 
-/// One channel into a task, and the records that found it full, in order. While any wait, their topic's partition
-/// is paused in the consumer, so the dispatcher goes on serving the other partitions and the other topic instead
-/// of waiting for this task (a backlog of deltas no longer holds back a user event, or another partition).
-struct Lane {
-    tx: mpsc::Sender<OwnedMessage>,
-    stalled: VecDeque<OwnedMessage>,
-    /// The (topic, partition) paused while records wait.
-    paused: Option<(String, i32)>,
-}
-
-impl Lane {
-    fn new() -> (Self, mpsc::Receiver<OwnedMessage>) {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        (Self { tx, stalled: VecDeque::new(), paused: None }, rx)
-    }
-
-    /// Hands `m` over, or keeps it behind the records already waiting (pausing its partition when it is the first).
-    /// Returns whether it paused the partition.
-    fn push(&mut self, m: OwnedMessage, consumer: &GroupConsumer) -> bool {
-        if !self.stalled.is_empty() {
-            self.stalled.push_back(m);
-            return false;
+impl Running {
+    /// Stops every feed and waits until each has let its queue go: a queue split again must have one reader, and
+    /// a handle dropped late would turn off the new reader's wake-ups. Returns the topics they fed.
+    async fn unfeed(&mut self) -> Vec<String> {
+        let mut topics = Vec::new();
+        for (topic, feed) in self.feeds.drain() {
+            feed.abort();
+            let _ = feed.await;
+            topics.push(topic);
         }
-        match self.tx.try_send(m) {
-            Ok(()) => false,
-            Err(TrySendError::Full(m)) => {
-                let tp = (m.topic().to_owned(), m.partition());
-                set_paused(consumer, &tp, true);
-                (self.paused, _) = (Some(tp), self.stalled.push_back(m));
-                true
-            }
-            // The task ended; note_ended starts it again and it seeks back to its checkpoint.
-            Err(TrySendError::Closed(_)) => {
-                tracing::debug!("task input closed");
-                false
-            }
-        }
-    }
-
-    /// The lane's partition was assigned again after an eager revoke, which forgot its pause: pauses it again
-    /// while records wait.
-    fn reassigned(&mut self, consumer: &GroupConsumer) {
-        if let Some(tp) = &self.paused {
-            set_paused(consumer, tp, true);
-        }
-    }
-
-    /// Hands over what waits, as far as the channel takes it; resumes the partition once nothing waits (or the
-    /// task ended: its successor seeks back to its checkpoint).
-    fn drain(&mut self, consumer: &GroupConsumer) {
-        while let Some(m) = self.stalled.pop_front() {
-            match self.tx.try_send(m) {
-                Ok(()) => {}
-                Err(TrySendError::Full(m)) => return self.stalled.push_front(m),
-                Err(TrySendError::Closed(_)) => self.stalled.clear(),
-            }
-        }
-        if let Some(tp) = self.paused.take() {
-            set_paused(consumer, &tp, false);
-        }
-    }
-}
-
-/// Pauses or resumes fetching one topic-partition; a failure (the partition was just revoked) is only logged.
-fn set_paused(consumer: &GroupConsumer, (topic, partition): &(String, i32), pause: bool) {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(topic, *partition);
-    let done = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
-    if let Err(e) = done {
-        tracing::debug!(topic, partition, pause, error = %e, "pause or resume refused");
+        topics
     }
 }
 
@@ -510,16 +518,18 @@ struct Tasks {
     /// Under eager rebalances, the tasks of partitions revoked since the last assignment, still running: the
     /// next assignment keeps those it gives back and stops the others ([`Tasks::revoke`]).
     revoked: HashMap<i32, Running>,
-    /// Partitions whose task ended while still assigned, and when each starts again ([`Tasks::note_ended`]).
-    restarting: HashMap<i32, Instant>,
-    /// Where the pauses of full lanes are counted (`unread_consumer_pauses_total`).
+    /// Partitions whose task ended while still assigned: when each starts again, and the topics whose queues
+    /// it reads ([`Tasks::note_ended`]).
+    restarting: HashMap<i32, (Instant, Vec<String>)>,
+    /// Where the feeds' waits for a full channel are counted (`unread_consumer_pauses_total`).
     assignment: Arc<Assignment>,
 }
 
 impl Tasks {
-    /// Starts partition `p`'s task; `restarted` after its previous task failed (it seeks back to its checkpoint).
+    /// Starts partition `p`'s task, with no feed yet; `restarted` after its previous task failed (it seeks back to
+    /// its checkpoint).
     fn start(&mut self, p: i32, restarted: bool) {
-        let ((records, rx), (priority, priority_rx)) = (Lane::new(), Lane::new());
+        let ((records, rx), (priority, priority_rx)) = (mpsc::channel(QUEUE), mpsc::channel(QUEUE));
         let input = PartitionInput {
             partition: p,
             records: rx,
@@ -534,78 +544,61 @@ impl Tasks {
             skipped: 0,
             timing: (Instant::now(), None),
         };
-        self.running.insert(p, Running { records, priority, handle: (self.spawn)(input) });
+        let feeds = HashMap::new();
+        self.running.insert(p, Running { records, priority, feeds, handle: (self.spawn)(input) });
     }
 
-    /// Forgets partition `p`'s task: closes its input and resumes what its lanes paused. Returns its handle.
-    fn remove(&mut self, p: i32) -> Option<JoinHandle<Result<(), TaskError>>> {
-        let t = self.running.remove(&p)?;
-        Some(self.close(t))
-    }
-
-    /// Closes a task's input and resumes what its lanes paused. Returns its handle.
-    fn close(&self, t: Running) -> JoinHandle<Result<(), TaskError>> {
-        for lane in [t.records, t.priority] {
-            if let Some(tp) = lane.paused {
-                set_paused(&self.consumer, &tp, false);
-            }
+    /// Feeds `topic`'s queue of partition `p` to its task, through the priority channel when it is the priority
+    /// topic. A queue for a partition with no task is dropped. Should the task have a feed of that topic already,
+    /// that one is stopped first and the queue split again (the old handle's drop turned its wake-ups off).
+    async fn attach(&mut self, p: i32, topic: String, mut queue: PartitionQueue) {
+        let Some(t) = self.running.get_mut(&p) else { return };
+        if let Some(old) = t.feeds.remove(&topic) {
+            warn!(stage = %self.stage, topic, partition = p, "a partition's queue was fed twice; replacing the feed");
+            drop(queue);
+            old.abort();
+            let _ = old.await;
+            let Some(again) = self.consumer.split_partition_queue(&topic, p) else { return };
+            queue = again;
         }
-        t.handle
+        let tx = if self.priority.as_deref() == Some(topic.as_str()) { &t.priority } else { &t.records };
+        let fed = tokio::spawn(feed(queue, tx.clone(), self.assignment.clone()));
+        t.feeds.insert(topic, fed);
     }
 
-    /// Whether records wait for a full channel.
-    fn stalled(&self) -> bool {
-        self.running.values().any(|t| !t.records.stalled.is_empty() || !t.priority.stalled.is_empty())
-    }
-
-    /// Hands over waiting records wherever a channel has room again.
-    fn drain_stalled(&mut self) {
-        for t in self.running.values_mut() {
-            t.priority.drain(&self.consumer);
-            t.records.drain(&self.consumer);
-        }
-    }
-
-    /// Stops the tasks of revoked partitions. Their input is closed rather than the tasks aborted: an aborted task
-    /// could drop a checkpoint transaction half-way. Each finishes its step, flushes and ends; if a successor took
-    /// the partition's lease meanwhile, that last flush is fenced.
+    /// Stops the tasks of revoked partitions. Their feeds stop at once; their input is closed rather than the
+    /// tasks aborted: an aborted task could drop a checkpoint transaction half-way. Each finishes what its channels
+    /// hold, flushes and ends; if a successor took the partition's lease meanwhile, that last flush is fenced.
     ///
     /// Under eager rebalances every partition is revoked, and most come back to the same member a few ms later
     /// (a SIGKILLed member's survivors keep theirs, and take more): those tasks are set aside, still running,
     /// until the assignment, which keeps the ones it gives back (no flush, load or new producer) and stops the
-    /// others. A kept task's consumer starts again at the group's committed offsets, at or below the task's
+    /// others. A kept task's queue starts again at the group's committed offsets, at or below the task's
     /// position: its input drops what its checkpoint covers ([`PartitionInput::accept`]).
-    fn revoke(&mut self, partitions: &HashSet<i32>) {
+    async fn revoke(&mut self, partitions: &HashSet<i32>) {
         for p in partitions {
             self.restarting.remove(p); // a task the partition's next owner (or this member, anew) starts
-            let Some(t) = self.running.remove(p) else { continue };
+            let Some(mut t) = self.running.remove(p) else { continue };
+            t.unfeed().await;
             if self.eager {
                 info!(stage = %self.stage, partition = p, "partition revoked; its task waits for the assignment");
                 self.revoked.insert(*p, t);
             } else {
-                self.stop(*p, t);
+                info!(stage = %self.stage, partition = p, "partition revoked; stopping its task");
             }
         }
     }
 
-    /// Stops partition `p`'s task `t` ([`Tasks::close`]); it ends on its own.
-    fn stop(&self, p: i32, t: Running) {
-        self.close(t);
-        info!(stage = %self.stage, partition = p, "partition revoked; stopping its task");
-    }
-
-    /// Starts the tasks of newly assigned partitions; under eager rebalances, keeps the revoked tasks whose
-    /// partitions it gives back and stops the others ([`Tasks::revoke`]).
-    fn assign(&mut self, partitions: &HashSet<i32>) {
+    /// Starts the tasks of newly assigned partitions and feeds each its queues; under eager rebalances, keeps the
+    /// revoked tasks whose partitions it gives back and stops the others ([`Tasks::revoke`]).
+    async fn assign(&mut self, partitions: &HashSet<i32>, queues: Vec<(String, i32, PartitionQueue)>) {
         info!(stage = %self.stage, partitions = ?partitions, "partitions assigned");
-        for (p, mut t) in std::mem::take(&mut self.revoked) {
+        for (p, t) in std::mem::take(&mut self.revoked) {
             if partitions.contains(&p) {
                 info!(stage = %self.stage, partition = p, "partition assigned again; its task goes on");
-                t.records.reassigned(&self.consumer);
-                t.priority.reassigned(&self.consumer);
                 self.running.insert(p, t);
             } else {
-                self.stop(p, t);
+                info!(stage = %self.stage, partition = p, "partition not assigned again; stopping its task");
             }
         }
         for p in partitions {
@@ -613,47 +606,57 @@ impl Tasks {
                 self.start(*p, false);
             }
         }
+        for (topic, p, queue) in queues {
+            self.attach(p, topic, queue).await;
+        }
     }
 
-    /// Notes every task that ended (failed, panicked or fenced) though its partition is still assigned: it starts
-    /// again 1 s later ([`RESTART_AFTER`], [`Tasks::start_due`]) and resumes from its checkpoint. The dispatcher
-    /// goes on meanwhile: the other partitions are not held up, and the records of a waiting partition are dropped
-    /// ([`Tasks::dispatch`]), since its new task seeks back to its checkpoint and reads them again. One wait for all
-    /// that ended together: a fencing of the instance's shared producer ends every fan-out task at once.
-    fn note_ended(&mut self) {
+    /// Notes every task that ended (failed, panicked or fenced) though its partition is still assigned, and stops
+    /// its feeds: it starts again 1 s later ([`RESTART_AFTER`], [`Tasks::start_due`]) and resumes from its
+    /// checkpoint. The other partitions go on meanwhile. One wait for all that ended together: a fencing of the
+    /// instance's shared producer ends every fan-out task at once.
+    async fn note_ended(&mut self) {
         let ended: Vec<i32> = self.running.iter().filter(|(_, t)| t.handle.is_finished()).map(|(p, _)| *p).collect();
         let due = Instant::now() + RESTART_AFTER;
         for p in ended {
-            let handle = self.remove(p).expect("listed");
+            let mut t = self.running.remove(&p).expect("listed");
+            let topics = t.unfeed().await;
             let stage = self.stage;
-            match handle.now_or_never() {
+            match t.handle.now_or_never() {
                 // `None` cannot be: the handle is finished.
                 Some(Ok(Ok(()))) | None => warn!(%stage, partition = p, "task ended; starting it again"),
                 Some(Ok(Err(_))) => info!(%stage, partition = p, "starting the failed task again from its checkpoint"),
                 Some(Err(e)) => warn!(%stage, partition = p, error = %e, "task panicked; starting it again"),
             }
-            self.restarting.insert(p, due);
+            self.restarting.insert(p, (due, topics));
         }
     }
 
     /// When the next noted task is due to start again ([`Tasks::note_ended`]); `None`: none waits.
     fn next_restart(&self) -> Option<Instant> {
-        self.restarting.values().min().copied()
+        self.restarting.values().map(|(at, _)| *at).min()
     }
 
-    /// Starts again every noted task whose wait is over; it seeks back to its checkpoint.
-    fn start_due(&mut self) {
+    /// Starts again every noted task whose wait is over, fed from its partition's queues split anew; it seeks back
+    /// to its checkpoint.
+    async fn start_due(&mut self) {
         let now = Instant::now();
-        let due: Vec<i32> = self.restarting.iter().filter(|(_, at)| **at <= now).map(|(p, _)| *p).collect();
+        let due: Vec<i32> = self.restarting.iter().filter(|(_, (at, _))| *at <= now).map(|(p, _)| *p).collect();
         for p in due {
-            self.restarting.remove(&p);
+            let (_, topics) = self.restarting.remove(&p).expect("listed");
             self.start(p, true);
+            for topic in topics {
+                if let Some(queue) = self.consumer.split_partition_queue(&topic, p) {
+                    self.attach(p, topic, queue).await;
+                }
+            }
         }
     }
 
-    /// Hands a record to its partition's task (starting it if needed), through the priority lane when it is of the
-    /// priority topic; never waits for a full channel ([`Lane`]).
-    fn dispatch(&mut self, m: OwnedMessage) {
+    /// Hands a record that came through the consumer's own queue to its partition's task (starting it if needed),
+    /// through the priority channel when it is of the priority topic. Only a partition whose queue could not be
+    /// split ([`GroupContext::split`]) has records there; the dispatcher waits while that task's channel is full.
+    async fn dispatch(&mut self, m: OwnedMessage) {
         let p = m.partition();
         if self.restarting.contains_key(&p) {
             return; // its task starts again soon, from its checkpoint, and reads this record again
@@ -661,25 +664,30 @@ impl Tasks {
         if !self.running.contains_key(&p) && !self.revoked.contains_key(&p) {
             self.start(p, false);
         }
-        let t = self.running.get_mut(&p).or(self.revoked.get_mut(&p)).expect("started");
-        let lane = if self.priority.as_deref() == Some(m.topic()) { &mut t.priority } else { &mut t.records };
-        if lane.push(m, &self.consumer) {
-            self.assignment.pauses.fetch_add(1, Ordering::Relaxed);
+        let t = self.running.get(&p).or(self.revoked.get(&p)).expect("started");
+        let lane = if self.priority.as_deref() == Some(m.topic()) { &t.priority } else { &t.records };
+        if lane.send(m).await.is_err() {
+            tracing::debug!("task input closed"); // note_ended starts it again; it seeks back to its checkpoint
         }
     }
 
-    /// A record or error from the consumer: the record to its task ([`Tasks::dispatch`]), the error to the log.
-    fn take(&mut self, msg: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) {
+    /// A record or error from the consumer's own queue: the record to its task ([`Tasks::dispatch`]), the error to
+    /// the log.
+    async fn take(&mut self, msg: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) {
         match msg {
-            Ok(m) => self.dispatch(m.detach()),
+            Ok(m) => self.dispatch(m.detach()).await,
             Err(e) => warn!(stage = %self.stage, error = %e, "consumer error"),
         }
     }
 
-    /// Closes every task's input (each flushes and checkpoints) and waits for them, up to 30 s.
+    /// Stops every feed, closes every task's input (each flushes and checkpoints) and waits for them, up to 30 s.
     async fn stop_all(self) {
         info!(stage = %self.stage, "stopping: flushing partition tasks");
-        let handles: Vec<_> = self.running.into_values().chain(self.revoked.into_values()).map(|t| t.handle).collect();
+        let mut handles = Vec::new();
+        for mut t in self.running.into_values().chain(self.revoked.into_values()) {
+            t.unfeed().await;
+            handles.push(t.handle);
+        }
         if tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(handles)).await.is_err() {
             warn!(stage = %self.stage, "tasks did not stop within 30 s");
         }
@@ -690,6 +698,9 @@ impl Dispatcher {
     /// Runs until `shutdown` turns true, then closes every task's input (each flushes and checkpoints) and waits
     /// for them, up to 30 s. A task that fails is logged and started again from its checkpoint after 1 s.
     ///
+    /// The loop serves the consumer's own queue (rebalances, errors) and the tasks' lifecycle; the records go from
+    /// each partition's queue to its task through a feed of their own ([`feed`]).
+    ///
     /// Errors: never for a task's failure; only if the consumer itself breaks.
     pub async fn run(
         mut self,
@@ -698,7 +709,6 @@ impl Dispatcher {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let (consumer, brokers) = (self.consumer.clone(), self.brokers.clone());
-        // One stream for the loop's life: `recv` would register and drop a waker slot per record.
         let source = self.consumer.clone();
         let mut stream = source.stream();
         let priority = self.priority.take();
@@ -710,45 +720,27 @@ impl Dispatcher {
             Tasks { stage, spawn, consumer, brokers, running, priority, eager, revoked, restarting, assignment };
         let mut health = tokio::time::interval(Duration::from_secs(1));
         loop {
-            // Records waiting for a full channel go first, each turn (and every STALLED_RETRY while idle).
-            if tasks.stalled() {
-                tasks.drain_stalled();
-            }
             let next_restart = tasks.next_restart();
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => if *shutdown.borrow() { break },
                 Some(event) = self.events.recv() => {
                     self.assignment.rebalances.fetch_add(1, Ordering::Relaxed);
-                    let mut held = self.assignment.partitions.lock().expect("not poisoned");
                     match event {
                         RebalanceEvent::Revoked(ps) => {
-                            tasks.revoke(&ps);
-                            held.retain(|p| !ps.contains(p));
+                            tasks.revoke(&ps).await;
+                            self.assignment.partitions.lock().expect("not poisoned").retain(|p| !ps.contains(p));
                         }
-                        RebalanceEvent::Assigned(ps) => {
-                            tasks.assign(&ps);
-                            held.extend(ps);
+                        RebalanceEvent::Assigned(ps, queues) => {
+                            tasks.assign(&ps, queues).await;
+                            self.assignment.partitions.lock().expect("not poisoned").extend(ps);
                         }
                     }
                 }
-                _ = health.tick() => tasks.note_ended(),
+                _ = health.tick() => tasks.note_ended().await,
                 _ = async { tokio::time::sleep_until(next_restart.unwrap_or_else(Instant::now).into()).await },
-                    if next_restart.is_some() => tasks.start_due(),
-                // In a block, so that the timer is made only when records wait (a disabled branch is still built).
-                _ = async { tokio::time::sleep(STALLED_RETRY).await }, if tasks.stalled() => tasks.drain_stalled(),
-                msg = stream.next() => {
-                    tasks.take(msg.expect("Kafka streams never end"));
-                    // The records already fetched follow in this turn: one turn of the loop per batch, not per
-                    // record. A rebalance in the queue stops it (its callback leaves the stream pending), so the
-                    // event is handled before any record behind it.
-                    for _ in 1..DRAIN {
-                        match stream.next().now_or_never() {
-                            Some(msg) => tasks.take(msg.expect("Kafka streams never end")),
-                            None => break,
-                        }
-                    }
-                }
+                    if next_restart.is_some() => tasks.start_due().await,
+                msg = stream.next() => tasks.take(msg.expect("Kafka streams never end")).await,
             }
         }
         tasks.stop_all().await;
@@ -764,11 +756,14 @@ mod tests {
 
     use rdkafka::message::{Message, OwnedMessage, Timestamp};
 
+    use tokio::sync::mpsc;
+
     use super::{
-        GroupConsumer, GroupContext, Lane, PartitionInput, Run, SpawnTask, Tasks, Verdict, QUEUE, RESTART_AFTER,
+        forward, GroupConsumer, GroupContext, PartitionInput, Run, SpawnTask, Tasks, Verdict, FEED_ROOM, QUEUE,
+        RESTART_AFTER,
     };
 
-    /// A consumer that never connects (librdkafka connects lazily): enough to pause and resume.
+    /// A consumer that never connects (librdkafka connects lazily).
     fn consumer() -> Arc<GroupConsumer> {
         let m = crate::kafka::Membership {
             session_timeout: Duration::from_secs(10),
@@ -779,7 +774,11 @@ mod tests {
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(
             crate::kafka::group_member("127.0.0.1:9", "g", &m)
-                .create_with_context(GroupContext { events, subscribed: std::sync::atomic::AtomicBool::new(true) })
+                .create_with_context(GroupContext {
+                    events,
+                    subscribed: std::sync::atomic::AtomicBool::new(true),
+                    consumer: std::sync::OnceLock::new(),
+                })
                 .unwrap(),
         )
     }
@@ -788,8 +787,10 @@ mod tests {
         OwnedMessage::new(Some(vec![]), None, topic.into(), Timestamp::NotAvailable, 0, offset, None)
     }
 
+    type Lane = mpsc::Sender<OwnedMessage>;
+
     fn input(consumer: Arc<GroupConsumer>) -> (Lane, Lane, PartitionInput) {
-        let ((records, rx), (priority, priority_rx)) = (Lane::new(), Lane::new());
+        let ((records, rx), (priority, priority_rx)) = (mpsc::channel(QUEUE), mpsc::channel(QUEUE));
         let (last_seek, last_lag_probe, runs, probed) =
             (HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
         let (brokers, restarted) = ("127.0.0.1:9".into(), false);
@@ -812,31 +813,39 @@ mod tests {
 
     #[tokio::test]
     async fn a_user_event_is_taken_before_a_backlog_of_deltas_and_each_topic_keeps_its_order() {
-        let c = consumer();
-        let (mut deltas, mut events, mut input) = input(c.clone());
-        // The channel holds QUEUE, 500 wait in the lane; the push that found it full paused the partition, once.
-        let paused: Vec<i64> =
-            (0..QUEUE as i64 + 500).filter(|offset| deltas.push(record("deltas", *offset), &c)).collect();
-        assert_eq!(paused, [QUEUE as i64], "one pause, by the first record that found the channel full");
-        assert_eq!((deltas.stalled.len(), deltas.paused.as_ref().map(|(t, _)| t.as_str())), (500, Some("deltas")));
-        assert!(!events.push(record("events", 0), &c) && !events.push(record("events", 1), &c));
+        let (deltas, events, mut input) = input(consumer());
+        for offset in 0..QUEUE as i64 {
+            deltas.try_send(record("deltas", offset)).unwrap();
+        }
+        assert!(deltas.try_send(record("deltas", QUEUE as i64)).is_err(), "the channel holds QUEUE records");
+        events.try_send(record("events", 0)).unwrap();
+        events.try_send(record("events", 1)).unwrap();
         let batch = input.next_batch(100, Duration::from_secs(1)).await.unwrap();
         let taken: Vec<(&str, i64)> = batch.iter().map(|m| (m.topic(), m.offset())).collect();
         assert_eq!(taken[..3], [("events", 0), ("events", 1), ("deltas", 0)]);
         assert_eq!(taken.len(), 100);
-        // As the task takes records, the waiting ones follow in order; the partition is resumed once none wait.
-        deltas.drain(&c);
-        assert_eq!((deltas.stalled.len(), deltas.paused.is_some()), (402, true), "98 found room");
         let mut offsets = Vec::new();
         while let Some(batch) = input.next_batch(4000, Duration::from_millis(1)).await.filter(|b| !b.is_empty()) {
             offsets.extend(batch.iter().map(|m| m.offset()));
-            deltas.drain(&c);
         }
-        assert_eq!((deltas.stalled.len(), deltas.paused.is_some()), (0, false));
-        assert_eq!(offsets, (98..QUEUE as i64 + 500).collect::<Vec<_>>());
-        // Both lanes dropped (the task revoked): the input ends.
+        assert_eq!(offsets, (98..QUEUE as i64).collect::<Vec<_>>());
+        // Both channels dropped (the task revoked): the input ends.
         drop((deltas, events));
         assert!(input.next_batch(10, Duration::from_secs(1)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_feed_moves_every_record_in_order_and_waits_for_room_in_a_full_channel() {
+        let (tx, mut rx) = mpsc::channel(FEED_ROOM + 100);
+        let records: Vec<OwnedMessage> = (0..5_000).map(|offset| record("t", offset)).collect();
+        let waits = Arc::new(crate::metrics::Assignment::default());
+        tokio::spawn(forward(futures::stream::iter(records), tx, waits.clone(), Some));
+        let mut offsets = Vec::new();
+        while let Some(m) = rx.recv().await {
+            offsets.push(m.offset()); // ends once the feed ended (its records did) and dropped its sender
+        }
+        assert_eq!(offsets, (0..5_000).collect::<Vec<_>>(), "none lost, none repeated, in order");
+        assert!(waits.pauses.load(std::sync::atomic::Ordering::Relaxed) > 0, "the channel filled: it waited");
     }
 
     /// Tasks whose spawn records each start (partition, restarted) and makes partition 0's task fail at once and
@@ -876,32 +885,32 @@ mod tests {
         let at = |p: i32, offset: i64| {
             OwnedMessage::new(Some(vec![]), None, "t".into(), Timestamp::NotAvailable, p, offset, None)
         };
-        tasks.dispatch(at(0, 0));
-        tasks.dispatch(at(1, 0));
+        tasks.dispatch(at(0, 0)).await;
+        tasks.dispatch(at(1, 0)).await;
         while !tasks.running[&0].handle.is_finished() {
             tokio::task::yield_now().await;
         }
         let noted = std::time::Instant::now();
-        tasks.note_ended();
+        tasks.note_ended().await;
         assert!(!tasks.running.contains_key(&0) && tasks.running.contains_key(&1));
         let due = tasks.next_restart().expect("partition 0 waits");
         assert!(due >= noted + RESTART_AFTER - Duration::from_millis(50), "it waits about {RESTART_AFTER:?}");
         // Meanwhile the dispatcher goes on: partition 1 gets its records; partition 0's are left to its restart.
-        tasks.dispatch(at(0, 1));
-        tasks.dispatch(at(1, 1));
+        tasks.dispatch(at(0, 1)).await;
+        tasks.dispatch(at(1, 1)).await;
         assert!(!tasks.running.contains_key(&0), "no task started for a waiting partition");
-        tasks.start_due();
+        tasks.start_due().await;
         assert!(!tasks.running.contains_key(&0), "not before its time");
         tokio::time::sleep_until(due.into()).await;
-        tasks.start_due();
+        tasks.start_due().await;
         assert_eq!(*starts.lock().unwrap(), [(0, false), (1, false), (0, true)], "restarted: it seeks back");
         assert_eq!(tasks.next_restart(), None);
         // A revoke forgets a waiting partition: its next owner starts it afresh.
         while !tasks.running[&0].handle.is_finished() {
             tokio::task::yield_now().await;
         }
-        tasks.note_ended();
-        tasks.revoke(&[0].into());
+        tasks.note_ended().await;
+        tasks.revoke(&[0].into()).await;
         assert_eq!(tasks.next_restart(), None);
     }
 
