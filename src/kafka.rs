@@ -107,8 +107,10 @@ pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig 
     c.set("enable.auto.commit", "true").set("auto.commit.interval.ms", "200").set("auto.offset.reset", "earliest");
     // Each assigned partition has a queue of its own (`service::group`), and these bounds apply to each: 4 MiB
     // fetched ahead per partition (64 MiB over the fold's 16 queues), fetched again 10 ms after its task made room
-    // rather than librdkafka's 1 s.
-    c.set("queued.max.messages.kbytes", "4096").set("fetch.queue.backoff.ms", "10");
+    // rather than librdkafka's 1 s. A fetch still brings up to librdkafka's 50 MB over all partitions (1 MiB
+    // each), which it would otherwise lower to one queue's 4 MiB: in a burst, the fold's user events then waited
+    // behind a fetch of deltas (`scripts/bench-push`, docs/performance.md "A queue per partition").
+    c.set("queued.max.messages.kbytes", "4096").set("fetch.queue.backoff.ms", "10").set("fetch.max.bytes", "52428800");
     match m.protocol {
         GroupProtocol::Classic => c
             .set("partition.assignment.strategy", "range")
@@ -126,7 +128,7 @@ pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig 
 }
 
 /// What every consumer shares: its `group.id`, offsets stored only by unread itself, fetches answered within
-/// 50 ms, a 64 MiB local queue, and `isolation.level=read_committed` set explicitly (librdkafka's default, but the
+/// 50 ms, a 64 MiB local queue (a group member's is per partition and smaller: [`group_member`]), and `isolation.level=read_committed` set explicitly (librdkafka's default, but the
 /// fencing of zombie fan-outs depends on it: a reader that saw uncommitted or aborted deltas would fold them;
 /// docs/operations.md § Fencing).
 fn consumer(brokers: &str, group: &str) -> ClientConfig {
