@@ -128,9 +128,9 @@ pub fn group_member(brokers: &str, group: &str, m: &Membership) -> ClientConfig 
 }
 
 /// What every consumer shares: its `group.id`, offsets stored only by unread itself, fetches answered within
-/// 50 ms, a 64 MiB local queue (a group member's is per partition and smaller: [`group_member`]), and `isolation.level=read_committed` set explicitly (librdkafka's default, but the
-/// fencing of zombie fan-outs depends on it: a reader that saw uncommitted or aborted deltas would fold them;
-/// docs/operations.md § Fencing).
+/// 50 ms, a 64 MiB local queue (a group member's is per partition and smaller: [`group_member`]), and
+/// `isolation.level=read_committed` set explicitly (librdkafka's default, but the fencing of zombie fan-outs
+/// depends on it: a reader that saw uncommitted or aborted deltas would fold them; docs/operations.md § Fencing).
 fn consumer(brokers: &str, group: &str) -> ClientConfig {
     let mut c = base(brokers);
     c.set("group.id", group)

@@ -443,8 +443,8 @@ const FEED_ROOM: usize = 512;
 
 /// Reads one partition's queue into its task's channel, as the channel has room: a full channel stops the reading,
 /// and with it librdkafka's fetching of that partition once its queue holds `queued.max.messages.kbytes`. Nothing
-/// is paused in the consumer, so nothing prefetched is dropped and fetched again (`docs/performance.md`, "What a
-/// catch-up reads twice"). The dispatcher aborts it when the partition is revoked or its task ends.
+/// is paused in the consumer, so nothing prefetched is dropped and fetched again (`docs/performance.md`, "A queue
+/// per partition"). The dispatcher aborts it when the partition is revoked or its task ends.
 async fn feed(queue: PartitionQueue, tx: mpsc::Sender<OwnedMessage>, waits: Arc<Assignment>) {
     forward(queue.stream(), tx, waits, owned).await;
 }
@@ -709,6 +709,7 @@ impl Dispatcher {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let (consumer, brokers) = (self.consumer.clone(), self.brokers.clone());
+        // One stream for the loop's life: `recv` would register and drop a waker slot per poll.
         let source = self.consumer.clone();
         let mut stream = source.stream();
         let priority = self.priority.take();
