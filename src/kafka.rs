@@ -296,8 +296,11 @@ impl VisibilityProbe {
         Ok(Self { consumer: config.create_with_context(EofContext)? })
     }
 
-    /// [`first_visible`] with this probe's reader. The reader is assigned exactly `from`; what it fetched for an
-    /// earlier question is dropped first, and a record below a partition's `from` is never an answer.
+    /// [`first_visible`] with this probe's reader. The reader is assigned exactly `from` while it asks, and nothing
+    /// after: an assigned reader goes on fetching ahead until it is unassigned, which between the 25 ms polls of
+    /// `unread lag --wait` read the delta topic up to three times over in a catch-up (`docs/performance.md`, "The
+    /// lag probe's reads"). What it fetched for an earlier question is dropped, and a record below a partition's
+    /// `from` is never an answer.
     ///
     /// Errors: the read fails, or some partition gives no answer within `timeout`.
     pub fn first_visible(
@@ -309,6 +312,23 @@ impl VisibilityProbe {
         let consumer = &self.consumer;
         consumer.unassign().with_context(|| format!("unassigning the visibility probe from {topic}"))?;
         while consumer.poll(Duration::ZERO).is_some() {}
+        let found = self.ask(topic, from, timeout);
+        let unassigned = consumer.unassign().with_context(|| format!("unassigning the visibility probe from {topic}"));
+        let found = found?;
+        unassigned?;
+        Ok(found)
+    }
+
+    /// How many partitions the reader is assigned now: 0 between questions.
+    ///
+    /// Errors: librdkafka cannot tell (the client is closing).
+    pub fn assigned(&self) -> anyhow::Result<usize> {
+        Ok(self.consumer.assignment().context("the visibility probe's assignment")?.count())
+    }
+
+    /// Assigns `from` and reads until each partition gave its first record at or after its offset, or its end.
+    fn ask(&self, topic: &str, from: &[(i32, i64)], timeout: Duration) -> anyhow::Result<HashMap<i32, Option<i64>>> {
+        let consumer = &self.consumer;
         let mut tpl = rdkafka::TopicPartitionList::new();
         for (p, offset) in from {
             tpl.add_partition_offset(topic, *p, rdkafka::Offset::Offset(*offset))?;

@@ -89,7 +89,12 @@ fn a_kept_visibility_probe_answers_each_question_afresh_past_commit_markers_and_
         first
     };
     let probe = unread::kafka::VisibilityProbe::new(&stack.brokers).unwrap();
-    let ask = |from: i64| probe.first_visible(&topic, &[(0, from)], Duration::from_secs(10)).unwrap()[&0];
+    let ask = |from: i64| {
+        let answer = probe.first_visible(&topic, &[(0, from)], Duration::from_secs(10)).unwrap()[&0];
+        // Left assigned, the reader would go on fetching the partition until the next question.
+        assert_eq!(probe.assigned().unwrap(), 0, "the probe is unassigned once it answered");
+        answer
+    };
     // Records 0..3, then the commit marker at 3.
     let first = transaction(3, true);
     assert_eq!(ask(first), Some(first));
