@@ -297,10 +297,10 @@ impl VisibilityProbe {
     }
 
     /// [`first_visible`] with this probe's reader. The reader is assigned exactly `from` while it asks, and nothing
-    /// after: an assigned reader goes on fetching ahead until it is unassigned, which between the 25 ms polls of
-    /// `unread lag --wait` read the delta topic up to three times over in a catch-up (`docs/performance.md`, "The
-    /// lag probe's reads"). What it fetched for an earlier question is dropped, and a record below a partition's
-    /// `from` is never an answer.
+    /// after: an assigned reader goes on fetching ahead until it is unassigned, in the 25 ms between two polls of
+    /// `unread lag --wait` (which, asking again at every poll, read the delta topic up to seven times over in a
+    /// catch-up: `docs/performance.md`, "The lag probe's reads"). What it fetched for an earlier question is
+    /// dropped, and a record below a partition's `from` is never an answer.
     ///
     /// Errors: the read fails, or some partition gives no answer within `timeout`.
     pub fn first_visible(

@@ -225,5 +225,5 @@ pub async fn wait_for_zero_lag(
 /// poll ends there ([`Scan::UntilLag`]), so polling this often costs the broker little: in a v1 catch-up, 181–273
 /// fetches and about 550 offset queries instead of 522–546 and 2,000–2,150 when every poll read every partition
 /// and probed the delta topic. A delta partition is probed again only once its checkpoint moved ([`Clients`]):
-/// 149–160 fetches in all, and the delta topic read once (docs/performance.md, "The lag probe's reads").
+/// 149–160 fetches in all, and the delta topic read about once (docs/performance.md, "The lag probe's reads").
 pub const WAIT_POLL: Duration = Duration::from_millis(25);
