@@ -309,14 +309,19 @@ impl VisibilityProbe {
         from: &[(i32, i64)],
         timeout: Duration,
     ) -> anyhow::Result<HashMap<i32, Option<i64>>> {
-        let consumer = &self.consumer;
-        consumer.unassign().with_context(|| format!("unassigning the visibility probe from {topic}"))?;
-        while consumer.poll(Duration::ZERO).is_some() {}
+        self.release(topic)?;
         let found = self.ask(topic, from, timeout);
-        let unassigned = consumer.unassign().with_context(|| format!("unassigning the visibility probe from {topic}"));
+        let released = self.release(topic);
         let found = found?;
-        unassigned?;
+        released?;
         Ok(found)
+    }
+
+    /// Lets go of every partition and drops what was fetched for them.
+    fn release(&self, topic: &str) -> anyhow::Result<()> {
+        self.consumer.unassign().with_context(|| format!("unassigning the visibility probe from {topic}"))?;
+        while self.consumer.poll(Duration::ZERO).is_some() {}
+        Ok(())
     }
 
     /// How many partitions the reader is assigned now: 0 between questions.

@@ -147,15 +147,14 @@ impl Clients {
     /// Marks the rows of the transactional `topic` behind whose checkpoint no record is visible
     /// ([`kafka::VisibilityProbe`]). A failed probe marks nothing: the lag then counts every offset.
     fn mark_only_invisible(&mut self, brokers: &str, topic: &str, rows: &mut [PartitionLag]) {
-        let now: Vec<(i32, i64)> =
-            rows.iter().filter(|r| r.topic == topic).map(|r| (r.partition, r.checkpointed)).collect();
-        self.visible.retain(|at, _| now.contains(at));
-        let behind: Vec<(i32, i64)> = rows
+        let under: Vec<(i32, i64)> = rows
             .iter()
             .filter(|r| r.topic == topic && r.checkpointed < r.end)
             .map(|r| (r.partition, r.checkpointed))
-            .filter(|at| !self.visible.contains_key(at))
             .collect();
+        // An answer is kept while its partition's checkpoint stays where it was asked (and so below the end).
+        self.visible.retain(|at, _| under.contains(at));
+        let behind: Vec<(i32, i64)> = under.into_iter().filter(|at| !self.visible.contains_key(at)).collect();
         if behind.is_empty() {
             return;
         }
