@@ -538,10 +538,12 @@ fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
     Ok(())
 }
 
-/// A user's conversations by id. Each state is boxed: a map node holds 11 entries whatever its use, so unboxed a
-/// user of one conversation carried ten empty `ConvState`s (about 3.5 KiB; 1,000,000 followers of one feed took
-/// 4.4 GiB in the service), and boxed ten pointers.
-pub type Conversations = BTreeMap<Arc<str>, Box<ConvState>>;
+/// A user's conversations by id, in no order (whatever reads them in order sorts them: the reader shape, the
+/// checkpoint row). A hash map: a lookup hashes the id and compares it once, where a `BTreeMap` compared it with
+/// five keys on average, each a load from another heap block (ids such as `ubuntu.2004-11-15_03` share their first
+/// 16 bytes; docs/performance.md, "A user's conversations in a hash map"). Each state is boxed, so that a table
+/// slot is a pointer and growing the table moves no `ConvState`.
+pub type Conversations = crate::core::Map<Arc<str>, Box<ConvState>>;
 
 /// A conversation's id as the fold gets it, from which a new entry's key is made: an id borrowed from an event is
 /// copied; the id a delta shares with the other deltas of its batch ([`Delta::conversation_id`]) is shared, so that
@@ -1132,7 +1134,9 @@ impl UserState {
     }
 
     fn evict_oldest(&mut self, held: Held) {
-        let oldest = self.conversations.iter().filter(|(_, c)| c.held() == Some(held)).min_by_key(|(_, c)| c.touched);
+        // Of two touched by the same op, the smaller id goes, whatever the map's order.
+        let oldest =
+            self.conversations.iter().filter(|(_, c)| c.held() == Some(held)).min_by_key(|(id, c)| (c.touched, &**id));
         if let Some(id) = oldest.map(|(id, _)| id.clone()) {
             self.conversations.remove(&id);
             *self.count_of(held) -= 1;

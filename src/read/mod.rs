@@ -304,7 +304,7 @@ impl Reader {
             .state(&at.namespace, user_id)
             .await
             .map_err(|e| ReadError::Unavailable(format!("reading the checkpoint: {e:#}")))?;
-        let empty = Conversations::new();
+        let empty = Conversations::default();
         let checkpointed = state.as_ref().map_or(&empty, |state| state.conversations());
         let Newest { mut chats, indexed } = newest_in_redis(&at.projection, user_id).await;
         let picked = checkpointed.iter().filter(|(id, c)| c.is_member() && pick(id, c.feed, c.muted));
