@@ -130,6 +130,9 @@ pub struct PartitionInput {
     /// Per topic, the last probe's answer ([`crate::kafka::first_visible`]): (from, first visible offset at or
     /// after it).
     probed: HashMap<String, (i64, i64)>,
+    /// Per topic, the partition's log start and when the broker said so: asked at most every [`SEEK_EVERY`], so
+    /// that the records a gap leaves queued (thousands after a restart) are each refused without a broker call.
+    log_start: HashMap<String, (Instant, Option<i64>)>,
     /// Started again after the previous task of this partition failed, without a rebalance: the records since
     /// the checkpoint went to the failed task, so the new one must [`PartitionInput::rewind`].
     pub restarted: bool,
@@ -239,9 +242,8 @@ impl PartitionInput {
     /// Whether `offset` is the first record at or after `next` a `read_committed` consumer gets (or `next` is
     /// below the log start and `offset` is the start): the records in between are invisible or gone.
     fn nothing_visible_between(&mut self, topic: &str, next: i64, offset: i64) -> bool {
-        let (consumer, p) = (&self.consumer, self.partition);
-        let marks = tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)));
-        if let Ok((low, _)) = marks {
+        let p = self.partition;
+        if let Some(low) = self.log_start(topic) {
             if next < low && offset == low {
                 warn!(topic, partition = p, next, low, "checkpoint is below the log start; going on");
                 return true;
@@ -268,9 +270,22 @@ impl PartitionInput {
         first == Some(offset)
     }
 
+    /// The log start of `topic`'s partition, as the broker said at most [`SEEK_EVERY`] ago (it only grows); `None`
+    /// when the broker did not answer then.
+    fn log_start(&mut self, topic: &str) -> Option<i64> {
+        if let Some((_, low)) = self.log_start.get(topic).filter(|(at, _)| at.elapsed() < SEEK_EVERY) {
+            return *low;
+        }
+        let (consumer, p) = (&self.consumer, self.partition);
+        let marks = tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)));
+        let low = marks.ok().map(|(low, _)| low);
+        self.log_start.insert(topic.to_owned(), (Instant::now(), low));
+        low
+    }
+
     /// Asks the consumer to go back to `next` in `topic`'s partition, unless it was asked less than 5 s ago.
     fn seek_back(&mut self, topic: &str, next: i64, from: i64) {
-        let due = self.last_seek.get(topic).is_none_or(|t| t.elapsed() > Duration::from_secs(5));
+        let due = self.last_seek.get(topic).is_none_or(|t| t.elapsed() > SEEK_EVERY);
         if due {
             info!(topic, partition = self.partition, from, to = next, "seeking back to the checkpoint");
             self.runs.entry(topic.to_owned()).or_insert_with(Run::new).assigned = false;
@@ -437,6 +452,10 @@ pub(super) const QUEUE: usize = 20_000;
 /// How long a task that ended, its partition still assigned, waits before it starts again: 1 s.
 const RESTART_AFTER: Duration = Duration::from_secs(1);
 
+/// How often a task asks the consumer to seek back to its checkpoint while records above it keep coming (in case a
+/// seek is lost), and asks the broker for the log start while refusing them.
+const SEEK_EVERY: Duration = Duration::from_secs(5);
+
 /// Room a feed waits for in its task's channel before it moves records again, and the most it moves in one turn:
 /// 512 records. A feed whose task is behind wakes once per 512 records the task takes, not once per record.
 const FEED_ROOM: usize = 512;
@@ -540,6 +559,7 @@ impl Tasks {
             last_lag_probe: HashMap::new(),
             runs: HashMap::new(),
             probed: HashMap::new(),
+            log_start: HashMap::new(),
             restarted,
             skipped: 0,
             timing: (Instant::now(), None),
@@ -805,6 +825,7 @@ mod tests {
             last_lag_probe,
             runs,
             probed,
+            log_start: HashMap::new(),
             restarted,
             skipped: 0,
             timing: (std::time::Instant::now(), None),
@@ -913,6 +934,26 @@ mod tests {
         tasks.note_ended().await;
         tasks.revoke(&[0].into()).await;
         assert_eq!(tasks.next_restart(), None);
+    }
+
+    /// After a restart, the records the failed task's queue still held (thousands, above the checkpoint) come
+    /// before those of the seek back: each is refused as a gap, and the broker is asked for the log start once per
+    /// [`super::SEEK_EVERY`], not once per record (a call of up to 5 s each; 55 ms each under load stalled a
+    /// partition for minutes).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_left_above_a_restarted_task_checkpoint_are_refused_with_one_question_to_the_broker() {
+        let (_records, _priority, mut p) = input(consumer());
+        p.restarted = true;
+        let (topic, next) = ("t", 4_165);
+        p.probed.insert(topic.to_owned(), (next, next)); // the probe found the checkpoint's record visible
+        let verdicts: Vec<_> = (5_604..5_704).map(|offset| p.accept(&record(topic, offset), next)).collect();
+        assert!(verdicts.iter().all(|v| *v == Verdict::Gap), "{verdicts:?}");
+        let asked = p.log_start.get(topic).map(|(at, _)| *at).expect("the log start was asked for");
+        assert_eq!(p.log_start.len(), 1);
+        p.accept(&record(topic, 5_704), next);
+        assert_eq!(p.log_start[topic].0, asked, "asked again within SEEK_EVERY");
+        // The seek back's first record is the checkpoint's: processed.
+        assert_eq!(p.accept(&record(topic, next), next), Verdict::Process);
     }
 
     #[test]
