@@ -539,7 +539,7 @@ fn check_read_diffused(id: &str, c: &ConvState) -> Result<(), String> {
 }
 
 /// A user's conversations by id, in no order (whatever reads them in order sorts them: the reader shape, the
-/// checkpoint row). A hash map: a lookup hashes the id and compares it once, where a `BTreeMap` compared it with
+/// checkpoint row, a read-all's acks). A hash map: a lookup hashes the id and compares it once, where a `BTreeMap` compared it with
 /// five keys on average, each a load from another heap block (ids such as `ubuntu.2004-11-15_03` share their first
 /// 16 bytes; docs/performance.md, "A user's conversations in a hash map"). Each state is boxed, so that a table
 /// slot is a pointer and growing the table moves no `ConvState`.

@@ -317,7 +317,10 @@ impl Reader {
             .collect();
         let heads = index_heads(&at.projection, &read_diffused).await;
         let mut newest = Vec::new();
-        for (id, c) in checkpointed {
+        // By id, as the acks of a read-all were always sent (a user's conversations are held in no order).
+        let mut by_id: Vec<_> = checkpointed.iter().collect();
+        by_id.sort_unstable_by_key(|(id, _)| *id);
+        for (id, c) in by_id {
             let (marked, shown) = chats.remove(&**id).map_or((false, 0), |(view, seq)| (view.marked_unread, seq));
             if !c.is_member() || !pick(id, c.feed, c.muted) {
                 continue;
