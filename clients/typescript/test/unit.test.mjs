@@ -100,17 +100,22 @@ class FakeSocket {
 test("a WebSocket sends a fresh token before the current one expires, and stays open", async () => {
   FakeSocket.all = [];
   let n = 0;
-  const getToken = () => jwt({ sub: "u", exp: Math.floor(Date.now() / 1000) + 1, n: n++ });
-  const w = watch("u", { baseUrl: "http://x", getToken, WebSocket: FakeSocket, refreshBeforeMs: 900, minDelayMs: 1 });
-  await until("live", () => w.status === "live");
-  const socket = FakeSocket.all[0];
-  assert.match(socket.url, /^ws:\/\/x\/v1\/users\/u\/stream\?access_token=/);
-  await until("a refresh", () => socket.sent.length > 0);
-  assert.equal(socket.sent[0].type, "refresh");
-  assert.notEqual(socket.sent[0].token, new URL(socket.url).searchParams.get("access_token"));
-  assert.equal(FakeSocket.all.length, 1, "no reconnect");
-  assert.ok(tokenExpiry(socket.sent[0].token) > Date.now());
-  w.close();
+  // Expiring 1-2 s ahead (exp is in whole seconds), refreshed 1.9 s before: a fresh token is at least 1 s from
+  // its expiry when checked, however late in its second it was minted.
+  const getToken = () => jwt({ sub: "u", exp: Math.floor(Date.now() / 1000) + 2, n: n++ });
+  const w = watch("u", { baseUrl: "http://x", getToken, WebSocket: FakeSocket, refreshBeforeMs: 1900, minDelayMs: 1 });
+  try {
+    await until("live", () => w.status === "live");
+    const socket = FakeSocket.all[0];
+    assert.match(socket.url, /^ws:\/\/x\/v1\/users\/u\/stream\?access_token=/);
+    await until("a refresh", () => socket.sent.length > 0);
+    assert.equal(socket.sent[0].type, "refresh");
+    assert.notEqual(socket.sent[0].token, new URL(socket.url).searchParams.get("access_token"));
+    assert.equal(FakeSocket.all.length, 1, "no reconnect");
+    assert.ok(tokenExpiry(socket.sent[0].token) > Date.now());
+  } finally {
+    w.close(); // a failed check must not leave the watch's timers holding the test runner
+  }
 });
 
 test("a stream ended for an expired token reconnects at once with a fresh one; an invalid refresh stops", async () => {
